@@ -1,0 +1,49 @@
+"""The `ratchet` command line: a thin dispatcher over one module per subcommand.
+
+Machine-readable output goes to stdout, progress and logs to stderr. Exit codes are
+documented in README.md; a user's mistake ends with a one-line message, never a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+
+from tools.record import EXIT_USAGE
+
+# Each module defines register(subparsers) -> None, which adds its subcommand(s) and sets
+# `func` on them: func(args) -> int (the exit code).
+COMMAND_MODULES = ("agent.cmd_eval", "agent.cmd_workspace", "agent.cmd_optimize")
+
+
+class UsageError(Exception):
+    """A mistake on the command line or in a named file; printed as one line, exit EXIT_USAGE."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ratchet", description=__doc__.splitlines()[0])
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except UsageError as exc:
+        print(f"ratchet {args.command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokenPipeError:  # stdout closed early (`ratchet ... | head`): not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        print(f"ratchet {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""`ratchet eval REFERENCE CANDIDATE`: evaluate one candidate file against a problem file."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from agent.cli import UsageError
+from tools.evaluate import EvalOptions, Evaluator
+from tools.problem import ProblemError
+from tools.record import EXIT_BAD_PROBLEM, EXIT_CODES, Result
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("eval", help="evaluate a candidate ModelNew against a problem file",
+                              description="Build, check and time CANDIDATE (a ModelNew) against REFERENCE (a KernelBench-format problem).")
+    p.add_argument("reference", type=Path, help="problem file: Model, get_inputs, get_init_inputs")
+    p.add_argument("candidate", type=Path, help="candidate file defining ModelNew")
+    p.add_argument("--entry", default="Model", help="the reference class (default Model)")
+    p.add_argument("--json", action="store_true", help="print the full result record as JSON on stdout")
+    p.add_argument("--trials", type=int, default=5, help="correctness trials (default 5, at least 1)")
+    p.add_argument("--device", default=None, help="cuda:N or cpu (default: cuda:0 if there is a GPU)")
+    p.add_argument("--no-timing", action="store_true", help="skip timing (correctness only)")
+    p.add_argument("--allow", action="append", default=[], metavar="RULE", help="switch off a guard rule (repeatable; see README)")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds allowed per trial (default 60)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.trials < 1:
+        raise UsageError("--trials must be at least 1")
+    try:
+        source = args.candidate.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{args.candidate}: cannot read the candidate ({exc.strerror if isinstance(exc, OSError) else exc})") from None
+    options = EvalOptions(device=args.device, trials=args.trials, timing=not args.no_timing,
+                          disabled_rules=frozenset(args.allow), trial_timeout=args.timeout, warm=False)
+    try:
+        with Evaluator(args.reference, options, entry=args.entry) as evaluator:
+            result = evaluator.evaluate(source)
+    except ProblemError as exc:
+        print(f"ratchet eval: {exc}", file=sys.stderr)
+        return EXIT_BAD_PROBLEM
+    except ValueError as exc:  # a bad --device
+        raise UsageError(str(exc)) from None
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        print(summary(result, args.candidate))
+    return EXIT_CODES[result.verdict]
+
+
+def summary(result: Result, candidate: Path) -> str:
+    lines = [f"{candidate.name}: {result.verdict.value}", f"  {result.message}"]
+    if result.trials:
+        lines.append(f"  trials passed: {result.trials}; max abs error {result.errors.max_abs:.3g}; "
+                     f"own kernel launches per forward: {result.kernel_launches}")
+    if result.torch_ops:
+        lines.append(f"  ops left to torch: {', '.join(result.torch_ops)}")
+    t = result.candidate_time
+    if t.measured:
+        lines.append(f"  time: {t.median_ms:.4g} ms (95% CI {t.ci_low_ms:.4g}-{t.ci_high_ms:.4g}, n={t.samples})")
+        for label, base, speedup in (("eager", result.eager_time, result.speedup_vs_eager),
+                                     ("torch.compile", result.compile_time, result.speedup_vs_compile)):
+            if base.measured and speedup is not None:
+                lines.append(f"  vs {label}: {base.median_ms:.4g} ms -> {speedup:.2f}x")
+        if result.roofline.measured:
+            lines.append(f"  roofline: floor {result.roofline.floor_ms:.4g} ms, achieved {result.roofline.achieved_fraction:.1%}")
+    else:
+        lines.append(f"  timing: {t.note}")
+    phases = ", ".join(f"{k} {v:.2f}s" for k, v in result.phases.items())
+    lines.append(f"  phases: {phases}")
+    return "\n".join(lines)

@@ -1,0 +1,334 @@
+"""The evaluator's one entry point: `Evaluator(problem).evaluate(source) -> Result`.
+
+This is where a verdict is decided. The trusted parent (this process) never imports candidate
+code. It keeps one reference worker per problem (the problem's Model, its outputs per secret
+seed), and gives each candidate a fresh worker process, spawned ahead of need so CUDA start-up
+and problem loading are off the critical path. Steps: static checks and guard, build, trials
+(seeded inputs made on the device after the build, two distributions, poisoned memory), then
+the run-time integrity checks (own kernel launched, nothing forbidden left to torch, no
+sandbox violation). The first failure decides the verdict and the message for the model.
+"""
+from __future__ import annotations
+
+import hashlib
+import random
+import secrets
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tools import guard as guard_mod
+from tools.compare import Stats, Tolerance, compare_trees
+from tools.env import environment, resolve_device
+from tools.instrument import compute_ops
+from tools.problem import ProblemError, ProblemInfo, apply_description, candidate_problems, read_problem
+from tools.process import Limits, WorkerGone, WorkerProcess, worker_env
+from tools.record import Check, Errors, Result, Verdict
+from tools.transport import TransportError, decode, tensor_nodes
+
+INIT_SEED = 42  # both models are built after torch.manual_seed(INIT_SEED), so weights match
+PROBE_SEED = 1234  # inputs of the one descriptive reference run (shapes, ops); not a trial seed
+
+
+def default_cache_dir() -> Path:
+    import os
+
+    return Path(os.environ.get("RATCHET_CACHE_DIR") or Path.home() / ".cache" / "ratchet")
+
+
+@dataclass
+class EvalOptions:
+    device: str | None = None  # None: cuda:0 when there is a GPU, else cpu (Triton interpreter)
+    trials: int = 5
+    timing: bool = True
+    disabled_rules: frozenset[str] = frozenset()  # guard rules switched off (see README)
+    tolerances: dict[str, Tolerance] | None = None  # per dtype name, overriding compare.TOLERANCES
+    seed: int | None = None  # None: a secret seed per Evaluator (per run)
+    start_timeout: float = 180.0
+    build_timeout: float = 300.0
+    trial_timeout: float = 60.0
+    host_memory_mb: int | None = 16384
+    gpu_memory_fraction: float | None = None
+    cache_dir: Path | None = None
+    reference_cache_mb: int = 4096  # reference outputs kept per seed up to this size
+    warm: bool = True  # after each evaluation, start the next candidate worker ahead of need
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Evaluator:
+    def __init__(self, problem_path: Path | str, options: EvalOptions | None = None, entry: str = "Model") -> None:
+        self.options = options or EvalOptions()
+        self.device = resolve_device(self.options.device)
+        self.problem: ProblemInfo = read_problem(Path(problem_path), entry)
+        run_seed = self.options.seed if self.options.seed is not None else secrets.randbits(62)
+        rng = random.Random(run_seed)
+        self.seeds = [rng.getrandbits(62) for _ in range(max(1, self.options.trials))]
+        self.cache_dir = (self.options.cache_dir or default_cache_dir()).resolve()
+        self.root = Path(tempfile.mkdtemp(prefix="ratchet-eval-")).resolve()
+        self._ref_cache: dict[tuple[int, str], Any] = {}
+        self._spare: WorkerProcess | None = None
+        self._count = 0
+        self.distributions = ["problem", "shifted"]
+        try:
+            self.reference = self._spawn("reference")
+            self._spare = self._spawn("candidate")  # starts while the reference loads
+            self._start(self.reference)
+            built = self._request(self.reference, {"op": "build"}, self.options.build_timeout)
+            apply_description(self.problem, built["problem"])
+        except WorkerGone as exc:
+            self.close()
+            raise ProblemError(f"{self.problem.path.name}: {exc}") from None
+        except ProblemError:
+            self.close()
+            raise
+
+    # lifecycle --------------------------------------------------------------------------
+    def __enter__(self) -> "Evaluator":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for proc in (getattr(self, "reference", None), self._spare):
+            if proc is not None:
+                proc.close()
+        self._spare = None
+        self._ref_cache.clear()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def _spawn(self, role: str) -> WorkerProcess:
+        self._count += 1
+        scratch = self.root / f"{role}-{self._count}"
+        (scratch / "tmp").mkdir(parents=True)
+        config = {
+            "role": role, "problem": str(self.problem.path), "entry": self.problem.entry,
+            "device": self.device, "scratch": str(scratch), "init_seed": INIT_SEED,
+            "probe_seed": PROBE_SEED, "gpu_memory_fraction": self.options.gpu_memory_fraction,
+            "cuda_cache": str(self.cache_dir / "cuda"), "triton_cache": str(self.cache_dir / "triton"),
+            "writable": [str(scratch), str(self.cache_dir / "cuda"), str(self.cache_dir / "triton")],
+            "hidden": [str(self.root / "reference-1"), str(self.cache_dir / "private")],
+        }
+        mb = self.options.host_memory_mb
+        limits = Limits(host_memory_bytes=mb << 20 if mb else None)
+        env = worker_env(self.device, {"TMPDIR": str(scratch / "tmp")})
+        return WorkerProcess(config, env=env, cwd=scratch, log=scratch / "output.log", limits=limits,
+                             cuda=self.device.startswith("cuda"))
+
+    def _start(self, proc: WorkerProcess) -> None:
+        ready = proc.wait_ready(self.options.start_timeout)
+        if ready.get("op") != "ready":
+            raise ProblemError(f"{self.problem.path.name}: {ready.get('message', 'the worker did not start')}".splitlines()[0])
+
+    def _request(self, proc: WorkerProcess, msg: dict[str, Any], timeout: float) -> dict[str, Any]:
+        header, payload = proc.request(msg, timeout)
+        if header.get("op") == "error" and proc is self.reference:
+            raise ProblemError(f"{self.problem.path.name}: {header.get('message', '').splitlines()[-1]}")
+        header["_payload"] = payload
+        return header
+
+    # evaluation ---------------------------------------------------------------------------
+    def evaluate(self, source: str) -> Result:
+        """Evaluate one candidate source. Never raises for anything the candidate does."""
+        started = time.monotonic()
+        result = Result(verdict=Verdict.OK, message="", problem=str(self.problem.path),
+                        problem_hash=self.problem.hash,
+                        source_hash=hashlib.sha256(source.encode()).hexdigest(),
+                        environment=environment(self.device))
+        result.torch_ops = []
+        worker: WorkerProcess | None = None
+        try:
+            if self._static_checks(source, result):
+                worker = self._take_worker()
+                self._run(worker, source, result)
+        finally:
+            if worker is not None:
+                worker.close()
+            result.phases["total"] = round(time.monotonic() - started, 4)
+        return result
+
+    def _static_checks(self, source: str, result: Result) -> bool:
+        t0 = time.monotonic()
+        problem = candidate_problems(source)
+        if problem:
+            return _fail(result, Verdict.COMPILE_ERROR, Check("parse", False, problem), problem)
+        result.checks.append(Check("parse", True))
+        policy = guard_mod.GuardPolicy(disabled=self.options.disabled_rules, single_op=self.problem.single_op_family)
+        scan = guard_mod.check(source, policy)
+        result.phases["guard"] = round(time.monotonic() - t0, 4)
+        if scan.violations:
+            for v in scan.violations:
+                result.checks.append(Check(f"guard:{v.rule}", False, str(v)))
+            first = scan.violations[0]
+            more = f" (and {len(scan.violations) - 1} more)" if len(scan.violations) > 1 else ""
+            result.verdict, result.message = Verdict.REJECTED, f"Rejected by the guard, {first}{more}."
+            return False
+        result.checks.append(Check("guard", True, f"kernels: {', '.join(scan.triton_kernels + scan.cuda_kernels) or 'load_inline'}"))
+        return True
+
+    def _take_worker(self) -> WorkerProcess:
+        worker = self._spare or self._spawn("candidate")
+        self._spare = self._spawn("candidate") if self.options.warm else None
+        return worker
+
+    def _run(self, worker: WorkerProcess, source: str, result: Result) -> None:
+        t0 = time.monotonic()
+        try:
+            ready = worker.wait_ready(self.options.start_timeout)
+            if ready.get("op") != "ready":
+                raise WorkerGone("crashed", f"the candidate worker did not start: {ready.get('message')}")
+            result.environment = {**result.environment, "network_isolation": ready.get("network")}
+            result.phases["start"] = round(time.monotonic() - t0, 4)
+            t0 = time.monotonic()
+            built = worker.request({"op": "build", "source": source}, self.options.build_timeout)[0]
+            result.phases["build"] = round(time.monotonic() - t0, 4)
+            if built.get("cuda"):
+                result.phases["cuda_build"] = round(built["cuda"]["seconds"], 4)
+            if not self._verdict_from_reply(built, "build", result):
+                return
+            result.checks.append(Check("build", True))
+            t0 = time.monotonic()
+            self._trials(worker, result)
+            result.phases["correctness"] = round(time.monotonic() - t0, 4)
+        except WorkerGone as exc:
+            _fail(result, Verdict(exc.verdict), Check("worker", False, str(exc)), str(exc))
+
+    def _verdict_from_reply(self, reply: dict[str, Any], step: str, result: Result) -> bool:
+        violations = reply.get("violations") or []
+        if violations:
+            for v in violations:
+                result.checks.append(Check(f"sandbox:{v.split(':')[0]}", False, v))
+            return _fail(result, Verdict.REJECTED, None, f"Rejected at run time during {step}: {violations[0]}")
+        if reply.get("op") == "error":
+            verdict = Verdict(reply["kind"]) if reply.get("kind") in Verdict._value2member_map_ else Verdict.RUNTIME_ERROR
+            return _fail(result, verdict, Check(step, False, reply.get("message", "")), reply.get("message", ""))
+        return True
+
+    def _trials(self, worker: WorkerProcess, result: Result) -> None:
+        stats = Stats()
+        launched = 0
+        for i, seed in enumerate(self.seeds):
+            dist = self._distribution(i, seed)
+            ref_out, ref_in = self._reference_outputs(seed, dist)
+            header, payload = worker.request(
+                {"op": "trial", "seed": seed, "distribution": dist, "poison": True, "record": i == 0},
+                self.options.trial_timeout)
+            name = f"trial-{i}:{dist}"
+            if not self._verdict_from_reply(header, name, result):
+                return
+            launched = max(launched, int(header.get("launches") or 0))
+            result.kernel_launches = launched
+            if header.get("ops") is not None:
+                result.torch_ops = sorted(compute_ops(header["ops"]))
+            try:
+                cand_out, cand_in = decode(header["tree"], payload)
+            except (TransportError, KeyError, TypeError, ValueError) as exc:
+                _fail(result, Verdict.REJECTED, Check(name, False, f"malformed output: {exc}"), f"The worker sent malformed outputs ({exc}).")
+                return
+            problem = (_aliasing(header["tree"]) or self._mismatch(ref_out, cand_out, stats, "output")
+                       or self._mismatch(ref_in, cand_in, Stats(), "input", what="inputs after forward"))
+            del cand_out, cand_in
+            worker.request({"op": "release"}, self.options.trial_timeout)
+            result.errors = Errors(max_abs=stats.max_abs, max_rel=stats.max_rel, norm_rel=stats.norm_rel)
+            if problem:
+                check, verdict, message = problem
+                _fail(result, verdict, Check(f"{name}:{check}", False, message),
+                      f"Trial {i + 1} of {len(self.seeds)} ({dist} inputs): {message}")
+                return
+            result.checks.append(Check(name, True))
+            result.trials = i + 1
+        self._integrity(result, launched)
+
+    def _integrity(self, result: Result, launched: int) -> None:
+        if launched == 0:
+            _fail(result, Verdict.REJECTED, Check("kernel-launched", False, "no launch of the candidate's own kernels"),
+                  "Rejected: the candidate defines a kernel but never launched it during forward(); the work must run in your own kernel.")
+            return
+        result.checks.append(Check("kernel-launched", True, f"{launched} launches in one forward"))
+        if self.problem.single_op and result.torch_ops:
+            ops = ", ".join(result.torch_ops)
+            _fail(result, Verdict.REJECTED, Check("single-op", False, ops),
+                  f"Rejected (rule single-op): this problem is the single op {self.problem.single_op}, and forward() left {ops} to torch; compute it in your kernel.")
+            return
+        result.verdict = Verdict.OK
+        result.message = f"Correct on {result.trials} trials (max abs error {result.errors.max_abs:.3g}, relative norm error {result.errors.norm_rel:.3g})."
+
+    def _mismatch(self, ref: Any, cand: Any, stats: Stats, path: str, what: str = "") -> tuple[str, Verdict, str] | None:
+        found = compare_trees(ref, cand, stats, self.options.tolerances, path)
+        if found is None:
+            return None
+        verdict = Verdict.REJECTED if found.check == "output-type" and path == "output" else Verdict.INCORRECT
+        label = f"inputs-unchanged:{found.check}" if what else found.check
+        prefix = "the inputs after forward() differ from the reference's (a kernel wrote into its inputs): " if what else ""
+        return label, verdict, prefix + found.message
+
+    def _distribution(self, i: int, seed: int) -> str:
+        dist = self.distributions[i % len(self.distributions)]
+        if dist == "shifted":
+            out, _ = self._reference_outputs(seed, "shifted")
+            base, _ = self._reference_outputs(seed, "problem")
+            if _nonfinite(out) and not _nonfinite(base):
+                self.distributions = ["problem"]  # the problem does not allow it
+                return "problem"
+        return dist
+
+    def _reference_outputs(self, seed: int, dist: str) -> Any:
+        key = (seed, dist)
+        if key not in self._ref_cache:
+            size = self.problem.input_bytes + self.problem.output_bytes
+            budget = self.options.reference_cache_mb << 20
+            while self._ref_cache and size * (len(self._ref_cache) + 1) > budget:
+                oldest = next(iter(self._ref_cache))
+                del self._ref_cache[oldest]  # drop our view first, then let the worker free it
+                self._request(self.reference, {"op": "release", "key": _key(oldest)}, self.options.trial_timeout)
+            header = self._request(self.reference, {"op": "trial", "seed": seed, "distribution": dist, "poison": False,
+                                                    "record": False, "hold": _key(key)}, self.options.trial_timeout)
+            self._ref_cache[key] = decode(header["tree"], header["_payload"])
+        return self._ref_cache[key]
+
+
+def _key(key: tuple[int, str]) -> str:
+    return f"{key[0]}:{key[1]}"
+
+
+def _fail(result: Result, verdict: Verdict, check: Check | None, message: str) -> bool:
+    if check is not None:
+        result.checks.append(check)
+    result.verdict = verdict
+    result.message = message
+    return False
+
+
+def _aliasing(tree: dict[str, Any]) -> tuple[str, Verdict, str] | None:
+    """An output that shares memory with an input (as the worker saw its storages)."""
+    items = tree.get("items") if isinstance(tree, dict) else None
+    if not isinstance(items, list) or len(items) != 2:
+        return None
+    inputs = [n.get("ptr") for n in tensor_nodes(items[1]) if n.get("ptr")]
+    for node in tensor_nodes(items[0]):
+        ptr = node.get("ptr")
+        if not ptr or not ptr[1]:
+            continue
+        for other in inputs:
+            if other[1] and ptr[0] < other[0] + other[1] and other[0] < ptr[0] + ptr[1]:
+                return "output-alias", Verdict.REJECTED, "an output shares memory with an input; return a new tensor"
+    return None
+
+
+def _nonfinite(tree: Any) -> bool:
+    import torch
+
+    if isinstance(tree, torch.Tensor):
+        return bool(tree.is_floating_point() and not torch.isfinite(tree).all())
+    if isinstance(tree, (list, tuple)):
+        return any(_nonfinite(x) for x in tree)
+    return False
+
+
+def evaluate(problem_path: Path | str, source: str, options: EvalOptions | None = None, entry: str = "Model") -> Result:
+    """One-shot evaluation; raises ProblemError only for an invalid problem file."""
+    with Evaluator(problem_path, options, entry) as ev:
+        return ev.evaluate(source)

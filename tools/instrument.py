@@ -1,0 +1,112 @@
+"""What a forward pass really did, seen from inside the worker: launches of the candidate's own
+kernels (Triton and load_inline extensions) and the aten ops it left to torch.
+
+Installed by the worker before candidate code is imported, so a candidate cannot route around
+it without patching classes, which the sandbox refuses.
+"""
+from __future__ import annotations
+
+import collections
+import functools
+import types
+from typing import Any
+
+from torch.utils._python_dispatch import TorchDispatchMode
+
+# aten ops that move or allocate memory but compute nothing: allowed to be left to torch even in
+# single-op problems. README.md ("Evaluator policy") lists them for users.
+GLUE_OPS = frozenset({
+    # allocation
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like",
+    "new_zeros", "ones", "ones_like", "new_ones", "full", "full_like", "new_full", "scalar_tensor",
+    "zero_", "fill_", "arange", "lift_fresh", "lift_fresh_copy", "resize_", "set_",
+    # views and reshapes
+    "view", "_unsafe_view", "reshape", "_reshape_alias", "as_strided", "permute", "transpose", "t",
+    "expand", "expand_as", "squeeze", "unsqueeze", "flatten", "unflatten", "slice", "select",
+    "narrow", "split", "split_with_sizes", "chunk", "unbind", "alias", "detach", "view_as",
+    "movedim", "contiguous", "view_as_real", "view_as_complex", "unfold",
+    # copies and moves between dtypes, layouts and devices
+    "clone", "copy_", "_to_copy", "to", "_copy_from", "_copy_from_and_resize",
+    # reading a scalar back
+    "item", "_local_scalar_dense", "is_nonzero", "sym_size", "sym_stride", "sym_numel",
+    "sym_storage_offset", "size", "stride", "dim",
+})
+
+
+def op_name(func: Any) -> str:
+    packet = getattr(func, "overloadpacket", func)
+    return f"{getattr(packet, '_qualified_op_name', str(packet)).replace('.', '::', 1)}"
+
+
+def compute_ops(ops: dict[str, int]) -> dict[str, int]:
+    """The ops that compute something (not allocation, views or copies)."""
+    return {k: v for k, v in ops.items() if k.split("::")[-1] not in GLUE_OPS}
+
+
+class OpRecorder(TorchDispatchMode):
+    """Counts every aten op dispatched while active, by name (aten::mm)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: collections.Counter[str] = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: A002 - torch's name
+        self.ops[op_name(func)] += 1
+        return func(*args, **(kwargs or {}))
+
+
+class LaunchCounter:
+    """Counts launches of Triton kernels defined in one module and calls into its extensions."""
+
+    def __init__(self) -> None:
+        self.module_name: str | None = None
+        self.count = 0
+        self.names: collections.Counter[str] = collections.Counter()
+
+    def install_triton(self) -> None:
+        import triton.runtime.jit as jit
+
+        classes: list[type] = [jit.JITFunction]
+        try:
+            import triton.runtime.interpreter as interp
+
+            classes.append(interp.InterpretedFunction)
+        except ImportError:  # an old triton without the interpreter module
+            pass
+        for cls in classes:
+            cls.run = self._counting_run(cls.run)
+
+    def _counting_run(self, original):
+        @functools.wraps(original)
+        def run(kernel, *args, **kwargs):
+            fn = getattr(kernel, "fn", None)
+            if self.module_name and getattr(fn, "__module__", None) == self.module_name:
+                self.count += 1
+                self.names[getattr(fn, "__name__", "?")] += 1
+            return original(kernel, *args, **kwargs)
+
+        return run
+
+    def wrap_extension(self, module: types.ModuleType, name: str) -> types.ModuleType:
+        """A stand-in for a load_inline module whose functions count their calls."""
+        proxy = types.ModuleType(module.__name__)
+        for attr in dir(module):
+            value = getattr(module, attr)
+            if callable(value) and not attr.startswith("_"):
+                proxy.__dict__[attr] = self._counted(value, f"{name}.{attr}")
+            else:
+                proxy.__dict__[attr] = value
+        return proxy
+
+    def _counted(self, fn, label: str):
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            self.count += 1
+            self.names[label] += 1
+            return fn(*args, **kwargs)
+
+        return call
+
+    def reset(self) -> None:
+        self.count = 0
+        self.names.clear()

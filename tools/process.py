@@ -1,0 +1,193 @@
+"""Worker processes as the trusted parent sees them: spawned in their own session (so the
+whole process group dies on a timeout), with resource limits, a private log file for whatever
+they print, and a request/reply channel on two pipes with a deadline on every reply.
+"""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import secrets
+import select
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tools.protocol import Deadline, FrameReader, PeerClosed, ProtocolError, write_frame
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+class WorkerGone(Exception):
+    """The worker timed out, died, or broke the protocol; `verdict` says which class."""
+
+    def __init__(self, verdict: str, message: str) -> None:
+        super().__init__(message)
+        self.verdict = verdict
+
+
+@dataclass
+class Limits:
+    host_memory_bytes: int | None = None  # address-space limit (CPU devices) / RSS watchdog (CUDA)
+    cpu_seconds: int | None = None
+
+
+class WorkerProcess:
+    def __init__(self, config: dict[str, Any], *, env: dict[str, str], cwd: Path, log: Path,
+                 limits: Limits, cuda: bool) -> None:
+        to_child_r, self._to_child = os.pipe()
+        self._from_child, from_child_w = os.pipe()
+        self.log = log
+        self.limits = limits
+        self.cuda = cuda
+        with open(log, "wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tools.worker", str(to_child_r), str(from_child_w)],
+                pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL, stdout=out,
+                stderr=subprocess.STDOUT, cwd=cwd, env=env, start_new_session=True,
+                preexec_fn=self._set_limits,
+            )
+        os.close(to_child_r)
+        os.close(from_child_w)
+        self.reader = FrameReader(self._from_child)
+        write_frame(self._to_child, config)
+
+    def _set_limits(self) -> None:  # runs in the child between fork and exec
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if self.limits.host_memory_bytes and not self.cuda:
+            resource.setrlimit(resource.RLIMIT_AS, (self.limits.host_memory_bytes, self.limits.host_memory_bytes))
+        if self.limits.cpu_seconds:
+            resource.setrlimit(resource.RLIMIT_CPU, (self.limits.cpu_seconds, self.limits.cpu_seconds + 5))
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def wait_ready(self, timeout: float) -> dict[str, Any]:
+        header, _ = self._read(timeout)
+        return header
+
+    def request(self, msg: dict[str, Any], timeout: float) -> tuple[dict[str, Any], bytes]:
+        """Send a request and wait for its reply; raises WorkerGone on timeout, death or forgery."""
+        if select.select([self._from_child], [], [], 0)[0] and self.alive():
+            self.kill()
+            raise WorkerGone("rejected", "the worker wrote to the result channel unasked (forged output)")
+        nonce = secrets.token_hex(8)
+        try:
+            write_frame(self._to_child, {**msg, "nonce": nonce})
+        except (BrokenPipeError, OSError):
+            raise self._gone("crashed") from None
+        header, payload = self._read(timeout)
+        if header.get("nonce") != nonce:
+            self.kill()
+            raise WorkerGone("rejected", "a reply on the result channel did not answer the request (forged output)")
+        return header, payload
+
+    def _read(self, timeout: float) -> tuple[dict[str, Any], bytes]:
+        deadline = time.monotonic() + timeout
+        try:
+            return self.reader.read(deadline, on_wait=self._watchdog)
+        except Deadline:
+            self.kill()
+            raise WorkerGone("timeout", f"no answer within {timeout:.0f} s; the process group was killed") from None
+        except PeerClosed:
+            raise self._gone("crashed") from None
+        except ProtocolError as exc:
+            self.kill()
+            raise WorkerGone("crashed", f"the worker broke the protocol ({exc})") from None
+
+    def _watchdog(self) -> None:
+        limit = self.limits.host_memory_bytes
+        if limit and self.cuda and rss_bytes(self.pid) > limit:
+            self.kill()
+            raise WorkerGone("runtime_error", f"out of host memory: the worker passed its {limit >> 20} MiB limit and was killed")
+
+    def _gone(self, verdict: str) -> WorkerGone:
+        try:
+            code = self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            code = self.proc.returncode
+        tail = self.log_tail(600)
+        if code is not None and code < 0:
+            how = f"killed by {signal.Signals(-code).name}"
+            if -code == signal.SIGSEGV:
+                how = "segmentation fault (SIGSEGV)"
+            elif -code in (signal.SIGKILL,) and "MemoryError" not in tail:
+                how = "killed by SIGKILL (often: out of memory)"
+            elif -code == signal.SIGXCPU:
+                how = "ran past its CPU-time limit (SIGXCPU)"
+        else:
+            how = f"exited with status {code} (os._exit or a fatal error)"
+        message = f"the worker process died: {how}"
+        if tail.strip():
+            message += f"\nlast output:\n{tail.strip()}"
+        return WorkerGone(verdict, message)
+
+    def log_tail(self, chars: int) -> str:
+        try:
+            with open(self.log, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                size = f.tell()
+                f.seek(max(0, size - chars))
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+        for fd in (self._to_child, self._from_child):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._to_child = self._from_child = -1
+
+    def close(self) -> None:
+        """Ask the worker to exit; kill it if it does not."""
+        if self.proc.poll() is None and self._to_child >= 0:
+            try:
+                write_frame(self._to_child, {"op": "exit"})
+                self.proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self.kill()
+
+
+def rss_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def worker_env(device: str, extra: dict[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "RATCHET_"))}
+    env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
+    env["PYTHONWARNINGS"] = "ignore"
+    if device == "cpu":
+        env["TRITON_INTERPRET"] = "1"
+    env.update(extra)
+    return env
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, default=str)

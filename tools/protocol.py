@@ -1,0 +1,89 @@
+"""Framed messages between the trusted parent and its worker processes.
+
+A frame is a 4-byte big-endian header length, a JSON header, and, when the header says
+`payload_bytes`, that many raw bytes. No pickle: what a candidate worker sends is untrusted,
+so the parent only ever parses JSON and raw tensor bytes.
+"""
+from __future__ import annotations
+
+import json
+import os
+import select
+import struct
+import time
+from typing import Any
+
+MAX_HEADER = 64 << 20  # a header larger than this is a forged or broken frame
+
+
+class ProtocolError(Exception):
+    """The peer sent something that is not a frame, or went away."""
+
+
+class PeerClosed(ProtocolError):
+    """The peer closed its end (usually: the worker process died)."""
+
+
+class Deadline(Exception):
+    """No complete frame arrived before the deadline."""
+
+
+def write_frame(fd: int, header: dict[str, Any], payload: bytes | memoryview = b"") -> None:
+    if payload:
+        header = {**header, "payload_bytes": len(payload)}
+    data = json.dumps(header).encode()
+    _write_all(fd, struct.pack(">I", len(data)) + data)
+    if payload:
+        _write_all(fd, payload)
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+class FrameReader:
+    """Reads frames from a pipe, with an optional deadline and a hook run while waiting."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def read(self, deadline: float | None = None, on_wait=None) -> tuple[dict[str, Any], bytes]:
+        (size,) = struct.unpack(">I", self._read_exact(4, deadline, on_wait))
+        if size > MAX_HEADER:
+            raise ProtocolError(f"frame header of {size} bytes")
+        try:
+            header = json.loads(self._read_exact(size, deadline, on_wait))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ProtocolError(f"frame header is not JSON: {exc}") from exc
+        if not isinstance(header, dict):
+            raise ProtocolError("frame header is not a JSON object")
+        payload = b""
+        n = header.get("payload_bytes", 0)
+        if not isinstance(n, int) or n < 0:
+            raise ProtocolError("bad payload_bytes")
+        if n:
+            payload = self._read_exact(n, deadline, on_wait)
+        return header, payload
+
+    def _read_exact(self, n: int, deadline: float | None, on_wait) -> bytes:
+        chunks: list[bytes] = []
+        while n:
+            if deadline is not None:
+                while True:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise Deadline()
+                    ready, _, _ = select.select([self.fd], [], [], min(left, 0.25))
+                    if ready:
+                        break
+                    if on_wait is not None:
+                        on_wait()
+            chunk = os.read(self.fd, min(n, 1 << 24))
+            if not chunk:
+                raise PeerClosed("peer closed the pipe")
+            chunks.append(chunk)
+            n -= len(chunk)
+        return b"".join(chunks)

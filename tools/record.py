@@ -1,0 +1,131 @@
+"""The result record: one JSON-serializable record per evaluation, with stable field names.
+
+Everything downstream (the CLI, the workspace's commit trailers, the agent's feedback, the RL
+reward) reads these fields, so renaming one is a breaking change: bump SCHEMA_VERSION.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+
+class Verdict(str, enum.Enum):
+    """The documented verdicts. Only OK means the candidate computes the reference's function."""
+
+    OK = "ok"
+    REJECTED = "rejected"  # a rule of the static guard or a run-time integrity check failed
+    COMPILE_ERROR = "compile_error"  # the candidate did not load or build (syntax, import, nvcc)
+    RUNTIME_ERROR = "runtime_error"  # it raised while constructing or running (incl. OOM)
+    INCORRECT = "incorrect"  # it ran, but an output differs from the reference
+    TIMEOUT = "timeout"  # it ran past its time limit (host or device hang); killed
+    CRASHED = "crashed"  # the worker died without a reply (segfault, os._exit, sys.exit, kill)
+
+
+# Exit codes of `ratchet eval`, per verdict class; documented in README.md.
+EXIT_CODES: dict[Verdict, int] = {
+    Verdict.OK: 0,
+    Verdict.INCORRECT: 1,
+    Verdict.REJECTED: 4,
+    Verdict.COMPILE_ERROR: 5,
+    Verdict.RUNTIME_ERROR: 6,
+    Verdict.TIMEOUT: 7,
+    Verdict.CRASHED: 8,
+}
+EXIT_USAGE = 2  # bad command line, missing file
+EXIT_BAD_PROBLEM = 3  # the reference file is not a valid problem
+EXIT_INTERNAL = 9  # a bug in ratchet itself
+
+
+@dataclass
+class Check:
+    """Outcome of one named check (a guard rule, a correctness trial, an integrity tripwire)."""
+
+    name: str
+    passed: bool
+    detail: str = ""
+
+
+@dataclass
+class Errors:
+    """Largest differences seen against the reference over all trials and outputs."""
+
+    max_abs: float | None = None
+    max_rel: float | None = None  # largest elementwise |a-b| / (|b| + eps)
+    norm_rel: float | None = None  # largest ||a-b|| / ||b|| over outputs
+
+
+@dataclass
+class TimeStats:
+    """A timing summary in milliseconds. measured=False means not measured (see `note`)."""
+
+    measured: bool = False
+    median_ms: float | None = None
+    ci_low_ms: float | None = None  # 95% interval of the median
+    ci_high_ms: float | None = None
+    samples: int = 0
+    note: str = "not measured"
+
+
+@dataclass
+class Roofline:
+    measured: bool = False
+    bytes_moved: int | None = None  # least bytes: each input, parameter and output once
+    flops: int | None = None
+    floor_ms: float | None = None  # the fastest the hardware allows
+    achieved_fraction: float | None = None  # floor / candidate median
+    note: str = "not measured"
+
+
+@dataclass
+class Result:
+    verdict: Verdict
+    message: str  # written for the model: what failed, where, by how much
+    schema_version: int = SCHEMA_VERSION
+    problem: str = ""  # path of the reference file
+    problem_hash: str = ""
+    source_hash: str = ""  # sha256 of the candidate source
+    checks: list[Check] = field(default_factory=list)
+    errors: Errors = field(default_factory=Errors)
+    trials: int = 0  # correctness trials passed
+    candidate_time: TimeStats = field(default_factory=TimeStats)
+    eager_time: TimeStats = field(default_factory=TimeStats)
+    compile_time: TimeStats = field(default_factory=TimeStats)
+    speedup_vs_eager: float | None = None
+    speedup_vs_compile: float | None = None
+    roofline: Roofline = field(default_factory=Roofline)
+    own_kernel_share: float | None = None  # share of GPU time in the candidate's own kernels
+    kernel_launches: int = 0  # launches of the candidate's own kernels seen in one forward
+    torch_ops: list[str] = field(default_factory=list)  # aten ops the candidate left to torch
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per phase
+    environment: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict is Verdict.OK
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["verdict"] = self.verdict.value
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Result":
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise ValueError(f"result record has schema_version {version!r}, expected {SCHEMA_VERSION}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {k: v for k, v in data.items() if k in known}
+        kwargs["verdict"] = Verdict(data["verdict"])
+        kwargs["checks"] = [Check(**c) for c in data.get("checks", [])]
+        kwargs["errors"] = Errors(**data.get("errors", {}))
+        for name in ("candidate_time", "eager_time", "compile_time"):
+            kwargs[name] = TimeStats(**data.get(name, {}))
+        kwargs["roofline"] = Roofline(**data.get("roofline", {}))
+        return cls(**kwargs)
+
+    def failed_check(self) -> Check | None:
+        return next((c for c in self.checks if not c.passed), None)

@@ -1,0 +1,207 @@
+"""Moving output trees (tensors, tuples, scalars) from a worker to the parent without pickle.
+
+A worker encodes a Python value into a JSON tree plus raw bytes. CPU tensors travel as raw
+bytes in the frame's payload; CUDA tensors travel as CUDA IPC handles (no copy: multi-GB
+outputs are compared where they lie), and the worker keeps them alive until the parent says
+`release`. The parent decodes only what this module defines, so a hostile worker can send
+wrong data but cannot run code in the parent.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+DTYPES: dict[str, torch.dtype] = {
+    str(d).removeprefix("torch."): d
+    for d in (
+        torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.complex64,
+        torch.complex128, torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8,
+        torch.bool,
+    )
+}
+for _name in ("float8_e4m3fn", "float8_e5m2"):
+    if hasattr(torch, _name):
+        DTYPES[_name] = getattr(torch, _name)
+
+
+class TransportError(Exception):
+    """The tree is malformed, or holds a value we do not transport."""
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def encode(value: Any) -> tuple[dict[str, Any], bytes, list[torch.Tensor]]:
+    """Encode `value`; returns (tree, payload, tensors to keep alive until released)."""
+    payload = bytearray()
+    keep: list[torch.Tensor] = []
+
+    def enc(v: Any) -> dict[str, Any]:
+        if isinstance(v, torch.Tensor):
+            node: dict[str, Any] = {
+                "t": "tensor",
+                "type": f"{type(v).__module__}.{type(v).__qualname__}",
+                "plain": type(v) is torch.Tensor,
+                "dtype": dtype_name(v.dtype),
+                "shape": list(v.shape),
+                "device": str(v.device),
+            }
+            if not node["plain"]:
+                return node  # never read a subclass: its methods are the candidate's code
+            t = v.detach()
+            node["ptr"] = [t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()]
+            if t.device.type == "cuda":
+                node["ipc"] = _share_cuda(t)
+                keep.append(t)
+            else:
+                flat = t.contiguous().reshape(-1)
+                raw = flat.view(torch.uint8) if flat.numel() else flat
+                data = raw.numpy().tobytes() if flat.numel() else b""
+                node["bytes"] = [len(payload), len(data)]
+                payload.extend(data)
+            return node
+        if isinstance(v, (tuple, list)):
+            return {"t": type(v).__name__, "items": [enc(x) for x in v]}
+        if v is None:
+            return {"t": "none"}
+        if isinstance(v, bool):
+            return {"t": "scalar", "kind": "bool", "value": v}
+        if isinstance(v, int):
+            return {"t": "scalar", "kind": "int", "value": v}
+        if isinstance(v, float):
+            return {"t": "scalar", "kind": "float", "value": repr(v)}
+        return {"t": "other", "type": f"{type(v).__module__}.{type(v).__qualname__}"}
+
+    return enc(value), bytes(payload), keep
+
+
+def _share_cuda(t: torch.Tensor) -> dict[str, Any]:
+    storage = t.untyped_storage()
+    (device, handle, size_bytes, offset_bytes, rc_handle, rc_offset, ev_handle, ev_sync) = (
+        storage._share_cuda_()
+    )
+    return {
+        "device": device,
+        "handle": handle.hex() if handle else None,
+        "size_bytes": size_bytes,
+        "offset_bytes": offset_bytes,
+        "rc_handle": rc_handle.hex() if rc_handle else None,
+        "rc_offset": rc_offset,
+        "ev_handle": ev_handle.hex() if ev_handle else None,
+        "ev_sync": bool(ev_sync),
+        "storage_offset": t.storage_offset(),
+        "stride": list(t.stride()),
+    }
+
+
+def decode(tree: dict[str, Any], payload: bytes) -> Any:
+    """Rebuild the value tree in the parent. Raises TransportError on anything unexpected."""
+    buf = bytearray(payload)
+
+    def dec(node: Any) -> Any:
+        if not isinstance(node, dict):
+            raise TransportError("tree node is not an object")
+        kind = node.get("t")
+        if kind == "tensor":
+            return _decode_tensor(node, buf)
+        if kind in ("tuple", "list"):
+            items = [dec(x) for x in _as_list(node.get("items"))]
+            return tuple(items) if kind == "tuple" else items
+        if kind == "none":
+            return None
+        if kind == "scalar":
+            value = node.get("value")
+            if node.get("kind") == "float":
+                return float(value)
+            if node.get("kind") == "int" and isinstance(value, int) and not isinstance(value, bool):
+                return value
+            if node.get("kind") == "bool" and isinstance(value, bool):
+                return value
+            raise TransportError("bad scalar")
+        if kind == "other":
+            return Unsupported(str(node.get("type")))
+        raise TransportError(f"unknown node kind {kind!r}")
+
+    return dec(tree)
+
+
+class Unsupported:
+    """Stands for an output value of a type we do not compare (a dict, a custom object)."""
+
+    def __init__(self, type_name: str) -> None:
+        self.type_name = type_name
+
+    def __repr__(self) -> str:
+        return f"<{self.type_name}>"
+
+
+class Opaque:
+    """Stands for a tensor we refused to read: a subclass of torch.Tensor."""
+
+    def __init__(self, node: dict[str, Any]) -> None:
+        self.type_name = str(node.get("type"))
+        self.shape = node.get("shape")
+        self.dtype = node.get("dtype")
+
+
+def _as_list(v: Any) -> list[Any]:
+    if not isinstance(v, list):
+        raise TransportError("items is not a list")
+    return v
+
+
+def _decode_tensor(node: dict[str, Any], buf: bytearray) -> Any:
+    if not node.get("plain"):
+        return Opaque(node)
+    dtype = DTYPES.get(node.get("dtype"))
+    shape = node.get("shape")
+    if dtype is None or not isinstance(shape, list) or not all(isinstance(s, int) and s >= 0 for s in shape):
+        raise TransportError("bad tensor dtype or shape")
+    numel = 1
+    for s in shape:
+        numel *= s
+    if "ipc" in node:
+        return _open_cuda(node["ipc"], dtype, shape, numel)
+    start, length = node.get("bytes", [0, 0])
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    if length != numel * itemsize or start < 0 or start + length > len(buf):
+        raise TransportError("tensor bytes do not match its shape")
+    if numel == 0:
+        return torch.empty(shape, dtype=dtype)
+    raw = torch.frombuffer(buf, dtype=torch.uint8, count=length, offset=start)
+    return raw.view(dtype).reshape(shape).clone()
+
+
+def _open_cuda(ipc: dict[str, Any], dtype: torch.dtype, shape: list[int], numel: int) -> torch.Tensor:
+    from torch.multiprocessing.reductions import rebuild_cuda_tensor
+
+    device = ipc.get("device")
+    if numel == 0 or not ipc.get("handle"):
+        return torch.empty(shape, dtype=dtype, device=f"cuda:{device}")
+    stride = ipc.get("stride")
+    if not isinstance(stride, list) or len(stride) != len(shape):
+        raise TransportError("bad stride")
+    return rebuild_cuda_tensor(
+        torch.Tensor, tuple(shape), tuple(stride), int(ipc["storage_offset"]), torch.UntypedStorage,
+        dtype, int(device), bytes.fromhex(ipc["handle"]), int(ipc["size_bytes"]),
+        int(ipc["offset_bytes"]), False,
+        bytes.fromhex(ipc["rc_handle"]) if ipc.get("rc_handle") else None, int(ipc["rc_offset"]),
+        bytes.fromhex(ipc["ev_handle"]) if ipc.get("ev_handle") else None, bool(ipc["ev_sync"]),
+    )
+
+
+def tensor_nodes(tree: dict[str, Any]) -> list[dict[str, Any]]:
+    """All tensor nodes of a tree, depth first (for aliasing and type checks)."""
+    out: list[dict[str, Any]] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if node.get("t") == "tensor":
+                out.append(node)
+            for item in node.get("items", []) if isinstance(node.get("items"), list) else []:
+                walk(item)
+
+    walk(tree)
+    return out

@@ -1,0 +1,279 @@
+"""The worker process: `python -m tools.worker IN_FD OUT_FD`.
+
+One worker holds one model. The reference role builds the problem's Model; the candidate role
+builds a ModelNew from untrusted source, after arming the sandbox. Both answer the same
+requests (trial, release) with the same code, so inputs are generated identically on both
+sides from the secret seed, on the device, after the candidate is built. The worker only
+reports what happened; the parent compares outputs and decides the verdict.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import inspect
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from tools.protocol import FrameReader, write_frame
+
+
+class Failure(Exception):
+    """A reportable failure of the model under test: kind is a verdict name."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class Worker:
+    def __init__(self, config: dict[str, Any]) -> None:
+        import torch
+        import torch._dynamo  # noqa: F401 - imported lazily by torch otherwise, mid-trial, where it
+        # rebinds torch.manual_seed and would trip the tripwires; loading it here also keeps it
+        # off the critical path of a warm worker
+
+        from tools.instrument import LaunchCounter
+        from tools.sandbox import Sandbox, isolate_network
+
+        self.config = config
+        self.network = isolate_network() if config["role"] == "candidate" else "n/a"
+        self.device = torch.device(config["device"])
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+            torch.empty(1, device=self.device)  # create the context now, not inside a trial
+            if config.get("gpu_memory_fraction"):
+                torch.cuda.set_per_process_memory_fraction(config["gpu_memory_fraction"], self.device)
+        self.problem = load_module(Path(config["problem"]), "ratchet_problem")
+        self.get_inputs = getattr(self.problem, "get_inputs", None)
+        self.get_init_inputs = getattr(self.problem, "get_init_inputs", lambda: [])
+        self.launches = LaunchCounter()
+        self.launches.install_triton()
+        self.sandbox = Sandbox(
+            scratch=Path(config["scratch"]),
+            writable=[Path(p).resolve() for p in config["writable"]],
+            hidden=[Path(p).resolve() for p in config["hidden"]],
+            toolchains=toolchain_dirs(),
+        )
+        self.model: Any = None
+        self.keep: list[Any] = []  # tensors of the last reply, shared with the parent
+        self.held: dict[str, list[Any]] = {}  # reference replies the parent caches
+
+    # requests ---------------------------------------------------------------------------
+    def build(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Build the model: the problem's Model (reference) or ModelNew from source (candidate)."""
+        import torch
+
+        from tools.inputs import call_factory
+
+        start = time.monotonic()
+        role = self.config["role"]
+        init_inputs = call_factory(self.get_init_inputs, "get_init_inputs", None)
+        if role == "reference":
+            cls = getattr(self.problem, self.config["entry"])
+        else:
+            cls = self._import_candidate(msg["source"])
+        try:
+            inspect.signature(cls).bind(*init_inputs)
+        except TypeError as exc:
+            raise Failure("compile_error", f"{cls.__name__}(*get_init_inputs()) does not fit its constructor: {exc}") from None
+        torch.manual_seed(self.config["init_seed"])
+        self.model = cls(*init_inputs).to(self.device)
+        info: dict[str, Any] = {"op": "built", "seconds": time.monotonic() - start}
+        if role == "reference":
+            info["problem"] = self._describe()
+        else:
+            info["cuda"] = {"seconds": self.builder.seconds, "built": self.builder.built, "cached": self.builder.cached}
+        return info
+
+    def _import_candidate(self, source: str):
+        import torch.utils.cpp_extension as cpp_extension
+
+        from tools.cuda_build import CudaBuilder
+
+        digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+        path = Path(self.config["scratch"]) / f"candidate_{digest}.py"
+        path.write_text(source)
+        self.builder = CudaBuilder(Path(self.config["cuda_cache"]), self.launches.wrap_extension)
+        cpp_extension.load_inline = self.builder.load_inline
+        self.launches.module_name = f"ratchet_candidate_{digest}"
+        os.environ["TRITON_CACHE_DIR"] = str(Path(self.config["triton_cache"]) / digest)
+        self.sandbox.arm()
+        module = load_module(path, self.launches.module_name)
+        cls = getattr(module, "ModelNew", None)
+        if not isinstance(cls, type):
+            raise Failure("compile_error", "the candidate defines no class ModelNew")
+        return cls
+
+    def trial(self, msg: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+        import torch
+
+        from tools.inputs import generate
+        from tools.instrument import OpRecorder
+        from tools.transport import encode
+
+        if self.model is None:
+            raise Failure("runtime_error", "no model was built")
+        self.keep = []
+        inputs = generate(self.get_inputs, int(msg["seed"]), msg["distribution"], self.device)
+        try:
+            inspect.signature(self.model.forward).bind(*inputs)
+        except TypeError as exc:
+            raise Failure("compile_error", f"forward(*get_inputs()) does not fit the signature of forward: {exc}") from None
+        recorder = OpRecorder() if msg.get("record") else contextlib.nullcontext()
+        self.launches.reset()
+        start = time.monotonic()
+        with poisoned_memory(bool(msg.get("poison"))), torch.no_grad(), recorder:
+            outputs = self.model(*inputs)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        seconds = time.monotonic() - start
+        tree, payload, keep = encode([outputs, inputs])
+        if msg.get("hold"):
+            self.held[msg["hold"]] = keep  # the parent caches these; kept until it releases them
+        else:
+            self.keep = keep
+        reply = {
+            "op": "outputs", "tree": tree, "seconds": seconds, "launches": self.launches.count,
+            "kernels": dict(self.launches.names),
+            "ops": dict(recorder.ops) if isinstance(recorder, OpRecorder) else None,
+        }
+        return reply, payload
+
+    def release(self, key: str | None = None) -> None:
+        self.keep = []
+        if key is not None:
+            self.held.pop(key, None)
+
+    def _describe(self) -> dict[str, Any]:
+        """What the parent needs to know about the problem: inputs, outputs, ops."""
+        import torch
+
+        from tools.inputs import describe, generate, tensor_bytes
+        from tools.instrument import OpRecorder
+
+        inputs = generate(self.get_inputs, self.config["probe_seed"], "problem", self.device)
+        with torch.no_grad(), OpRecorder() as rec:
+            outputs = self.model(*inputs)
+        outs = list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
+        params = [t for t in list(self.model.parameters()) + list(self.model.buffers())]
+        return {
+            "inputs": describe(inputs),
+            "outputs": describe(outs),
+            "init_args": describe(list(self.get_init_inputs())),
+            "ops": dict(rec.ops),
+            "input_bytes": tensor_bytes(inputs),
+            "output_bytes": tensor_bytes(outs),
+            "param_bytes": tensor_bytes(params),
+        }
+
+
+@contextlib.contextmanager
+def poisoned_memory(on: bool):
+    """Fill uninitialized memory (torch.empty and friends) with NaN / max-int while active, so
+    output elements a kernel never writes cannot pass as correct."""
+    import torch
+
+    if not on:
+        yield
+        return
+    previous = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+                torch.utils.deterministic.fill_uninitialized_memory)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(previous[0], warn_only=previous[1])
+        torch.utils.deterministic.fill_uninitialized_memory = previous[2]
+
+
+def load_module(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise Failure("compile_error", f"cannot load {path.name}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def toolchain_dirs() -> tuple[str, ...]:
+    import torch
+    import triton
+
+    return (str(Path(triton.__file__).parent), str(Path(torch.__file__).parent))
+
+
+def describe_exception(exc: BaseException, source_name: str | None) -> tuple[str, str]:
+    """(verdict kind, message for the model): the exception and the candidate's own frames."""
+    import torch
+
+    from tools.cuda_build import BuildError
+
+    name = type(exc).__name__
+    if isinstance(exc, Failure):
+        return exc.kind, str(exc)
+    if isinstance(exc, BuildError):
+        return "compile_error", f"CUDA build failed:\n{exc}"
+    if isinstance(exc, SyntaxError):
+        return "compile_error", f"SyntaxError at line {exc.lineno}: {exc.msg}"
+    if name in ("CompilationError", "CompileTimeAssertionFailure") or type(exc).__module__.startswith("triton.compiler"):
+        return "compile_error", f"Triton compilation failed: {str(exc)[-1500:]}"
+    if isinstance(exc, SystemExit):
+        return "crashed", f"the candidate called sys.exit({exc.code!r})"
+    if isinstance(exc, torch.OutOfMemoryError):
+        return "runtime_error", f"out of GPU memory: {str(exc).splitlines()[0]}"
+    if isinstance(exc, MemoryError):
+        return "runtime_error", "out of host memory (MemoryError)"
+    frames = traceback.extract_tb(exc.__traceback__)
+    own = [f for f in frames if source_name and Path(f.filename).name == source_name]
+    where = "".join(f"  line {f.lineno}, in {f.name}: {f.line}\n" for f in own[-3:])
+    kind = "compile_error" if isinstance(exc, (ImportError, NameError)) and not own else "runtime_error"
+    return kind, f"{where}{name}: {str(exc)[:1500]}".strip()
+
+
+def serve(in_fd: int, out_fd: int) -> None:
+    reader = FrameReader(in_fd)
+    config, _ = reader.read()
+    worker: Worker | None = None
+    try:
+        worker = Worker(config)
+        write_frame(out_fd, {"op": "ready", "pid": os.getpid(), "network": worker.network})
+    except BaseException as exc:  # noqa: BLE001 - every failure is reported, none swallowed
+        kind, message = describe_exception(exc, Path(config["problem"]).name)
+        write_frame(out_fd, {"op": "error", "kind": "problem", "message": message, "cause": kind})
+        return
+    source_name = None
+    while True:
+        msg, _ = reader.read()
+        op = msg.get("op")
+        if op == "exit":
+            return
+        payload = b""
+        try:
+            if op == "build":
+                if "source" in msg:
+                    source_name = f"candidate_{hashlib.sha256(msg['source'].encode()).hexdigest()[:16]}.py"
+                reply = worker.build(msg)
+            elif op == "trial":
+                reply, payload = worker.trial(msg)
+            elif op == "release":
+                worker.release(msg.get("key"))
+                reply = {"op": "released"}
+            else:
+                reply = {"op": "error", "kind": "runtime_error", "message": f"unknown request {op!r}"}
+        except BaseException as exc:  # noqa: BLE001 - the candidate's failure is the answer
+            kind, message = describe_exception(exc, source_name or Path(config["problem"]).name)
+            reply, payload = {"op": "error", "kind": kind, "message": message}, b""
+        reply["nonce"] = msg.get("nonce")
+        reply["violations"] = worker.sandbox.check() if worker.sandbox.armed else []
+        write_frame(out_fd, reply, payload)
+
+
+if __name__ == "__main__":
+    serve(int(sys.argv[1]), int(sys.argv[2]))
