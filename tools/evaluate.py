@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from tools import guard as guard_mod
+from tools import profile
+from tools.baseline_cache import default_cache_dir
 from tools.compare import Stats, Tolerance, compare_trees
 from tools.env import environment, resolve_device
 from tools.instrument import compute_ops
@@ -31,12 +33,6 @@ from tools.transport import TransportError, decode, tensor_nodes
 
 INIT_SEED = 42  # both models are built after torch.manual_seed(INIT_SEED), so weights match
 PROBE_SEED = 1234  # inputs of the one descriptive reference run (shapes, ops); not a trial seed
-
-
-def default_cache_dir() -> Path:
-    import os
-
-    return Path(os.environ.get("RATCHET_CACHE_DIR") or Path.home() / ".cache" / "ratchet")
 
 
 @dataclass
@@ -50,6 +46,8 @@ class EvalOptions:
     start_timeout: float = 180.0
     build_timeout: float = 300.0
     trial_timeout: float = 60.0
+    timing_budget_s: float = 10.0  # per arm (candidate, eager, torch.compile) and evaluation
+    compile_timeout: float = 900.0  # torch.compile's first call, once per problem and environment
     host_memory_mb: int | None = 16384
     gpu_memory_fraction: float | None = None
     cache_dir: Path | None = None
@@ -141,20 +139,22 @@ class Evaluator:
         result.torch_ops = []
         worker: WorkerProcess | None = None
         try:
-            if self._static_checks(source, result):
+            scan = self._static_checks(source, result)
+            if scan is not None:
                 worker = self._take_worker()
-                self._run(worker, source, result)
+                self._run(worker, source, result, scan.triton_kernels + scan.cuda_kernels)
         finally:
             if worker is not None:
                 worker.close()
             result.phases["total"] = round(time.monotonic() - started, 4)
         return result
 
-    def _static_checks(self, source: str, result: Result) -> bool:
+    def _static_checks(self, source: str, result: Result) -> guard_mod.Scan | None:
         t0 = time.monotonic()
         problem = candidate_problems(source)
         if problem:
-            return _fail(result, Verdict.COMPILE_ERROR, Check("parse", False, problem), problem)
+            _fail(result, Verdict.COMPILE_ERROR, Check("parse", False, problem), problem)
+            return None
         result.checks.append(Check("parse", True))
         policy = guard_mod.GuardPolicy(disabled=self.options.disabled_rules, single_op=self.problem.single_op_family)
         scan = guard_mod.check(source, policy)
@@ -165,16 +165,16 @@ class Evaluator:
             first = scan.violations[0]
             more = f" (and {len(scan.violations) - 1} more)" if len(scan.violations) > 1 else ""
             result.verdict, result.message = Verdict.REJECTED, f"Rejected by the guard, {first}{more}."
-            return False
+            return None
         result.checks.append(Check("guard", True, f"kernels: {', '.join(scan.triton_kernels + scan.cuda_kernels) or 'load_inline'}"))
-        return True
+        return scan
 
     def _take_worker(self) -> WorkerProcess:
         worker = self._spare or self._spawn("candidate")
         self._spare = self._spawn("candidate") if self.options.warm else None
         return worker
 
-    def _run(self, worker: WorkerProcess, source: str, result: Result) -> None:
+    def _run(self, worker: WorkerProcess, source: str, result: Result, kernel_names: list[str]) -> None:
         t0 = time.monotonic()
         try:
             ready = worker.wait_ready(self.options.start_timeout)
@@ -185,18 +185,35 @@ class Evaluator:
             t0 = time.monotonic()
             built = worker.request({"op": "build", "source": source}, self.options.build_timeout)[0]
             result.phases["build"] = round(time.monotonic() - t0, 4)
-            if built.get("cuda"):
-                result.phases["cuda_build"] = round(built["cuda"]["seconds"], 4)
-            if not self._verdict_from_reply(built, "build", result):
+            cuda = built.get("cuda") or {}
+            if cuda.get("built") or cuda.get("cached"):
+                result.phases["cuda_build"] = round(cuda["seconds"], 4)  # inside "build"
+            if not self.verdict_from_reply(built, "build", result):
                 return
             result.checks.append(Check("build", True))
             t0 = time.monotonic()
             self._trials(worker, result)
             result.phases["correctness"] = round(time.monotonic() - t0, 4)
+            if result.ok:
+                self._profile(worker, result, kernel_names)
         except WorkerGone as exc:
             _fail(result, Verdict(exc.verdict), Check("worker", False, str(exc)), str(exc))
 
-    def _verdict_from_reply(self, reply: dict[str, Any], step: str, result: Result) -> bool:
+    def _profile(self, worker: WorkerProcess, result: Result, kernel_names: list[str]) -> None:
+        if not self.options.timing:
+            profile.unavailable(result, "not measured (timing switched off)")
+            return
+        if not self.device.startswith("cuda"):
+            profile.unavailable(result, "unavailable: no GPU (CPU runs use Triton's interpreter; times would mean nothing)")
+            return
+        t0 = time.monotonic()
+        if self.problem.single_op is None:
+            profile.own_kernel_share(self, worker, kernel_names, result)
+        if result.ok:
+            profile.measure(self, worker, result)
+        result.phases["timing"] = round(time.monotonic() - t0, 4)
+
+    def verdict_from_reply(self, reply: dict[str, Any], step: str, result: Result) -> bool:
         violations = reply.get("violations") or []
         if violations:
             for v in violations:
@@ -212,12 +229,12 @@ class Evaluator:
         launched = 0
         for i, seed in enumerate(self.seeds):
             dist = self._distribution(i, seed)
-            ref_out, ref_in = self._reference_outputs(seed, dist)
+            ref_out, ref_in = self.reference_outputs(seed, dist)
             header, payload = worker.request(
                 {"op": "trial", "seed": seed, "distribution": dist, "poison": True, "record": i == 0},
                 self.options.trial_timeout)
             name = f"trial-{i}:{dist}"
-            if not self._verdict_from_reply(header, name, result):
+            if not self.verdict_from_reply(header, name, result):
                 return
             launched = max(launched, int(header.get("launches") or 0))
             result.kernel_launches = launched
@@ -268,14 +285,14 @@ class Evaluator:
     def _distribution(self, i: int, seed: int) -> str:
         dist = self.distributions[i % len(self.distributions)]
         if dist == "shifted":
-            out, _ = self._reference_outputs(seed, "shifted")
-            base, _ = self._reference_outputs(seed, "problem")
+            out, _ = self.reference_outputs(seed, "shifted")
+            base, _ = self.reference_outputs(seed, "problem")
             if _nonfinite(out) and not _nonfinite(base):
                 self.distributions = ["problem"]  # the problem does not allow it
                 return "problem"
         return dist
 
-    def _reference_outputs(self, seed: int, dist: str) -> Any:
+    def reference_outputs(self, seed: int, dist: str) -> Any:
         key = (seed, dist)
         if key not in self._ref_cache:
             size = self.problem.input_bytes + self.problem.output_bytes

@@ -31,6 +31,8 @@ class ProblemInfo:
     input_bytes: int = 0
     output_bytes: int = 0
     param_bytes: int = 0
+    flops: int = 0  # torch's flop counter over one forward (matmul/conv/attention only)
+    dtype: str = "float32"  # the floating dtype holding most of the bytes
 
     @property
     def compute_ops(self) -> dict[str, int]:
@@ -56,6 +58,7 @@ class ProblemInfo:
             "outputs": self.outputs, "init_args": self.init_args, "ops": self.ops,
             "single_op": self.single_op, "input_bytes": self.input_bytes,
             "output_bytes": self.output_bytes, "param_bytes": self.param_bytes,
+            "flops": self.flops, "dtype": self.dtype,
         }
 
 
@@ -104,6 +107,8 @@ def apply_description(info: ProblemInfo, described: dict[str, Any]) -> None:
     info.input_bytes = described["input_bytes"]
     info.output_bytes = described["output_bytes"]
     info.param_bytes = described["param_bytes"]
+    info.flops = described["flops"]
+    info.dtype = described["dtype"]
 
 
 def candidate_problems(source: str) -> str | None:

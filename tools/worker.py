@@ -62,6 +62,9 @@ class Worker:
         self.model: Any = None
         self.keep: list[Any] = []  # tensors of the last reply, shared with the parent
         self.held: dict[str, list[Any]] = {}  # reference replies the parent caches
+        self.timer: Any = None
+        self.pool: Any = None
+        self.compiled: Any = None
 
     # requests ---------------------------------------------------------------------------
     def build(self, msg: dict[str, Any]) -> dict[str, Any]:
@@ -144,6 +147,70 @@ class Worker:
         }
         return reply, payload
 
+    def time(self, msg: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+        """Timed calls on pool slots [(slot, seed), ...]; outputs handed over when asked."""
+        import torch
+
+        from tools.inputs import generate
+        from tools.timing import InputPool, Timer
+        from tools.transport import encode
+
+        if self.timer is None:
+            l2 = torch.cuda.get_device_properties(self.device).L2_cache_size
+            self.timer = Timer(self.device, l2)
+            self.pool = InputPool(lambda seed: generate(self.get_inputs, seed, "problem", self.device))
+        fn = self._compiled() if msg.get("fn") == "compiled" else self.model
+        self.keep = []
+        warm = 0
+        if msg.get("warmup_seed") is not None:
+            warm = self.timer.warm_up(fn, generate(self.get_inputs, int(msg["warmup_seed"]), "problem", self.device))
+        samples, outputs = [], []
+        for slot, seed in msg["calls"]:
+            ms, out = self.timer.time_call(fn, self.pool.get(int(slot), int(seed)))
+            samples.append(ms)
+            if msg.get("keep_outputs"):
+                outputs.append(out)
+        reply: dict[str, Any] = {"op": "timed", "samples": samples, "warmup_calls": warm}
+        payload = b""
+        if msg.get("keep_outputs"):
+            reply["tree"], payload, self.keep = encode(outputs)
+        return reply, payload
+
+    def _compiled(self):
+        import torch
+
+        if self.compiled is None:
+            self.compiled = torch.compile(self.model)  # default mode: the baseline users know
+        return self.compiled
+
+    def ceilings(self) -> dict[str, Any]:
+        from tools.roofline import measure_ceilings
+
+        return {"op": "ceilings", "ceilings": measure_ceilings(self.device).to_dict()}
+
+    def profile(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """GPU time per kernel name in one forward, and the share in the candidate's own kernels."""
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+
+        from tools.inputs import generate
+
+        inputs = generate(self.get_inputs, int(msg["seed"]), "problem", self.device)
+        with torch.no_grad():
+            self.model(*inputs)  # compiled and warm before the profiled call
+        torch.cuda.synchronize(self.device)
+        with profile(activities=[ProfilerActivity.CUDA]) as prof, torch.no_grad():
+            self.model(*inputs)
+            torch.cuda.synchronize(self.device)
+        times: dict[str, float] = {}
+        for event in prof.events():
+            if event.device_type == torch.autograd.DeviceType.CUDA:
+                times[event.name] = times.get(event.name, 0.0) + event.device_time_total
+        own_names = [n for n in msg.get("own", []) if n]
+        own = sum(t for name, t in times.items() if any(k in name for k in own_names))
+        total = sum(times.values())
+        return {"op": "profiled", "kernels_us": times, "own_share": (own / total) if total else None}
+
     def release(self, key: str | None = None) -> None:
         self.keep = []
         if key is not None:
@@ -161,6 +228,10 @@ class Worker:
             outputs = self.model(*inputs)
         outs = list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
         params = [t for t in list(self.model.parameters()) + list(self.model.buffers())]
+        from tools.roofline import count_flops, dtype_key, problem_dtype
+
+        flops = count_flops(self.model, inputs)
+        tensors = [t for t in [*inputs, *outs, *params] if isinstance(t, torch.Tensor)]
         return {
             "inputs": describe(inputs),
             "outputs": describe(outs),
@@ -169,6 +240,8 @@ class Worker:
             "input_bytes": tensor_bytes(inputs),
             "output_bytes": tensor_bytes(outs),
             "param_bytes": tensor_bytes(params),
+            "flops": flops,
+            "dtype": dtype_key(problem_dtype(tensors)),
         }
 
 
@@ -262,6 +335,12 @@ def serve(in_fd: int, out_fd: int) -> None:
                 reply = worker.build(msg)
             elif op == "trial":
                 reply, payload = worker.trial(msg)
+            elif op == "time":
+                reply, payload = worker.time(msg)
+            elif op == "ceilings":
+                reply = worker.ceilings()
+            elif op == "profile":
+                reply = worker.profile(msg)
             elif op == "release":
                 worker.release(msg.get("key"))
                 reply = {"op": "released"}

@@ -1,0 +1,164 @@
+"""The profile step, driven from the parent: candidate and eager reference timed in interleaved
+blocks (ABBA) on the same input pool, every timed candidate output checked against the
+reference, torch.compile timed once per (problem, environment) and cached, the roofline floor
+from the problem's least bytes and flops against the device's measured ceilings.
+
+A candidate faster than the floor allows is rejected as impossible; a timed call whose output
+differs from the reference's is incorrect (it did less work while timed).
+"""
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tools.baseline_cache import BaselineCache
+from tools.compare import Stats, compare_trees
+from tools.interleave import block_order
+from tools.process import WorkerProcess
+from tools.record import Check, Result, TimeStats, Verdict
+from tools.roofline import Ceilings, build_roofline, impossible
+from tools.stats import SampleCollector, speedup, to_time_stats
+from tools.transport import decode
+
+if TYPE_CHECKING:
+    from tools.evaluate import Evaluator
+
+MAX_POOL = 64  # input sets in the rotating pool
+KEEP_BYTES = 1 << 30  # candidate outputs held at once for checking
+
+
+@dataclass
+class TimingPlan:
+    pool: int  # input sets in rotation (together larger than L2 where memory allows)
+    block: int  # timed calls per block and arm
+    budget_s: float  # per arm
+    seed: int
+
+    def call(self, n: int) -> tuple[int, int]:
+        """(slot, seed) of the n-th timed call: each pass over the pool gets new values."""
+        slot, rotation = n % self.pool, n // self.pool
+        return slot, random.Random(f"{self.seed}:{rotation}:{slot}").getrandbits(62)
+
+
+def plan(ev: "Evaluator") -> TimingPlan:
+    l2 = int(ev_env(ev).get("l2_bytes") or 50 << 20)
+    set_bytes = max(ev.problem.input_bytes, 1)
+    pool = max(2, min(MAX_POOL, math.ceil(2 * l2 / set_bytes) + 1))
+    block = max(1, min(10, KEEP_BYTES // max(ev.problem.output_bytes, 1)))
+    return TimingPlan(pool=pool, block=block, budget_s=ev.options.timing_budget_s, seed=ev.seeds[0] ^ 0x71AE)
+
+
+def ev_env(ev: "Evaluator") -> dict[str, Any]:
+    from tools.env import environment
+
+    return environment(ev.device)
+
+
+def measure(ev: "Evaluator", worker: WorkerProcess, result: Result) -> None:
+    """Fill the timing, baseline and roofline fields of an already-correct result."""
+    p = plan(ev)
+    timeout = ev.options.trial_timeout
+    arms = {"candidate": worker, "eager": ev.reference}
+    collectors = {a: SampleCollector(budget_s=p.budget_s) for a in arms}
+    warm = {a: p.call(10**9)[1] for a in arms}
+    n, block = 0, 0
+    while not all(c.done() for c in collectors.values()):
+        calls = [p.call(n + i) for i in range(p.block)]
+        for arm in block_order(block, tuple(arms)):
+            keep = arm == "candidate"
+            header, payload = arms[arm].request({"op": "time", "calls": calls, "keep_outputs": keep,
+                                                 "warmup_seed": warm.pop(arm, None)}, timeout)
+            if not ev.verdict_from_reply(header, "timing", result):
+                return
+            collectors[arm].extend(header["samples"])
+            if keep and not _verify(ev, worker, header, payload, calls, n, result):
+                return
+        n += p.block
+        block += 1
+    result.candidate_time = to_time_stats(collectors["candidate"])
+    result.eager_time = to_time_stats(collectors["eager"])
+    result.speedup_vs_eager = speedup(result.eager_time, result.candidate_time)
+    result.compile_time = compile_baseline(ev, p)
+    if result.compile_time.measured:
+        result.speedup_vs_compile = speedup(result.compile_time, result.candidate_time)
+    roofline(ev, result)
+
+
+def _verify(ev: "Evaluator", worker: WorkerProcess, header: dict[str, Any], payload: bytes,
+            calls: list[tuple[int, int]], first: int, result: Result) -> bool:
+    outputs = decode(header["tree"], payload)
+    try:
+        for i, ((slot, seed), out) in enumerate(zip(calls, outputs)):
+            expected, _ = ev.reference_outputs(seed, "problem")
+            found = compare_trees(expected, out, Stats(), ev.options.tolerances)
+            if found:
+                msg = (f"timed call {first + i + 1} returned a different result from the reference "
+                       f"(a kernel must do the full work on every call): {found.message}")
+                result.checks.append(Check("timing:verified", False, msg))
+                result.verdict, result.message = Verdict.INCORRECT, msg
+                return False
+    finally:
+        del outputs
+        worker.request({"op": "release"}, ev.options.trial_timeout)
+    return True
+
+
+def compile_baseline(ev: "Evaluator", p: TimingPlan) -> TimeStats:
+    env = ev_env(ev)
+    cache = BaselineCache(ev.cache_dir / "baselines")
+    cached = cache.get_compile_time(ev.problem.hash, env)
+    if cached is not None:
+        return cached
+    collector = SampleCollector(budget_s=p.budget_s)
+    n, warm = 0, p.call(10**9)[1]
+    while not collector.done():
+        calls = [p.call(n + i) for i in range(p.block)]
+        header, _ = ev.reference.request({"op": "time", "fn": "compiled", "calls": calls, "warmup_seed": warm},
+                                         max(ev.options.trial_timeout, ev.options.compile_timeout))
+        if header.get("op") == "error":
+            return TimeStats(note=f"torch.compile failed: {header.get('message', '')[:300]}")
+        warm = None
+        collector.extend(header["samples"])
+        n += p.block
+    stats = to_time_stats(collector)
+    cache.put_compile_time(ev.problem.hash, env, stats)
+    return stats
+
+
+def ceilings(ev: "Evaluator") -> Ceilings:
+    env = ev_env(ev)
+    cache = BaselineCache(ev.cache_dir / "baselines")
+    found = cache.get_ceilings(env)
+    if found is None:
+        header, _ = ev.reference.request({"op": "ceilings"}, 120)
+        found = Ceilings.from_dict(header["ceilings"])
+        cache.put_ceilings(env, found)
+    return found
+
+
+def roofline(ev: "Evaluator", result: Result) -> None:
+    prob = ev.problem
+    bytes_moved = prob.input_bytes + prob.output_bytes + prob.param_bytes
+    roof = build_roofline(bytes_moved, prob.flops, prob.dtype, ceilings(ev), result.candidate_time.median_ms)
+    result.roofline = roof
+    if roof.floor_ms and impossible(result.candidate_time.median_ms, roof.floor_ms):
+        msg = (f"measured {result.candidate_time.median_ms:.4g} ms, below the roofline floor of {roof.floor_ms:.4g} ms "
+               f"({bytes_moved} bytes, {prob.flops} flops): faster than the hardware allows, so the work was not done")
+        result.checks.append(Check("roofline", False, msg))
+        result.verdict, result.message = Verdict.REJECTED, f"Rejected (rule roofline): {msg}."
+    else:
+        result.checks.append(Check("roofline", True))
+
+
+def own_kernel_share(ev: "Evaluator", worker: WorkerProcess, names: list[str], result: Result) -> None:
+    header, _ = worker.request({"op": "profile", "seed": ev.seeds[0], "own": names}, ev.options.trial_timeout)
+    if ev.verdict_from_reply(header, "profile", result):
+        result.own_kernel_share = header.get("own_share")
+
+
+def unavailable(result: Result, why: str) -> None:
+    for stats in (result.candidate_time, result.eager_time, result.compile_time):
+        stats.note = why
+    result.roofline.note = why

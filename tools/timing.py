@@ -1,0 +1,82 @@
+"""Where time is measured: the timed loop inside a worker (candidate or reference alike).
+
+Protocol per timed call: inputs from a rotating pool of input sets (more bytes than L2, each
+set made from its own seed and rewritten in place with new values between passes), L2 flushed
+by writing twice its size, then start event, the call, a device-wide synchronize (so work on
+any stream is inside the interval), end event. The outputs of every timed call are handed to
+the parent, which checks each one against the reference: doing less work while timed is a
+correctness failure. The timing functions are bound when this module is imported, before any
+candidate code runs, so a candidate that rebinds torch.cuda.Event cannot change what we read;
+the sandbox's tripwires report such rebinding anyway.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+_Event = torch.cuda.Event
+_synchronize = torch.cuda.synchronize
+_perf_counter = time.perf_counter
+_elapsed = torch.cuda.Event.elapsed_time
+_record = torch.cuda.Event.record
+
+WARMUP_CALLS = 10
+WARMUP_SECONDS = 0.1
+
+
+class InputPool:
+    """Input sets keyed by pool slot; a slot's contents are rewritten in place for a new seed."""
+
+    def __init__(self, make_inputs) -> None:
+        self.make_inputs = make_inputs  # seed -> list of inputs
+        self.slots: dict[int, tuple[int, list[Any]]] = {}
+
+    def get(self, slot: int, seed: int) -> list[Any]:
+        held = self.slots.get(slot)
+        if held is not None and held[0] == seed:
+            return held[1]
+        fresh = self.make_inputs(seed)
+        if held is None:
+            self.slots[slot] = (seed, fresh)
+            return fresh
+        for old, new in zip(held[1], fresh):  # same buffers, new values: catches pointer caching
+            if isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor) and old.shape == new.shape:
+                old.copy_(new)
+        self.slots[slot] = (seed, held[1])
+        return held[1]
+
+    def clear(self) -> None:
+        self.slots.clear()
+
+
+class Timer:
+    def __init__(self, device: torch.device, l2_bytes: int) -> None:
+        self.device = device
+        # writing twice the L2 size evicts what the previous call left there
+        self.flush = torch.empty(max(2 * l2_bytes, 1 << 20) // 4, dtype=torch.int32, device=device)
+
+    def warm_up(self, fn, inputs: list[Any]) -> int:
+        calls, start = 0, _perf_counter()
+        while calls < WARMUP_CALLS or _perf_counter() - start < WARMUP_SECONDS:
+            with torch.no_grad():
+                fn(*inputs)
+            _synchronize(self.device)
+            calls += 1
+            if calls > 10_000:
+                break
+        return calls
+
+    def time_call(self, fn, inputs: list[Any]) -> tuple[float, Any]:
+        """Milliseconds of one call on a cold L2, and its output."""
+        self.flush.bitwise_xor_(1)
+        start, end = _Event(enable_timing=True), _Event(enable_timing=True)
+        _synchronize(self.device)
+        _record(start)
+        with torch.no_grad():
+            out = fn(*inputs)
+        _synchronize(self.device)  # device-wide: work on a side stream is inside the interval
+        _record(end)
+        end.synchronize()
+        return float(_elapsed(start, end)), out
