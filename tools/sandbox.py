@@ -114,8 +114,8 @@ class Sandbox:
         elif event in INTROSPECTION_EVENTS:
             self._refuse("dynamic-code", f"introspection ({event})")
         elif event == "object.__setattr__":
-            obj = args[0] if args else None
-            module = getattr(obj, "__module__", "") if isinstance(obj, type) else ""
+            obj = args[0] if args else None  # fires for function attributes such as __code__
+            module = getattr(obj, "__module__", "")
             if (isinstance(module, str) and module.split(".")[0] in ("torch", "triton", "tools")
                     and not self._from_toolchain()):
                 self._refuse("patching", f"patching {module}.{getattr(obj, '__qualname__', '?')}.{args[1]}")

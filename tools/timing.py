@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 _Event = torch.cuda.Event
-_synchronize = torch.cuda.synchronize
+synchronize = torch.cuda.synchronize
 _perf_counter = time.perf_counter
 _elapsed = torch.cuda.Event.elapsed_time
 _record = torch.cuda.Event.record
@@ -62,7 +62,7 @@ class Timer:
         while calls < WARMUP_CALLS or _perf_counter() - start < WARMUP_SECONDS:
             with torch.no_grad():
                 fn(*inputs)
-            _synchronize(self.device)
+            synchronize(self.device)
             calls += 1
             if calls > 10_000:
                 break
@@ -72,11 +72,11 @@ class Timer:
         """Milliseconds of one call on a cold L2, and its output."""
         self.flush.bitwise_xor_(1)
         start, end = _Event(enable_timing=True), _Event(enable_timing=True)
-        _synchronize(self.device)
+        synchronize(self.device)
         _record(start)
         with torch.no_grad():
             out = fn(*inputs)
-        _synchronize(self.device)  # device-wide: work on a side stream is inside the interval
+        synchronize(self.device)  # device-wide: work on a side stream is inside the interval
         _record(end)
         end.synchronize()
         return float(_elapsed(start, end)), out

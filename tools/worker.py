@@ -117,6 +117,7 @@ class Worker:
 
         from tools.inputs import generate
         from tools.instrument import OpRecorder
+        from tools.timing import synchronize
         from tools.transport import encode
 
         if self.model is None:
@@ -133,7 +134,7 @@ class Worker:
         with poisoned_memory(bool(msg.get("poison"))), torch.no_grad(), recorder:
             outputs = self.model(*inputs)
         if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+            synchronize(self.device)  # bound before the candidate loaded: it cannot be rebound
         seconds = time.monotonic() - start
         tree, payload, keep = encode([outputs, inputs])
         if msg.get("hold"):

@@ -1,0 +1,164 @@
+"""Seconds per candidate evaluation: ratchet's evaluator against a KernelBench-style path.
+
+    python benchmarks/eval_speed.py [--evals 3] [--only NAME] [--json OUT]
+
+For each problem, both paths evaluate the same honest Triton candidate:
+- ratchet: one Evaluator per problem (reference worker, spare candidate worker: paid once per
+  problem), then --evals evaluations of the candidate, each in a fresh sandboxed worker, with
+  5 correctness trials and the full timing protocol. The first evaluation also times
+  torch.compile and the device ceilings (cached after it); the figure we compare is the mean
+  of the later evaluations, the steady state of a batch or RL run.
+- KernelBench-style, written here for comparison: a fresh process per candidate that imports
+  reference and candidate, builds both models, makes inputs on the CPU and copies them to the
+  GPU, runs 5 correctness trials (allclose 1e-2), then times 100 calls (mean of CUDA events).
+It prints seconds per evaluation by phase for both, the ratio, and how well two ratchet
+evaluations of the same kernel agree on its median time. Needs a CUDA GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+CASES = {
+    "swish_scale": (ROOT / "examples/swish_problem.py", ROOT / "examples/swish_candidate.py"),
+    "row_softmax": (HERE / "problems/row_softmax.py", HERE / "candidates/row_softmax.py"),
+    "matmul_fp16": (HERE / "problems/matmul_fp16.py", HERE / "candidates/matmul_fp16.py"),
+    "big_swish": (HERE / "problems/big_swish.py", HERE / "candidates/big_swish.py"),
+}
+
+
+def kernelbench_style(problem: Path, candidate: Path, device: str) -> dict[str, float]:
+    """The comparison path: everything in one process, inputs made on the CPU."""
+    import torch
+
+    phases: dict[str, float] = {}
+    t0 = time.perf_counter()
+    torch.empty(1, device=device)
+    phases["cuda_init"] = time.perf_counter() - t0
+
+    def load(path: Path, name: str):
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    t0 = time.perf_counter()
+    ref_mod, cand_mod = load(problem, "kb_ref"), load(candidate, "kb_cand")
+    init = ref_mod.get_init_inputs()
+    torch.manual_seed(42)
+    model = ref_mod.Model(*init).to(device)
+    torch.manual_seed(42)
+    new = cand_mod.ModelNew(*init).to(device)
+    phases["load"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        for trial in range(5):
+            torch.manual_seed(trial)
+            inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in ref_mod.get_inputs()]
+            ok = torch.allclose(model(*inputs), new(*inputs), atol=1e-2, rtol=1e-2)
+            torch.cuda.synchronize()
+            if not ok:
+                raise SystemExit(f"{candidate.name}: incorrect in the KernelBench-style path")
+            del inputs
+    phases["correctness"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    torch.manual_seed(5)
+    inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in ref_mod.get_inputs()]
+    times = []
+    with torch.no_grad():
+        for _ in range(3):
+            new(*inputs)
+        for _ in range(100):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            new(*inputs)
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end))
+    phases["timing"] = time.perf_counter() - t0
+    phases["mean_ms"] = sum(times) / len(times)
+    return phases
+
+
+def run_kernelbench_style(name: str, device: str) -> dict[str, float]:
+    problem, candidate = CASES[name]
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, __file__, "--kb-one", name, "--device", device],
+                         capture_output=True, text=True, check=True)
+    phases = json.loads(out.stdout.strip().splitlines()[-1])
+    phases["total"] = time.perf_counter() - t0  # a fresh process per candidate, as such harnesses run
+    return phases
+
+
+def run_ratchet(name: str, device: str, evals: int) -> dict:
+    from tools.evaluate import EvalOptions, Evaluator
+
+    problem, candidate = CASES[name]
+    source = candidate.read_text()
+    t0 = time.perf_counter()
+    ev = Evaluator(problem, EvalOptions(device=device, trials=5))
+    setup = time.perf_counter() - t0
+    runs = []
+    try:
+        for _ in range(evals):
+            t0 = time.perf_counter()
+            result = ev.evaluate(source)
+            wall = time.perf_counter() - t0
+            if not result.ok:
+                raise SystemExit(f"{name}: ratchet says {result.verdict.value}: {result.message}")
+            runs.append({"wall": wall, "phases": result.phases, "median_ms": result.candidate_time.median_ms,
+                         "ci": [result.candidate_time.ci_low_ms, result.candidate_time.ci_high_ms],
+                         "samples": result.candidate_time.samples, "speedup_eager": result.speedup_vs_eager,
+                         "speedup_compile": result.speedup_vs_compile,
+                         "roofline": result.roofline.achieved_fraction, "trials": result.trials})
+            time.sleep(0.5)  # let the next spare worker finish starting, as between a batch's candidates
+    finally:
+        ev.close()
+    return {"setup": setup, "runs": runs}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--evals", type=int, default=3)
+    parser.add_argument("--only", action="append", choices=sorted(CASES))
+    parser.add_argument("--device", default="cuda:0")
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--kb-one", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.kb_one:
+        print(json.dumps(kernelbench_style(*CASES[args.kb_one], args.device)))
+        return
+    sys.path.insert(0, str(ROOT))
+    report = {}
+    rows = []
+    for name in args.only or list(CASES):
+        kb = run_kernelbench_style(name, args.device)
+        ours = run_ratchet(name, args.device, args.evals)
+        steady = ours["runs"][1:] or ours["runs"]
+        per_eval = sum(r["wall"] for r in steady) / len(steady)
+        medians = [r["median_ms"] for r in ours["runs"][1:]] or [ours["runs"][0]["median_ms"]]
+        spread = (max(medians) - min(medians)) / min(medians) if len(medians) > 1 else 0.0
+        report[name] = {"kernelbench_style": kb, "ratchet": ours, "ratio": kb["total"] / per_eval, "repeat_spread": spread}
+        rows.append((name, kb["total"], ours["runs"][0]["wall"], per_eval, kb["total"] / per_eval, spread, steady[-1]))
+        print(f"{name}: KernelBench-style phases " + ", ".join(f"{k} {v:.3f}" for k, v in kb.items()), flush=True)
+        print(f"{name}: ratchet setup {ours['setup']:.2f}s; per evaluation " +
+              "; ".join(", ".join(f"{k} {v:.3f}" for k, v in r["phases"].items()) for r in ours["runs"]), flush=True)
+    print()
+    print(f"{'problem':<12} {'KB-style s':>10} {'ratchet 1st s':>13} {'ratchet s':>9} {'ratio':>6} {'repeat':>7}  median / speedups / roofline")
+    for name, kb_s, first, per, ratio, spread, last in rows:
+        print(f"{name:<12} {kb_s:>10.2f} {first:>13.2f} {per:>9.2f} {ratio:>5.1f}x {spread:>6.2%}  "
+              f"{last['median_ms']:.4g} ms (n={last['samples']}), {last['speedup_eager']:.2f}x eager, "
+              f"{(last['speedup_compile'] or float('nan')):.2f}x compile, roofline {(last['roofline'] or 0):.0%}")
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()

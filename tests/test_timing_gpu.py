@@ -1,0 +1,197 @@
+"""Timing on a GPU: cheats that only show while timed are caught; honest timings repeat.
+
+Run on the GPU machine: python -m pytest -m gpu tests/test_timing_gpu.py
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tools.evaluate import EvalOptions, Evaluator
+from tools.record import Verdict
+
+pytestmark = pytest.mark.gpu
+HERE = Path(__file__).parent / "gpu_problems"
+
+KERNEL = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale_add(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2.0 + 1.0, mask=mask)
+
+
+def launch(x):
+    y = torch.empty_like(x)
+    scale_add[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+    return y
+'''
+
+HONEST = KERNEL + '''
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return launch(x)
+'''
+
+SKIPS_WORK = KERNEL + '''
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+        self.last = None
+
+    def forward(self, x):
+        self.calls += 1
+        if self.calls > 8 and self.last is not None:
+            return self.last  # correct in the 5 trials, stale once timing starts
+        self.last = launch(x)
+        return self.last
+'''
+
+CACHES_BY_POINTER = KERNEL + '''
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cache = {}
+
+    def forward(self, x):
+        key = (x.data_ptr(), x.shape)
+        if key not in self.cache:
+            self.cache[key] = launch(x)
+        return self.cache[key]
+'''
+
+SIDE_STREAM = KERNEL + '''
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stream = torch.cuda.Stream()
+
+    def forward(self, x):
+        with torch.cuda.stream(self.stream):
+            return launch(x)
+'''
+
+PATCHES_TIMER = KERNEL + '''
+torch.cuda.Event.elapsed_time = lambda self, end: 1e-6
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return launch(x)
+'''
+
+REBINDS_SYNC = KERNEL + '''
+class ModelNew(nn.Module):
+    def forward(self, x):
+        torch.cuda.synchronize = lambda *a, **k: None
+        return launch(x)
+'''
+
+TF32_MATMUL = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def copy_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.backends.cuda.matmul.allow_tf32 = True
+
+    def forward(self, a, b):
+        c = a @ b
+        out = torch.empty_like(c)
+        copy_kernel[(triton.cdiv(c.numel(), 1024),)](c, out, c.numel(), BLOCK=1024)
+        return out
+'''
+
+
+@pytest.fixture(scope="module")
+def scale_add():
+    with Evaluator(HERE / "scale_add.py", EvalOptions(device="cuda:0")) as ev:
+        yield ev
+
+
+def test_honest_kernel_is_timed_and_repeats_within_two_percent(scale_add):
+    first, second = scale_add.evaluate(HONEST), scale_add.evaluate(HONEST)
+    for r in (first, second):
+        assert r.verdict is Verdict.OK, r.message
+        assert r.candidate_time.measured and r.candidate_time.samples >= 30
+        assert r.eager_time.measured and r.speedup_vs_eager is not None
+        assert r.roofline.measured and 0 < r.roofline.achieved_fraction <= 1.2
+    a, b = first.speedup_vs_eager, second.speedup_vs_eager
+    assert abs(a - b) / min(a, b) < 0.02, (a, b)
+
+
+def test_skipping_work_on_repeated_calls_is_caught_while_timed(scale_add):
+    r = scale_add.evaluate(SKIPS_WORK)
+    assert r.trials == 5  # it passed the correctness trials...
+    assert r.verdict is Verdict.INCORRECT  # ...and failed when timed
+    assert any(c.name == "timing:verified" and not c.passed for c in r.checks)
+
+
+def test_caching_by_input_pointer_is_rejected_statically(scale_add):
+    r = scale_add.evaluate(CACHES_BY_POINTER)
+    assert r.verdict is Verdict.REJECTED and "guard:caching" in {c.name for c in r.checks}
+
+
+def test_caching_by_input_pointer_is_caught_at_run_time_too():
+    options = EvalOptions(device="cuda:0", disabled_rules=frozenset({"caching"}))
+    with Evaluator(HERE / "scale_add.py", options) as ev:
+        r = ev.evaluate(CACHES_BY_POINTER)
+    assert r.verdict is Verdict.INCORRECT, r.message
+
+
+def test_side_stream_is_rejected(scale_add):
+    r = scale_add.evaluate(SIDE_STREAM)
+    assert r.verdict is Verdict.REJECTED and "guard:streams-graphs" in {c.name for c in r.checks}
+
+
+def test_side_stream_work_is_inside_the_timed_interval():
+    """With the static rule off the kernel is correct, and its time includes the side stream."""
+    options = EvalOptions(device="cuda:0", disabled_rules=frozenset({"streams-graphs"}))
+    with Evaluator(HERE / "scale_add.py", options) as ev:
+        honest, side = ev.evaluate(HONEST), ev.evaluate(SIDE_STREAM)
+    assert honest.ok and side.ok, (honest.message, side.message)
+    assert side.candidate_time.median_ms >= 0.9 * honest.candidate_time.median_ms
+
+
+def test_patching_the_timer_is_rejected(scale_add):
+    r = scale_add.evaluate(PATCHES_TIMER)
+    assert r.verdict is Verdict.REJECTED and "guard:patching" in {c.name for c in r.checks}
+
+
+@pytest.mark.parametrize("source", [PATCHES_TIMER, REBINDS_SYNC], ids=["class-attribute", "module-attribute"])
+def test_patching_the_timer_is_caught_at_run_time(source):
+    options = EvalOptions(device="cuda:0", disabled_rules=frozenset({"patching", "dunder"}))
+    with Evaluator(HERE / "scale_add.py", options) as ev:
+        r = ev.evaluate(source)
+    assert r.verdict is Verdict.REJECTED, r.message
+    assert any(c.name.startswith("sandbox:patching") for c in r.checks), r.checks
+
+
+def test_enabling_tf32_on_an_fp32_problem_is_rejected():
+    with Evaluator(HERE / "matmul_fp32.py", EvalOptions(device="cuda:0")) as ev:
+        static = ev.evaluate(TF32_MATMUL)
+    assert static.verdict is Verdict.REJECTED and "guard:precision-flags" in {c.name for c in static.checks}
+    options = EvalOptions(device="cuda:0", disabled_rules=frozenset({"precision-flags", "patching", "single-op"}))
+    with Evaluator(HERE / "matmul_fp32.py", options) as ev:
+        dynamic = ev.evaluate(TF32_MATMUL)
+    assert dynamic.verdict is Verdict.REJECTED, dynamic.message
+    assert any(c.name.startswith("sandbox:precision-flags") for c in dynamic.checks), dynamic.checks
