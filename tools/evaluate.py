@@ -65,6 +65,8 @@ class Evaluator:
         rng = random.Random(run_seed)
         self.seeds = [rng.getrandbits(62) for _ in range(max(1, self.options.trials))]
         self.cache_dir = (self.options.cache_dir or default_cache_dir()).resolve()
+        for sub in ("cuda", "triton/shared", "baselines"):  # workers may write only inside these
+            (self.cache_dir / sub).mkdir(parents=True, exist_ok=True)
         self.root = Path(tempfile.mkdtemp(prefix="ratchet-eval-")).resolve()
         self._ref_cache: dict[tuple[int, str], Any] = {}
         self._spare: WorkerProcess | None = None
@@ -112,7 +114,10 @@ class Evaluator:
         }
         mb = self.options.host_memory_mb
         limits = Limits(host_memory_bytes=mb << 20 if mb else None)
-        env = worker_env(self.device, {"TMPDIR": str(scratch / "tmp")})
+        # triton reads its cache location when imported, before a candidate's source is known:
+        # a shared, content-addressed cache that the build step narrows to the source's own dir
+        env = worker_env(self.device, {"TMPDIR": str(scratch / "tmp"), "TRITON_HOME": str(scratch),
+                                       "TRITON_CACHE_DIR": str(self.cache_dir / "triton" / "shared")})
         return WorkerProcess(config, env=env, cwd=scratch, log=scratch / "output.log", limits=limits,
                              cuda=self.device.startswith("cuda"))
 

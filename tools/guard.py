@@ -49,6 +49,11 @@ BANNED_BUILTINS = {
     "input": "dynamic-code", "exit": "exit", "quit": "exit", "id": "caching",
 }
 ALLOWED_DUNDERS = frozenset({"__init__", "__name__", "__future__"})
+# Attributes of frames, generators, coroutines and tracebacks: a way up the stack to the worker's
+# own objects (its launch counter, its sandbox) with no import at all. Rule `dynamic-code`.
+FRAME_ATTRIBUTES = frozenset({"gi_frame", "cr_frame", "ag_frame", "tb_frame", "tb_next", "f_back",
+                              "f_locals", "f_globals", "f_builtins", "f_code", "f_trace", "gi_code",
+                              "cr_code", "ag_code", "gi_yieldfrom", "cr_await"})
 # Op families for single-op problems: calling any of these names is rule `single-op`.
 OP_FAMILIES: dict[str, frozenset[str]] = {
     "matmul": frozenset({"mm", "bmm", "matmul", "addmm", "baddbmm", "addbmm", "linear", "einsum",
@@ -138,12 +143,19 @@ def _scan_cxx(node: ast.Constant, policy: GuardPolicy, scan: Scan) -> None:
             scan.violations.append(Violation("single-op", node.lineno, f"this problem is a single op ({policy.single_op}); C++ source calls the library routine {m.group(0)} instead of computing it"))
 
 
+def _torch_or_method(dotted: str | None) -> bool:
+    """Whether a name that matches a single-op family stands for torch's op: a torch name, or a
+    method on some value (x.matmul, x.softmax). Triton's own tl.dot / tl.sum are the kernel's."""
+    return dotted is None or dotted.split(".")[0] == "torch"
+
+
 class _Visitor(ast.NodeVisitor):
     def __init__(self, policy: GuardPolicy) -> None:
         self.policy = policy
         self.scan = Scan()
         self.aliases: dict[str, str] = {}  # local name -> dotted module path it stands for
         self._inner: set[int] = set()  # attribute nodes inside a longer chain: checked once, whole
+        self._kernel_depth = 0  # > 0 inside a @triton.jit body: x.sum(), a @ b there are Triton's own
         family = policy.single_op
         self.single_op_names = OP_FAMILIES.get(family or "", frozenset({family} if family else ()))
 
@@ -208,6 +220,8 @@ class _Visitor(ast.NodeVisitor):
     def visit_Attribute(self, node: ast.Attribute) -> None:
         if node.attr.startswith("__") and node.attr.endswith("__") and node.attr not in ALLOWED_DUNDERS:
             self.flag("dunder", node, f"touches {node.attr}")
+        if node.attr in FRAME_ATTRIBUTES:
+            self.flag("dynamic-code", node, f"reads {node.attr}: frames and their locals are the evaluator's, not the kernel's")
         if node.attr == "data_ptr":
             self.flag("caching", node, "reads data_ptr(): results keyed on data pointers are not allowed; pass tensors to kernels")
         outermost = id(node) not in self._inner
@@ -218,7 +232,8 @@ class _Visitor(ast.NodeVisitor):
         dotted = self.resolve(node)
         if outermost and dotted is not None and not isinstance(node.ctx, ast.Store):
             self._check_dotted(dotted, node)
-        if outermost and self.single_op_names and node.attr in self.single_op_names and isinstance(node.ctx, ast.Load):
+        if (outermost and self.single_op_names and node.attr in self.single_op_names and isinstance(node.ctx, ast.Load)
+                and _torch_or_method(dotted) and not self._kernel_depth):
             self.flag("single-op", node, f"this problem is a single op ({self.policy.single_op}); calling {node.attr} leaves the work to torch")
         self.generic_visit(node)
 
@@ -227,12 +242,13 @@ class _Visitor(ast.NodeVisitor):
             self.flag(BANNED_BUILTINS[node.id], node, f"uses the builtin {node.id}")
         if node.id.startswith("__") and node.id.endswith("__") and node.id not in ALLOWED_DUNDERS:
             self.flag("dunder", node, f"touches {node.id}")
-        if self.single_op_names and node.id in self.single_op_names and node.id in self.aliases:
-            self.flag("single-op", node, f"this problem is a single op ({self.policy.single_op}); calling {node.id} leaves the work to torch")
+        target = self.aliases.get(node.id, "")
+        if self.single_op_names and target.split(".")[-1] in self.single_op_names and _torch_or_method(target):
+            self.flag("single-op", node, f"this problem is a single op ({self.policy.single_op}); calling {node.id} ({target}) leaves the work to torch")
         self.generic_visit(node)
 
     def visit_BinOp(self, node: ast.BinOp) -> None:
-        if isinstance(node.op, ast.MatMult) and "matmul" in self.single_op_names:
+        if isinstance(node.op, ast.MatMult) and "matmul" in self.single_op_names and not self._kernel_depth:
             self.flag("single-op", node, "this problem is a matrix product; the @ operator leaves it to torch")
         self.generic_visit(node)
 
@@ -251,7 +267,8 @@ class _Visitor(ast.NodeVisitor):
                     dotted = self.resolve(base) if isinstance(base, (ast.Attribute, ast.Name)) else None
                     if dotted is not None:
                         whole = self.resolve(sub) if isinstance(sub, ast.Attribute) else None
-                        rule = next((r for p, r in FORBIDDEN_NAMES if whole and whole.startswith(p)), "patching")
+                        named = next((r for p, r in FORBIDDEN_NAMES if whole and whole.startswith(p)), "patching")
+                        rule = named if named == "precision-flags" else "patching"
                         self.flag(rule, node, f"assigns into the module {dotted}")
                         break
 
@@ -282,12 +299,16 @@ class _Visitor(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        kernel = False
         for dec in node.decorator_list:
             target = dec.func if isinstance(dec, ast.Call) else dec
             dotted = self.resolve(target) or ""
             if dotted in ("triton.jit", "triton.runtime.jit.jit", "triton.runtime.jit"):
                 self.scan.triton_kernels.append(node.name)
+                kernel = True
+        self._kernel_depth += kernel
         self.generic_visit(node)
+        self._kernel_depth -= kernel
 
     visit_AsyncFunctionDef = visit_FunctionDef
 

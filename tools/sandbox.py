@@ -26,6 +26,9 @@ PROCESS_EVENTS = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", 
 SIGNAL_EVENTS = ("os.kill", "os.killpg", "signal.pthread_kill")
 INTROSPECTION_EVENTS = ("gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames",
                         "sys.settrace", "sys.setprofile")
+# Attributes that hand out a frame (the audit event object.__getattr__ names them): from a frame,
+# f_back and f_locals lead to the worker's own state (launch counter, sandbox, request nonce).
+FRAME_ATTRIBUTES = frozenset({"gi_frame", "cr_frame", "ag_frame", "tb_frame"})
 FILE_EVENTS = ("os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.chown",
                "os.link", "os.symlink", "os.truncate", "os.utime", "shutil.rmtree", "shutil.copyfile")
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
@@ -51,17 +54,39 @@ class Sandbox:
     armed: bool = False
     _tripwires: dict[str, Any] = field(default_factory=dict)
     _threads: int = 0
+    _state: Any = None
+    _busy: bool = False  # inside the hook: the hook's own frame walks must not re-enter it
 
     def arm(self) -> None:
-        self._tripwires = tripwire_state()
+        self._state = tripwire_state  # bound now: rebinding the module's name later changes nothing
+        self._tripwires = self._state()
         self._threads = threading.active_count()
         if not self.armed:
             self.armed = True
+            self._guard_threads()
             sys.addaudithook(self._hook)
+
+    def _guard_threads(self) -> None:
+        """Python 3.11 audits no thread start, and counting live threads misses one that is
+        joined before the check: refuse new threads where the candidate's code starts them."""
+        import _thread
+
+        def guarded(start):
+            def start_new_thread(*args, **kwargs):
+                if self._nearest(sys._getframe(1)) == "candidate":
+                    self._refuse("threads-processes", "starting a thread")
+                return start(*args, **kwargs)
+
+            return start_new_thread
+
+        for module, name in ((_thread, "start_new_thread"), (_thread, "start_joinable_thread"),
+                             (threading, "_start_new_thread"), (threading, "_start_joinable_thread")):
+            if hasattr(module, name):
+                setattr(module, name, guarded(getattr(module, name)))
 
     def check(self) -> list[str]:
         """Violations so far, plus any tripwire or new thread seen since arm()."""
-        now = tripwire_state()
+        now = self._state()
         for key, before in self._tripwires.items():
             if now.get(key) != before:
                 rule = "precision-flags" if key.startswith("flag:") else "patching"
@@ -85,20 +110,31 @@ class Sandbox:
         """Whether the nearest frame that is either the candidate's or a toolchain's (torch,
         triton) is a toolchain's: the compiler torch or triton starts may run; the candidate's
         own subprocess may not."""
+        return self._nearest(sys._getframe(2)) == "toolchain"
+
+    def _nearest(self, frame: Any) -> str | None:
+        """'candidate' or 'toolchain': whose frame comes first walking up from `frame`; None when
+        neither is on the stack (the worker's own code)."""
         scratch = str(self.scratch)
-        frame = sys._getframe(2)
         while frame is not None:
             name = frame.f_code.co_filename
             if name.startswith(scratch):
-                return False
+                return "candidate"
             if name.startswith(self.toolchains):
-                return True
+                return "toolchain"
             frame = frame.f_back
-        return False
+        return None
 
     def _hook(self, event: str, args: tuple[Any, ...]) -> None:
-        if not self.armed:
+        if not self.armed or self._busy:
             return
+        self._busy = True
+        try:
+            self._audit(event, args)
+        finally:
+            self._busy = False
+
+    def _audit(self, event: str, args: tuple[Any, ...]) -> None:
         if event == "open":
             self._check_open(args)
         elif event.startswith(NETWORK_EVENTS):
@@ -113,6 +149,12 @@ class Sandbox:
             self._refuse("threads-processes", f"sending a signal ({event})")
         elif event in INTROSPECTION_EVENTS:
             self._refuse("dynamic-code", f"introspection ({event})")
+        elif event == "object.__getattr__":
+            if len(args) > 1 and args[1] in FRAME_ATTRIBUTES and self._nearest(sys._getframe(2)) == "candidate":
+                self._refuse("dynamic-code", f"introspection (reading {args[1]})")
+        elif event == "sys._getframe":
+            if self._frame_by_candidate(sys._getframe(2)):
+                self._refuse("dynamic-code", "introspection (sys._getframe)")
         elif event == "object.__setattr__":
             obj = args[0] if args else None  # fires for function attributes such as __code__
             module = getattr(obj, "__module__", "")
@@ -122,7 +164,19 @@ class Sandbox:
         elif event in FILE_EVENTS:
             for path in args[:2]:
                 if isinstance(path, (str, bytes, os.PathLike)) and not self._writable(path):
-                    self._refuse("file-io", f"{event} outside the scratch directory")
+                    self._refuse("file-io", f"{event} {_resolve(path)} (outside the scratch directory)")
+
+    def _frame_by_candidate(self, caller: Any) -> bool:
+        """Whether the candidate asked for a frame: itself, or through inspect (typing, enum and
+        collections call sys._getframe on its behalf to name things; those may)."""
+        scratch = str(self.scratch)
+        if caller is None:
+            return False
+        if caller.f_code.co_filename.startswith(scratch):
+            return True
+        outer = caller.f_back
+        return (Path(caller.f_code.co_filename).name == "inspect.py" and outer is not None
+                and outer.f_code.co_filename.startswith(scratch))
 
     def _check_open(self, args: tuple[Any, ...]) -> None:
         path, mode, flags = (list(args) + [None, None, 0])[:3]
@@ -184,4 +238,31 @@ def tripwire_state() -> dict[str, Any]:
     }
     for name, obj in watched.items():
         state[name] = id(obj)
+    state.update(_evaluator_functions())
     return state
+
+
+def _evaluator_functions() -> dict[str, int]:
+    """Identity of the worker's own functions that count, record and report (class attributes
+    can be rebound with no audit event at all)."""
+    import triton.runtime.jit as jit
+
+    from tools import inputs, instrument, transport
+
+    watched: dict[str, Any] = {
+        "tools.sandbox.Sandbox.check": Sandbox.check, "tools.sandbox.Sandbox._hook": Sandbox._hook,
+        "tools.sandbox.Sandbox._audit": Sandbox._audit, "tools.sandbox.Sandbox._refuse": Sandbox._refuse,
+        "tools.instrument.LaunchCounter.reset": instrument.LaunchCounter.reset,
+        "tools.instrument.LaunchCounter._counting_run": instrument.LaunchCounter._counting_run,
+        "tools.instrument.LaunchCounter._counted": instrument.LaunchCounter._counted,
+        "tools.instrument.OpRecorder.__torch_dispatch__": instrument.OpRecorder.__torch_dispatch__,
+        "tools.transport.encode": transport.encode, "tools.inputs.generate": inputs.generate,
+        "triton.JITFunction.run": jit.JITFunction.run,
+    }
+    try:
+        import triton.runtime.interpreter as interp
+
+        watched["triton.InterpretedFunction.run"] = interp.InterpretedFunction.run
+    except ImportError:
+        pass
+    return {name: id(obj) for name, obj in watched.items()}

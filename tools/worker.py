@@ -323,6 +323,7 @@ def serve(in_fd: int, out_fd: int) -> None:
         write_frame(out_fd, {"op": "error", "kind": "problem", "message": message, "cause": kind})
         return
     source_name = None
+    check_sandbox = worker.sandbox.check  # bound before candidate code loads: patching the class misses it
     while True:
         msg, _ = reader.read()
         op = msg.get("op")
@@ -351,7 +352,7 @@ def serve(in_fd: int, out_fd: int) -> None:
             kind, message = describe_exception(exc, source_name or Path(config["problem"]).name)
             reply, payload = {"op": "error", "kind": kind, "message": message}, b""
         reply["nonce"] = msg.get("nonce")
-        reply["violations"] = worker.sandbox.check() if worker.sandbox.armed else []
+        reply["violations"] = check_sandbox() if worker.sandbox.armed else []
         write_frame(out_fd, reply, payload)
 
 
