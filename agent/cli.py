@@ -45,5 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # `python -m agent.cli`: run the copy commands import, not __main__'s
+    from agent.cli import main as _main
+
+    sys.exit(_main())

@@ -61,7 +61,7 @@ def measure(ev: "Evaluator", worker: WorkerProcess, result: Result) -> None:
     p = plan(ev)
     timeout = ev.options.trial_timeout
     arms = {"candidate": worker, "eager": ev.reference}
-    collectors = {a: SampleCollector(budget_s=p.budget_s) for a in arms}
+    collectors = {a: SampleCollector(budget_s=p.budget_s, max_samples=ev.options.timing_max_samples) for a in arms}
     warm = {a: p.call(10**9)[1] for a in arms}
     n, block = 0, 0
     while not all(c.done() for c in collectors.values()):
@@ -111,7 +111,7 @@ def compile_baseline(ev: "Evaluator", p: TimingPlan) -> TimeStats:
     cached = cache.get_compile_time(ev.problem.hash, env)
     if cached is not None:
         return cached
-    collector = SampleCollector(budget_s=p.budget_s)
+    collector = SampleCollector(budget_s=p.budget_s, max_samples=ev.options.timing_max_samples)
     n, warm = 0, p.call(10**9)[1]
     while not collector.done():
         calls = [p.call(n + i) for i in range(p.block)]

@@ -1,0 +1,128 @@
+"""`ratchet log`, `ratchet show` and `ratchet best`: read a problem's git workspace.
+
+PROBLEM is the problem file (its workspace is found by name and content hash) or the
+workspace's directory name. These commands only read: they take no lock and repair nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from agent.cli import UsageError
+from agent.workspace import ProblemRepo, Workspace, WorkspaceError, resolve_root
+from agent.workspace_attempt import Attempt, format_ms
+from agent.workspace_lock import atomic_write
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("problem", metavar="PROBLEM", help="problem file, or the workspace's directory name")
+    common.add_argument("--workspace", metavar="DIR",
+                        help="workspace root (default: $RATCHET_WORKSPACE, else ./workspaces)")
+
+    log = subparsers.add_parser("log", parents=[common], help="list a problem's attempts; * marks the best")
+    log.add_argument("--json", action="store_true", help="one JSON object per attempt (JSON lines)")
+    log.set_defaults(func=run_log)
+
+    show = subparsers.add_parser("show", parents=[common], help="print an attempt's source and result record")
+    which = show.add_mutually_exclusive_group()
+    which.add_argument("attempt", metavar="ATTEMPT", nargs="?", type=int, help="attempt number (default: the latest)")
+    which.add_argument("--best", action="store_true", help="the best attempt")
+    show.add_argument("--json", action="store_true", help="one JSON object: attempt, source, result")
+    show.set_defaults(func=run_show)
+
+    best = subparsers.add_parser("best", parents=[common], help="write the best ModelNew source (a drop-in file)")
+    best.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    best.set_defaults(func=run_best)
+
+
+def _open(args: argparse.Namespace) -> ProblemRepo:
+    try:
+        return Workspace(resolve_root(args.workspace)).open_existing(args.problem)
+    except WorkspaceError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _fmt(value: float | None, spec: str, suffix: str = "") -> str:
+    return "n/a" if value is None else f"{value:{spec}}{suffix}"
+
+
+def run_log(args: argparse.Namespace) -> int:
+    with _open(args) as repo:
+        attempts = repo.attempts()
+    if args.json:
+        for a in attempts:
+            print(json.dumps(a.to_dict()))
+        return 0
+    header = ("", "#", "verdict", "vs eager", "vs compile", "median ms", "95% interval", "roofline", "model", "commit")
+    rows = [header]
+    for a in attempts:
+        interval = ("n/a" if not a.timed or a.ci_low_ms is None or a.ci_high_ms is None
+                    else f"{format_ms(a.ci_low_ms)}-{format_ms(a.ci_high_ms)}")
+        rows.append(("*" if a.is_best else "", str(a.number), a.verdict.value, _fmt(a.speedup_vs_eager, ".2f", "x"),
+                     _fmt(a.speedup_vs_compile, ".2f", "x"), format_ms(a.median_ms) if a.timed else "n/a", interval,
+                     _fmt(a.roofline_fraction and a.roofline_fraction * 100, ".1f", "%"), a.model or "n/a", a.sha[:10]))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    right = {1, 3, 4, 5, 7}
+    for row in rows:
+        cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))]
+        print("  ".join(cells).rstrip())
+    best = next((a for a in attempts if a.is_best), None)
+    print(f"{len(attempts)} attempt(s) in {repo.path}; "
+          + (f"best: attempt {best.number} ({best.summary()})" if best else "no correct attempt yet"))
+    return 0
+
+
+def _pick(repo: ProblemRepo, args: argparse.Namespace) -> Attempt:
+    if args.best:
+        attempt = repo.best()
+        if attempt is None:
+            raise UsageError(f"workspace {repo.name} has no correct attempt yet")
+    elif args.attempt is not None:
+        attempt = repo.attempt(args.attempt)
+        if attempt is None:
+            raise UsageError(f"workspace {repo.name} has no attempt {args.attempt}")
+    else:
+        attempt = repo.latest()
+        if attempt is None:
+            raise UsageError(f"workspace {repo.name} has no attempts yet")
+    return attempt
+
+
+def run_show(args: argparse.Namespace) -> int:
+    with _open(args) as repo:
+        attempt = _pick(repo, args)
+        source, record = repo.source(attempt), repo.record(attempt)
+    if args.json:
+        print(json.dumps({"attempt": attempt.to_dict(), "source": source, "result": record}))
+        return 0
+    best = " (best)" if attempt.is_best else ""
+    print(f"# attempt {attempt.number}{best}: {attempt.summary()}; model {attempt.model or 'n/a'}, "
+          f"run {attempt.run_id or 'n/a'}, commit {attempt.sha}")
+    print("# ---- candidate.py ----")
+    print(source, end="" if source.endswith("\n") else "\n")
+    print("# ---- result.json ----")
+    print(json.dumps(record, indent=2))
+    return 0
+
+
+def run_best(args: argparse.Namespace) -> int:
+    with _open(args) as repo:
+        attempt = repo.best()
+        if attempt is None:
+            raise UsageError(f"workspace {repo.name} has no correct attempt yet")
+        source = repo.source(attempt)
+    if args.output:
+        out = Path(args.output)
+        if not out.parent.is_dir():
+            raise UsageError(f"cannot write {out}: no directory {out.parent}")
+        try:
+            atomic_write(out, source)
+        except OSError as exc:
+            raise UsageError(f"cannot write {out}: {exc.strerror}") from None
+        print(f"wrote attempt {attempt.number} ({attempt.summary()}) to {out}", file=sys.stderr)
+    else:
+        sys.stdout.write(source)
+    return 0

@@ -1,0 +1,201 @@
+"""One attempt as the workspace records it: its commit message, its trailers, and the best rule.
+
+Pure functions, no git: `agent.workspace` writes the messages made here and parses them back.
+
+Trailers (the last paragraph of every attempt commit; "n/a" where the record has no value;
+floats written with `repr`, so they parse back to exactly the record's numbers):
+
+    Ratchet-Kind: attempt
+    Ratchet-Attempt: 3
+    Ratchet-Verdict: ok
+    Ratchet-Speedup-Eager: 1.83
+    Ratchet-Speedup-Compile: 0.97
+    Ratchet-Median-Ms: 0.412
+    Ratchet-CI-Low-Ms: 0.409
+    Ratchet-CI-High-Ms: 0.415
+    Ratchet-Timing: measured            (or not-measured)
+    Ratchet-Roofline-Fraction: 0.41
+    Ratchet-Model: qwen2.5-coder-32b
+    Ratchet-Run-Id: 20261121-0412-ab12
+    Ratchet-Source-Sha256: 9f86d0...
+    Ratchet-New-Best: yes               (whether this attempt became the best when committed)
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from tools.record import Result, Verdict
+
+NA = "n/a"
+KIND_ATTEMPT = "attempt"
+
+# (trailer key, Attempt field, kind): kind is "int", "float", "str" or "bool".
+_TRAILERS = (
+    ("Ratchet-Attempt", "number", "int"),
+    ("Ratchet-Verdict", "verdict", "verdict"),
+    ("Ratchet-Speedup-Eager", "speedup_vs_eager", "float"),
+    ("Ratchet-Speedup-Compile", "speedup_vs_compile", "float"),
+    ("Ratchet-Median-Ms", "median_ms", "float"),
+    ("Ratchet-CI-Low-Ms", "ci_low_ms", "float"),
+    ("Ratchet-CI-High-Ms", "ci_high_ms", "float"),
+    ("Ratchet-Timing", "timing_measured", "timing"),
+    ("Ratchet-Roofline-Fraction", "roofline_fraction", "float"),
+    ("Ratchet-Model", "model", "str"),
+    ("Ratchet-Run-Id", "run_id", "str"),
+    ("Ratchet-Source-Sha256", "source_sha256", "str"),
+    ("Ratchet-New-Best", "became_best", "bool"),
+)
+
+
+@dataclass
+class Attempt:
+    """The key figures of one committed attempt, as parsed from its commit's trailers."""
+
+    number: int
+    sha: str  # the attempt's commit
+    verdict: Verdict
+    speedup_vs_eager: float | None = None
+    speedup_vs_compile: float | None = None
+    median_ms: float | None = None
+    ci_low_ms: float | None = None  # 95% interval of the candidate's median time
+    ci_high_ms: float | None = None
+    roofline_fraction: float | None = None
+    model: str = ""
+    run_id: str = ""
+    is_best: bool = False  # it is the workspace's best now
+    timing_measured: bool = False  # candidate_time.measured in the record
+    became_best: bool = False  # it became the best when it was committed
+    source_sha256: str = ""
+    subject: str = ""
+    committed_at: int = 0  # unix seconds
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict is Verdict.OK
+
+    @property
+    def timed(self) -> bool:
+        """Measured, with a median to compare: the only attempts the noise rule can rank."""
+        return self.timing_measured and self.median_ms is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["verdict"] = self.verdict.value
+        return data
+
+    @classmethod
+    def from_result(cls, number: int, result: Result, *, model: str, run_id: str, source: str) -> "Attempt":
+        t = result.candidate_time
+        return cls(
+            number=number, sha="", verdict=result.verdict,
+            speedup_vs_eager=_num(result.speedup_vs_eager),
+            speedup_vs_compile=_num(result.speedup_vs_compile),
+            median_ms=_num(t.median_ms), ci_low_ms=_num(t.ci_low_ms), ci_high_ms=_num(t.ci_high_ms),
+            roofline_fraction=_num(result.roofline.achieved_fraction),
+            model=one_line(model), run_id=one_line(run_id), timing_measured=bool(t.measured),
+            source_sha256=hashlib.sha256(source.encode()).hexdigest(),
+        )
+
+    @classmethod
+    def from_trailers(cls, trailers: dict[str, str], *, sha: str, subject: str = "", committed_at: int = 0) -> "Attempt":
+        values: dict[str, Any] = {}
+        for key, name, kind in _TRAILERS:
+            text = trailers.get(key, NA).strip()
+            if kind == "int":
+                values[name] = int(text)
+            elif kind == "verdict":
+                values[name] = Verdict(text)
+            elif kind == "float":
+                values[name] = None if text == NA else float(text)
+            elif kind == "timing":
+                values[name] = text == "measured"
+            elif kind == "bool":
+                values[name] = text == "yes"
+            else:
+                values[name] = "" if text == NA else text
+        return cls(sha=sha, subject=subject, committed_at=committed_at, **values)
+
+    def trailers(self) -> list[tuple[str, str]]:
+        out = [("Ratchet-Kind", KIND_ATTEMPT)]
+        for key, name, kind in _TRAILERS:
+            value = getattr(self, name)
+            if kind == "verdict":
+                text = value.value
+            elif kind == "float":
+                text = NA if value is None else repr(float(value))
+            elif kind == "timing":
+                text = "measured" if value else "not-measured"
+            elif kind == "bool":
+                text = "yes" if value else "no"
+            else:
+                text = str(value) if value not in (None, "") else NA
+            out.append((key, text))
+        return out
+
+    def summary(self) -> str:
+        """The figures in a few words: `ok, 1.83x vs eager, 0.412 ms`."""
+        parts = [self.verdict.value]
+        if self.ok and self.speedup_vs_eager is not None:
+            parts.append(f"{self.speedup_vs_eager:.2f}x vs eager")
+        if self.ok and self.timed:
+            parts.append(f"{format_ms(self.median_ms)} ms")
+        elif self.ok:
+            parts.append("not timed")
+        return ", ".join(parts)
+
+    def message(self, note: str = "") -> str:
+        """The full commit message: subject, an optional one-line note, the trailers."""
+        subject = f"attempt {self.number}: {self.summary()}" + (", new best" if self.became_best else "")
+        note = one_line(note)[:300].lstrip("-# ")  # a leading '---' would hide the trailers from git
+        body = f"\n\n{note}" if note else ""
+        return f"{subject}{body}\n\n" + "".join(f"{k}: {v}\n" for k, v in self.trailers())
+
+
+def format_ms(ms: float) -> str:
+    """Three significant digits, trailing zeros kept: 0.412, 1.00, 12.3, 1234."""
+    return f"{ms:#.3g}" if abs(ms) < 1000 else f"{ms:.0f}"
+
+
+def _num(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def one_line(text: Any) -> str:
+    return " ".join(str(text or "").split())
+
+
+def parse_trailers(text: str) -> dict[str, str]:
+    """`Key: value` lines (as `git log --format=%(trailers:only,unfold)` prints them) to a dict."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip():
+            out[key.strip()] = value.strip()
+    return out
+
+
+def beats(new: Attempt, incumbent: Attempt | None) -> bool:
+    """Whether `new` replaces `incumbent` as the best. The rule, in order:
+
+    1. Only a correct attempt (verdict ok) can be best; failed and rejected ones never are.
+    2. The first correct attempt becomes best, timed or not.
+    3. A timed attempt beats an untimed incumbent; an untimed one never beats an incumbent.
+    4. Two timed attempts: the new one wins only if its 95% interval lies wholly below the
+       incumbent's (new.ci_high_ms < incumbent.ci_low_ms; a missing bound falls back to the
+       median). Overlapping intervals, ties and NaNs keep the incumbent.
+    """
+    if not new.ok:
+        return False
+    if incumbent is None:
+        return True
+    if not new.timed:
+        return False
+    if not incumbent.timed:
+        return True
+    high = new.ci_high_ms if new.ci_high_ms is not None else new.median_ms
+    low = incumbent.ci_low_ms if incumbent.ci_low_ms is not None else incumbent.median_ms
+    return not (math.isnan(high) or math.isnan(low)) and high < low
