@@ -163,13 +163,16 @@ def test_side_stream_is_rejected(scale_add):
     assert r.verdict is Verdict.REJECTED and "guard:streams-graphs" in {c.name for c in r.checks}
 
 
-def test_side_stream_work_is_inside_the_timed_interval():
-    """With the static rule off the kernel is correct, and its time includes the side stream."""
+def test_side_stream_work_is_caught_by_the_timing_protocol():
+    """With the static rule off, the work left running past the end event is seen and rejected,
+    while the honest kernel passes the same check."""
     options = EvalOptions(device="cuda:0", disabled_rules=frozenset({"streams-graphs"}))
     with Evaluator(HERE / "scale_add.py", options) as ev:
         honest, side = ev.evaluate(HONEST), ev.evaluate(SIDE_STREAM)
-    assert honest.ok and side.ok, (honest.message, side.message)
-    assert side.candidate_time.median_ms >= 0.9 * honest.candidate_time.median_ms
+    assert honest.ok, honest.message
+    assert any(c.name == "timing:one-stream" and c.passed for c in honest.checks)
+    assert side.verdict is Verdict.REJECTED, side.message
+    assert any(c.name == "timing:one-stream" and not c.passed for c in side.checks), side.checks
 
 
 def test_patching_the_timer_is_rejected(scale_add):

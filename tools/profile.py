@@ -4,12 +4,14 @@ reference, torch.compile timed once per (problem, environment) and cached, the r
 from the problem's least bytes and flops against the device's measured ceilings.
 
 A candidate faster than the floor allows is rejected as impossible; a timed call whose output
-differs from the reference's is incorrect (it did less work while timed).
+differs from the eager reference's on the same inputs is incorrect (it did less work while
+timed); work that finishes after the end event (another stream) is rejected.
 """
 from __future__ import annotations
 
 import math
 import random
+import statistics
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +28,8 @@ if TYPE_CHECKING:
     from tools.evaluate import Evaluator
 
 MAX_POOL = 64  # input sets in the rotating pool
-KEEP_BYTES = 1 << 30  # candidate outputs held at once for checking
+KEEP_BYTES = 1 << 30  # timed outputs held at once (per arm) for checking
+SIDE_STREAM_SLACK_MS = 0.02
 
 
 @dataclass
@@ -62,23 +65,28 @@ def measure(ev: "Evaluator", worker: WorkerProcess, result: Result) -> None:
     timeout = ev.options.trial_timeout
     arms = {"candidate": worker, "eager": ev.reference}
     collectors = {a: SampleCollector(budget_s=p.budget_s, max_samples=ev.options.timing_max_samples) for a in arms}
+    gaps: dict[str, list[float]] = {a: [] for a in arms}
     warm = {a: p.call(10**9)[1] for a in arms}
     n, block = 0, 0
     while not all(c.done() for c in collectors.values()):
         calls = [p.call(n + i) for i in range(p.block)]
+        replies = {}
         for arm in block_order(block, tuple(arms)):
-            keep = arm == "candidate"
-            header, payload = arms[arm].request({"op": "time", "calls": calls, "keep_outputs": keep,
+            header, payload = arms[arm].request({"op": "time", "calls": calls, "keep_outputs": True,
                                                  "warmup_seed": warm.pop(arm, None)}, timeout)
             if not ev.verdict_from_reply(header, "timing", result):
                 return
             collectors[arm].extend(header["samples"])
-            if keep and not _verify(ev, worker, header, payload, calls, n, result):
-                return
+            gaps[arm].extend(s - e for s, e in zip(header["synced"], header["samples"]))
+            replies[arm] = (header, payload)
+        if not _verify(ev, replies, n, result):
+            return
         n += p.block
         block += 1
     result.candidate_time = to_time_stats(collectors["candidate"])
     result.eager_time = to_time_stats(collectors["eager"])
+    if not _same_stream(result, gaps):
+        return
     result.speedup_vs_eager = speedup(result.eager_time, result.candidate_time)
     result.compile_time = compile_baseline(ev, p)
     if result.compile_time.measured:
@@ -86,22 +94,32 @@ def measure(ev: "Evaluator", worker: WorkerProcess, result: Result) -> None:
     roofline(ev, result)
 
 
-def _verify(ev: "Evaluator", worker: WorkerProcess, header: dict[str, Any], payload: bytes,
-            calls: list[tuple[int, int]], first: int, result: Result) -> bool:
-    outputs = decode(header["tree"], payload)
-    try:
-        for i, ((slot, seed), out) in enumerate(zip(calls, outputs)):
-            expected, _ = ev.reference_outputs(seed, "problem")
-            found = compare_trees(expected, out, Stats(), ev.options.tolerances)
-            if found:
-                msg = (f"timed call {first + i + 1} returned a different result from the reference "
-                       f"(a kernel must do the full work on every call): {found.message}")
-                result.checks.append(Check("timing:verified", False, msg))
-                result.verdict, result.message = Verdict.INCORRECT, msg
-                return False
-    finally:
-        del outputs
-        worker.request({"op": "release"}, ev.options.trial_timeout)
+def _verify(ev: "Evaluator", replies: dict[str, tuple[dict[str, Any], bytes]], first: int, result: Result) -> bool:
+    """Each timed candidate output against the eager reference's output on the same inputs."""
+    expected = decode(replies["eager"][0]["tree"], replies["eager"][1])
+    got = decode(replies["candidate"][0]["tree"], replies["candidate"][1])
+    for i, (ref, out) in enumerate(zip(expected, got)):
+        found = compare_trees(ref, out, Stats(), ev.options.tolerances)
+        if found:
+            msg = (f"timed call {first + i + 1} returned a different result from the reference "
+                   f"(a kernel must do the full work on every call): {found.message}")
+            result.checks.append(Check("timing:verified", False, msg))
+            result.verdict, result.message = Verdict.INCORRECT, msg
+            return False
+    return True  # our views go with this frame; each worker frees its outputs on its next request
+
+
+def _same_stream(result: Result, gaps: dict[str, list[float]]) -> bool:
+    """Reject work that outlives the end event: after a device-wide sync the candidate's gap
+    must match the eager reference's (host wake-up latency, measured in the same run)."""
+    excess = statistics.median(gaps["candidate"]) - statistics.median(gaps["eager"])
+    allowed = max(SIDE_STREAM_SLACK_MS, 0.1 * (result.candidate_time.median_ms or 0.0))
+    detail = f"work finished {excess:.4g} ms after the end event beyond the reference's gap (allowed {allowed:.3g} ms)"
+    if excess > allowed:
+        result.checks.append(Check("timing:one-stream", False, detail))
+        result.verdict, result.message = Verdict.REJECTED, f"Rejected (rule streams-graphs): {detail}; all work must run on the current stream."
+        return False
+    result.checks.append(Check("timing:one-stream", True, detail))
     return True
 
 

@@ -2,8 +2,10 @@
 
 Protocol per timed call: inputs from a rotating pool of input sets (more bytes than L2, each
 set made from its own seed and rewritten in place with new values between passes), L2 flushed
-by writing twice its size, then start event, the call, a device-wide synchronize (so work on
-any stream is inside the interval), end event. The outputs of every timed call are handed to
+by writing twice its size, then start event, the call, end event, a device-wide synchronize,
+and a third event. The sample is start -> end (GPU time on the current stream, no host
+wake-up latency in it); the gap from end to the third event exposes work left running on
+another stream, which the parent rejects. The outputs of every timed call are handed to
 the parent, which checks each one against the reference: doing less work while timed is a
 correctness failure. The timing functions are bound when this module is imported, before any
 candidate code runs, so a candidate that rebinds torch.cuda.Event cannot change what we read;
@@ -68,15 +70,19 @@ class Timer:
                 break
         return calls
 
-    def time_call(self, fn, inputs: list[Any]) -> tuple[float, Any]:
-        """Milliseconds of one call on a cold L2, and its output."""
+    def time_call(self, fn, inputs: list[Any]) -> tuple[float, float, Any]:
+        """One call on a cold L2: (ms to the end event on the current stream, ms to an event
+        recorded after a device-wide synchronize, output). The first is the sample; the second
+        tells whether work finished after the end event (on another stream): the parent
+        compares its gap with the eager reference's, measured the same way in the same run."""
         self.flush.bitwise_xor_(1)
-        start, end = _Event(enable_timing=True), _Event(enable_timing=True)
+        start, end, after_sync = (_Event(enable_timing=True) for _ in range(3))
         synchronize(self.device)
         _record(start)
         with torch.no_grad():
             out = fn(*inputs)
-        synchronize(self.device)  # device-wide: work on a side stream is inside the interval
         _record(end)
-        end.synchronize()
-        return float(_elapsed(start, end)), out
+        synchronize(self.device)  # device-wide: waits for work on every stream
+        _record(after_sync)
+        after_sync.synchronize()
+        return float(_elapsed(start, end)), float(_elapsed(start, after_sync)), out

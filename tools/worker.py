@@ -165,13 +165,14 @@ class Worker:
         warm = 0
         if msg.get("warmup_seed") is not None:
             warm = self.timer.warm_up(fn, generate(self.get_inputs, int(msg["warmup_seed"]), "problem", self.device))
-        samples, outputs = [], []
+        samples, synced, outputs = [], [], []
         for slot, seed in msg["calls"]:
-            ms, out = self.timer.time_call(fn, self.pool.get(int(slot), int(seed)))
+            ms, ms_synced, out = self.timer.time_call(fn, self.pool.get(int(slot), int(seed)))
             samples.append(ms)
+            synced.append(ms_synced)
             if msg.get("keep_outputs"):
                 outputs.append(out)
-        reply: dict[str, Any] = {"op": "timed", "samples": samples, "warmup_calls": warm}
+        reply: dict[str, Any] = {"op": "timed", "samples": samples, "synced": synced, "warmup_calls": warm}
         payload = b""
         if msg.get("keep_outputs"):
             reply["tree"], payload, self.keep = encode(outputs)
@@ -298,6 +299,13 @@ def describe_exception(exc: BaseException, source_name: str | None) -> tuple[str
         return "compile_error", f"SyntaxError at line {exc.lineno}: {exc.msg}"
     if name in ("CompilationError", "CompileTimeAssertionFailure") or type(exc).__module__.startswith("triton.compiler"):
         return "compile_error", f"Triton compilation failed: {str(exc)[-1500:]}"
+    cause = exc.__cause__
+    if name == "InterpreterError" and cause is not None and not isinstance(cause, AssertionError):
+        # TRITON_INTERPRET=1 runs a kernel's body as Python: what fails there (shapes, types, a
+        # non-power-of-two arange) is what the compiler rejects on a GPU; a device_assert is not
+        own = [f for f in traceback.extract_tb(cause.__traceback__) if source_name and Path(f.filename).name == source_name]
+        where = "".join(f"  line {f.lineno}, in {f.name}: {f.line}\n" for f in own[-3:])
+        return "compile_error", f"Triton compilation failed:\n{where}{type(cause).__name__}: {str(cause)[:1500]}"
     if isinstance(exc, SystemExit):
         return "crashed", f"the candidate called sys.exit({exc.code!r})"
     if isinstance(exc, torch.OutOfMemoryError):

@@ -1,4 +1,4 @@
-"""GPU test problem: y = 2 * x + 1 over 8M fp32 elements."""
+"""GPU test problem: y = 2 * x + 1 over 64M fp32 elements (256 MB in, 256 MB out)."""
 import torch
 import torch.nn as nn
 
@@ -9,7 +9,7 @@ class Model(nn.Module):
 
 
 def get_inputs():
-    return [torch.randn(1 << 23)]
+    return [torch.randn(1 << 26)]
 
 
 def get_init_inputs():
