@@ -97,13 +97,13 @@ def run_kernelbench_style(name: str, device: str) -> dict[str, float]:
     return phases
 
 
-def run_ratchet(name: str, device: str, evals: int) -> dict:
+def run_ratchet(name: str, device: str, evals: int, spares: int) -> dict:
     from tools.evaluate import EvalOptions, Evaluator
 
     problem, candidate = CASES[name]
     source = candidate.read_text()
     t0 = time.perf_counter()
-    ev = Evaluator(problem, EvalOptions(device=device, trials=5))
+    ev = Evaluator(problem, EvalOptions(device=device, trials=5, spares=spares))
     setup = time.perf_counter() - t0
     runs = []
     try:
@@ -112,13 +112,12 @@ def run_ratchet(name: str, device: str, evals: int) -> dict:
             result = ev.evaluate(source)
             wall = time.perf_counter() - t0
             if not result.ok:
-                raise SystemExit(f"{name}: ratchet says {result.verdict.value}: {result.message}")
+                raise RuntimeError(f"{name}: ratchet says {result.verdict.value}: {result.message}")
             runs.append({"wall": wall, "phases": result.phases, "median_ms": result.candidate_time.median_ms,
                          "ci": [result.candidate_time.ci_low_ms, result.candidate_time.ci_high_ms],
                          "samples": result.candidate_time.samples, "speedup_eager": result.speedup_vs_eager,
                          "speedup_compile": result.speedup_vs_compile,
                          "roofline": result.roofline.achieved_fraction, "trials": result.trials})
-            time.sleep(0.5)  # let the next spare worker finish starting, as between a batch's candidates
     finally:
         ev.close()
     return {"setup": setup, "runs": runs}
@@ -127,6 +126,7 @@ def run_ratchet(name: str, device: str, evals: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--evals", type=int, default=3)
+    parser.add_argument("--spares", type=int, default=2, help="candidate workers kept started (default 2)")
     parser.add_argument("--only", action="append", choices=sorted(CASES))
     parser.add_argument("--device", default="cuda:0")
     parser.add_argument("--json", type=Path)
@@ -139,13 +139,19 @@ def main() -> None:
     report = {}
     rows = []
     for name in args.only or list(CASES):
-        kb = run_kernelbench_style(name, args.device)
-        ours = run_ratchet(name, args.device, args.evals)
+        try:
+            kb = run_kernelbench_style(name, args.device)
+            ours = run_ratchet(name, args.device, args.evals, args.spares)
+        except (RuntimeError, subprocess.CalledProcessError) as exc:
+            print(f"{name}: FAILED: {exc}", flush=True)
+            continue
         steady = ours["runs"][1:] or ours["runs"]
         per_eval = sum(r["wall"] for r in steady) / len(steady)
         medians = [r["median_ms"] for r in ours["runs"][1:]] or [ours["runs"][0]["median_ms"]]
         spread = (max(medians) - min(medians)) / min(medians) if len(medians) > 1 else 0.0
         report[name] = {"kernelbench_style": kb, "ratchet": ours, "ratio": kb["total"] / per_eval, "repeat_spread": spread}
+        if args.json:
+            args.json.write_text(json.dumps(report, indent=2, default=str))
         rows.append((name, kb["total"], ours["runs"][0]["wall"], per_eval, kb["total"] / per_eval, spread, steady[-1]))
         print(f"{name}: KernelBench-style phases " + ", ".join(f"{k} {v:.3f}" for k, v in kb.items()), flush=True)
         print(f"{name}: ratchet setup {ours['setup']:.2f}s; per evaluation " +

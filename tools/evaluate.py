@@ -10,6 +10,7 @@ sandbox violation). The first failure decides the verdict and the message for th
 """
 from __future__ import annotations
 
+import collections
 import hashlib
 import random
 import secrets
@@ -54,6 +55,7 @@ class EvalOptions:
     cache_dir: Path | None = None
     reference_cache_mb: int = 4096  # reference outputs kept per seed up to this size
     warm: bool = True  # after each evaluation, start the next candidate worker ahead of need
+    spares: int = 1  # candidate workers kept started (more for back-to-back evaluations, as in RL)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -70,12 +72,13 @@ class Evaluator:
             (self.cache_dir / sub).mkdir(parents=True, exist_ok=True)
         self.root = Path(tempfile.mkdtemp(prefix="ratchet-eval-")).resolve()
         self._ref_cache: dict[tuple[int, str], Any] = {}
-        self._spare: WorkerProcess | None = None
+        self._spares: collections.deque[WorkerProcess] = collections.deque()
         self._count = 0
         self.distributions = ["problem", "shifted"]
         try:
             self.reference = self._spawn("reference")
-            self._spare = self._spawn("candidate")  # starts while the reference loads
+            for _ in range(max(1, self.options.spares)):  # they start while the reference loads
+                self._spares.append(self._spawn("candidate"))
             self._start(self.reference)
             built = self._request(self.reference, {"op": "build"}, self.options.build_timeout)
             apply_description(self.problem, built["problem"])
@@ -94,10 +97,10 @@ class Evaluator:
         self.close()
 
     def close(self) -> None:
-        for proc in (getattr(self, "reference", None), self._spare):
+        for proc in (getattr(self, "reference", None), *self._spares):
             if proc is not None:
                 proc.close()
-        self._spare = None
+        self._spares.clear()
         self._ref_cache.clear()
         shutil.rmtree(self.root, ignore_errors=True)
 
@@ -176,8 +179,9 @@ class Evaluator:
         return scan
 
     def _take_worker(self) -> WorkerProcess:
-        worker = self._spare or self._spawn("candidate")
-        self._spare = self._spawn("candidate") if self.options.warm else None
+        worker = self._spares.popleft() if self._spares else self._spawn("candidate")
+        if self.options.warm:
+            self._spares.append(self._spawn("candidate"))
         return worker
 
     def _run(self, worker: WorkerProcess, source: str, result: Result, kernel_names: list[str]) -> None:
@@ -256,8 +260,7 @@ class Evaluator:
                 return
             problem = (_aliasing(header["tree"]) or self._mismatch(ref_out, cand_out, stats, "output")
                        or self._mismatch(ref_in, cand_in, Stats(), "input", what="inputs after forward"))
-            del cand_out, cand_in
-            worker.request({"op": "release"}, self.options.trial_timeout)
+            del cand_out, cand_in  # the worker frees its side at its next request
             result.errors = Errors(max_abs=stats.max_abs, max_rel=stats.max_rel, norm_rel=stats.norm_rel)
             if problem:
                 check, verdict, message = problem

@@ -123,6 +123,7 @@ class Worker:
         if self.model is None:
             raise Failure("runtime_error", "no model was built")
         self.keep = []
+        self.collect()
         inputs = generate(self.get_inputs, int(msg["seed"]), msg["distribution"], self.device)
         try:
             inspect.signature(self.model.forward).bind(*inputs)
@@ -162,6 +163,7 @@ class Worker:
             self.pool = InputPool(lambda seed: generate(self.get_inputs, seed, "problem", self.device))
         fn = self._compiled() if msg.get("fn") == "compiled" else self.model
         self.keep = []
+        self.collect()
         warm = 0
         if msg.get("warmup_seed") is not None:
             warm = self.timer.warm_up(fn, generate(self.get_inputs, int(msg["warmup_seed"]), "problem", self.device))
@@ -217,6 +219,15 @@ class Worker:
         self.keep = []
         if key is not None:
             self.held.pop(key, None)
+        self.collect()
+
+    def collect(self) -> None:
+        """Free shared outputs the parent has let go of: CUDA IPC keeps a block it sent alive
+        until the producer collects it, which torch does not do on its own often enough."""
+        if self.device.type == "cuda":
+            import torch
+
+            torch.cuda.ipc_collect()
 
     def _describe(self) -> dict[str, Any]:
         """What the parent needs to know about the problem: inputs, outputs, ops."""
