@@ -60,6 +60,7 @@ class Worker:
             toolchains=toolchain_dirs(),
         )
         self.model: Any = None
+        self.source_name: str | None = None
         self.keep: list[Any] = []  # tensors of the last reply, shared with the parent
         self.held: dict[str, list[Any]] = {}  # reference replies the parent caches
         self.timer: Any = None
@@ -79,7 +80,11 @@ class Worker:
         if role == "reference":
             cls = getattr(self.problem, self.config["entry"])
         else:
-            cls = self._import_candidate(msg["source"])
+            try:
+                cls = self._import_candidate(msg["source"])
+            except Exception as exc:  # noqa: BLE001 - a module that does not load did not build
+                kind, message = describe_exception(exc, self.source_name)
+                raise Failure("compile_error" if kind == "runtime_error" else kind, message) from None
         try:
             inspect.signature(cls).bind(*init_inputs)
         except TypeError as exc:
@@ -99,7 +104,8 @@ class Worker:
         from tools.cuda_build import CudaBuilder
 
         digest = hashlib.sha256(source.encode()).hexdigest()[:16]
-        path = Path(self.config["scratch"]) / f"candidate_{digest}.py"
+        self.source_name = f"candidate_{digest}.py"
+        path = Path(self.config["scratch"]) / self.source_name
         path.write_text(source)
         self.builder = CudaBuilder(Path(self.config["cuda_cache"]), self.launches.wrap_extension)
         cpp_extension.load_inline = self.builder.load_inline

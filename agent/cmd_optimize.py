@@ -1,0 +1,125 @@
+"""`ratchet optimize MODULE.py`: drive a model through draft, compile, test, profile and refine.
+
+Progress goes to stderr (one line per attempt: verdict, best speedup so far); the final summary
+goes to stdout, as one JSON object with --json. Exit codes:
+
+    0   a correct kernel was found in this run (the best is in the workspace)
+    10  the run ended (a budget spent or an early stop) with no correct kernel
+    11  the model endpoint was unreachable after retries, or refused the request (400/401/404);
+        the run can be continued with --resume
+    2   usage error: bad flags or settings, no model configured, nothing to resume
+    3   the module is not a valid problem
+    130 interrupted (Ctrl-C); continue with --resume
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from agent.cli import UsageError
+from agent.config import AgentConfig, ConfigError, load_config
+from agent.model import ModelClient, OpenAIChatClient, RetryPolicy
+from agent.runner import NothingToResume, RunResult, optimize
+from agent.workspace import WorkspaceError
+from tools import ProblemError
+from tools.record import EXIT_BAD_PROBLEM
+
+# flag -> AgentConfig field, for the flags that map onto settings
+SETTING_FLAGS = ("entry", "model", "base_url", "max_attempts", "language", "workspace", "device", "max_tokens",
+                 "max_wall_s", "patience", "roofline_target", "context_tokens", "trials")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("optimize", help="optimize a PyTorch module with a model, attempt by attempt",
+                              description=__doc__.split("\n\n")[0],
+                              epilog="Settings: command line over environment (OPENAI_BASE_URL, OPENAI_API_KEY, "
+                                     "RATCHET_*) over a config file (--config, $RATCHET_CONFIG or ./ratchet.toml) "
+                                     "over defaults. See agent/AGENT.md.")
+    p.add_argument("module", metavar="MODULE.py", help="the problem: a module defining Model, get_inputs, get_init_inputs")
+    p.add_argument("--entry", metavar="CLASS", help="the reference class (default Model)")
+    p.add_argument("--model", metavar="NAME", help="model name at the endpoint ($RATCHET_MODEL)")
+    p.add_argument("--base-url", metavar="URL", help="OpenAI-compatible endpoint ($OPENAI_BASE_URL)")
+    p.add_argument("--max-attempts", type=int, metavar="N", help="attempt budget, malformed replies included (default 20)")
+    p.add_argument("--language", choices=("triton", "cuda"), help="kernel language (default triton)")
+    p.add_argument("--workspace", metavar="DIR", help="workspace root (default $RATCHET_WORKSPACE, else ./workspaces)")
+    p.add_argument("--resume", action="store_true", help="continue this problem's interrupted run")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object on stdout")
+    p.add_argument("--device", metavar="DEV", help="evaluation device (default: cuda:0 when there is a GPU, else cpu)")
+    p.add_argument("--max-tokens", type=int, metavar="N", help="token budget of the run (default 2000000)")
+    p.add_argument("--max-wall-s", type=float, metavar="S", help="wall-time budget in seconds (default 14400)")
+    p.add_argument("--patience", type=int, metavar="N", help="stop after N attempts without a new best (0: never)")
+    p.add_argument("--roofline-target", type=float, metavar="F", help="stop when the best reaches F of the roofline floor")
+    p.add_argument("--context-tokens", type=int, metavar="N", help="context budget of one request (default 32000)")
+    p.add_argument("--trials", type=int, metavar="N", help="correctness trials per attempt (default 5)")
+    p.add_argument("--config", metavar="FILE", help="TOML config file (default $RATCHET_CONFIG, else ./ratchet.toml)")
+    p.set_defaults(func=run)
+
+
+def settings(args: argparse.Namespace) -> AgentConfig:
+    try:
+        return load_config({name: getattr(args, name, None) for name in SETTING_FLAGS}, config_file=args.config)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def model_client(config: AgentConfig) -> ModelClient:
+    if not config.model or not (config.base_url or config.api_key):
+        raise UsageError("no model configured: pass --model NAME --base-url URL (or set RATCHET_MODEL with "
+                         "OPENAI_BASE_URL / OPENAI_API_KEY)")
+    return OpenAIChatClient(model=config.model, base_url=config.base_url, api_key=config.api_key,
+                            timeout_s=config.request_timeout_s, temperature=config.temperature,
+                            max_completion_tokens=config.max_completion_tokens,
+                            retry=RetryPolicy(attempts=config.retry_attempts, base_s=config.retry_base_s,
+                                              max_s=config.retry_max_s))
+
+
+def run(args: argparse.Namespace) -> int:
+    config = settings(args)
+    module = Path(args.module)
+    if not module.is_file():
+        raise UsageError(f"{module}: no such file")
+    client = model_client(config)
+    try:
+        result = optimize(module, config, client, resume=args.resume)
+    except NothingToResume as exc:
+        raise UsageError(str(exc)) from None
+    except WorkspaceError as exc:
+        raise UsageError(str(exc)) from None
+    except ProblemError as exc:
+        print(f"ratchet optimize: {exc}", file=sys.stderr)
+        return EXIT_BAD_PROBLEM
+    finally:
+        close = getattr(client, "close", None)
+        if close:
+            close()
+    report(result, as_json=args.json)
+    return result.exit_code
+
+
+def report(result: RunResult, *, as_json: bool) -> None:
+    s = result.summary
+    if as_json:
+        print(json.dumps(s))
+        return
+    best = s["best"]
+    lines = [f"run {s['run_id']}: {s['status']}" + (f" ({s['stop_reason']})" if s["stop_reason"] else "")]
+    if s["error"]:
+        lines.append(f"error: {s['error']}")
+    lines.append(f"attempts: {s['attempts']} evaluated, {s['correct']} correct, {s['format_errors']} malformed replies; "
+                 f"{s['tokens_used']} tokens")
+    if best is None:
+        lines.append("best: no correct kernel in this run")
+    elif best["speedup_vs_eager"] is None:
+        lines.append(f"best: attempt {best['attempt']} (correct; timing not measured)")
+    else:
+        figures = [f"{best['speedup_vs_eager']:.2f}x vs eager"]
+        if best["speedup_vs_compile"] is not None:
+            figures.append(f"{best['speedup_vs_compile']:.2f}x vs torch.compile")
+        if best["roofline_fraction"] is not None:
+            figures.append(f"{best['roofline_fraction']:.0%} of the roofline floor")
+        lines.append(f"best: attempt {best['attempt']}: " + ", ".join(figures))
+    if s["best_path"]:
+        lines.append(f"best file: {s['best_path']}")
+    print("\n".join(lines))

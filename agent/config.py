@@ -1,0 +1,174 @@
+"""Configuration of `ratchet optimize`: command line over environment over a config file over defaults.
+
+Each setting has one name used everywhere: the command-line flag `--max-attempts`, the
+environment variable `RATCHET_MAX_ATTEMPTS`, the key `max_attempts` in the `[optimize]` table of
+the config file. The model endpoint also reads the OpenAI SDK's own variables:
+`OPENAI_BASE_URL` and `OPENAI_API_KEY` (`RATCHET_BASE_URL` / `RATCHET_API_KEY` win over them).
+
+The config file is TOML: `--config PATH`, else `$RATCHET_CONFIG`, else `./ratchet.toml` when
+present. Settings may sit at the top level or in an `[optimize]` table (the table wins).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(Exception):
+    """A bad value in the environment or the config file; str() is one line."""
+
+
+@dataclass
+class AgentConfig:
+    # the model endpoint
+    model: str | None = None
+    base_url: str | None = None
+    api_key: str | None = None
+    request_timeout_s: float = 600.0
+    temperature: float | None = None
+    max_completion_tokens: int | None = None  # per reply; None: the server's default
+    # the one retry policy (tests shrink the delays)
+    retry_attempts: int = 6
+    retry_base_s: float = 1.0
+    retry_max_s: float = 60.0
+    # the problem and the evaluator
+    entry: str = "Model"
+    language: str = "triton"  # triton | cuda
+    device: str | None = None  # None: cuda:0 when there is a GPU, else cpu (Triton interpreter)
+    trials: int = 5
+    workspace: str | None = None  # the root; None: $RATCHET_WORKSPACE (read below), else ./workspaces
+    gpu: str | None = None  # the target named in the system prompt; None: ask the device
+    # control: decide stops at the first budget spent
+    max_attempts: int = 20  # evaluated attempts and malformed replies
+    max_tokens: int = 2_000_000  # prompt + completion tokens over the whole run
+    max_wall_s: float = 4 * 3600.0
+    patience: int = 8  # stop after this many attempts without a new best (0: never)
+    roofline_target: float = 0.9  # stop when the best reaches this fraction of the roofline floor
+    context_tokens: int = 32_000  # budget of one request's messages (approximate tokens)
+    auxiliary_tools: bool = True  # offer get_best, diff_against_best, get_profile
+    max_aux_rounds: int = 4  # auxiliary-only turns in a row before it counts as a malformed reply
+    keep_reasoning: bool = False  # send earlier reasoning text back to the model
+
+    def sources(self) -> dict[str, str]:
+        return dict(getattr(self, "_sources", {}))
+
+
+FIELDS = {f.name: f for f in dataclasses.fields(AgentConfig)}
+CHOICES = {"language": ("triton", "cuda")}
+SECRET = {"api_key"}
+
+
+def env_name(name: str) -> str:
+    return f"RATCHET_{name.upper()}"
+
+
+def _convert(name: str, value: Any, origin: str) -> Any:
+    kind = FIELDS[name].type
+    try:
+        if value is None:
+            return None
+        if "bool" in kind:
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(f"not a boolean: {value!r}")
+        if kind.startswith("int"):
+            if isinstance(value, bool):
+                raise ValueError(f"not an integer: {value!r}")
+            return int(value)
+        if kind.startswith("float"):
+            return float(value)
+        text = str(value)
+        if name in CHOICES and text not in CHOICES[name]:
+            raise ValueError(f"{text!r} is not one of {', '.join(CHOICES[name])}")
+        return text
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{origin}: bad value for {name}: {exc}") from None
+
+
+def _config_file(explicit: str | None, env: Mapping[str, str]) -> Path | None:
+    path = explicit or env.get("RATCHET_CONFIG")
+    if path:
+        if not Path(path).is_file():
+            raise ConfigError(f"config file {path} not found")
+        return Path(path)
+    default = Path("ratchet.toml")
+    return default if default.is_file() else None
+
+
+def _file_values(path: Path) -> dict[str, Any]:
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"config file {path}: {exc}") from None
+    values = {k: v for k, v in data.items() if not isinstance(v, dict)}
+    table = data.get("optimize", {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"config file {path}: [optimize] must be a table")
+    values.update(table)
+    unknown = sorted(set(values) - set(FIELDS))
+    if unknown:
+        raise ConfigError(f"config file {path}: unknown setting(s) {', '.join(unknown)}")
+    return values
+
+
+def load_config(cli: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None,
+                config_file: str | None = None) -> AgentConfig:
+    """Merge the four layers. `cli` holds the flags given (None for a flag not given)."""
+    env = os.environ if env is None else env
+    layers: list[tuple[str, dict[str, Any]]] = []
+    path = _config_file(config_file, env)
+    if path is not None:
+        layers.append((f"config file {path}", _file_values(path)))
+    from_env: dict[str, Any] = {}
+    for sdk_name, name in (("OPENAI_BASE_URL", "base_url"), ("OPENAI_API_KEY", "api_key")):
+        if env.get(sdk_name):
+            from_env[name] = env[sdk_name]
+    for name in FIELDS:
+        if env.get(env_name(name)):
+            from_env[name] = env[env_name(name)]
+    layers.append(("environment", from_env))
+    layers.append(("command line", {k: v for k, v in (cli or {}).items() if k in FIELDS and v is not None}))
+
+    config = AgentConfig()
+    sources = {name: "default" for name in FIELDS}
+    for origin, values in layers:
+        for name, value in values.items():
+            setattr(config, name, _convert(name, value, origin))
+            sources[name] = origin
+    object.__setattr__(config, "_sources", sources)
+    _check(config)
+    return config
+
+
+def _check(config: AgentConfig) -> None:
+    positive = ("max_attempts", "max_tokens", "context_tokens", "trials", "retry_attempts")
+    for name in positive:
+        if getattr(config, name) < 1:
+            raise ConfigError(f"{name} must be at least 1 (from {config.sources()[name]})")
+    for name in ("max_wall_s", "request_timeout_s"):
+        if getattr(config, name) <= 0:
+            raise ConfigError(f"{name} must be positive (from {config.sources()[name]})")
+    if not 0 < config.roofline_target <= 1:
+        raise ConfigError(f"roofline_target must be in (0, 1] (from {config.sources()['roofline_target']})")
+
+
+def public(config: AgentConfig) -> dict[str, Any]:
+    """The settings without secrets, for logs and trajectories."""
+    data = dataclasses.asdict(config)
+    for name in SECRET:
+        if data.get(name):
+            data[name] = "***"
+    return data
+
+
+__all__ = ["AgentConfig", "ConfigError", "load_config", "public", "env_name"]

@@ -1,0 +1,47 @@
+"""The state machine, wired as the design's diagram draws it:
+
+    draft ──► compile ──► test ──► profile ──► decide ──► refine ─┐
+                 │          │                    ▲  │        ▲    │
+                 │ build    │ wrong              │  │ finish └────┘ (back to compile)
+                 │ failed   │ result             │  ▼
+                 └──────────┴────────────────────┘ END
+
+A build failure or a wrong result short-circuits to decide, which (budget left) sends it back
+to the model through refine with the evaluator's message; a correct kernel is profiled first.
+Decide, not the model, ends the run. The nodes are in agent.nodes.
+"""
+from __future__ import annotations
+
+from langgraph.graph import END, START, StateGraph
+
+from agent import nodes
+from agent.nodes import AgentContext
+from agent.state import AgentState
+
+
+def build_graph() -> StateGraph:
+    graph = StateGraph(AgentState, context_schema=AgentContext)
+    graph.add_node("draft", nodes.draft)
+    graph.add_node("compile", nodes.compile)
+    graph.add_node("test", nodes.test)
+    graph.add_node("profile", nodes.profile)
+    graph.add_node("decide", nodes.decide)
+    graph.add_node("refine", nodes.refine)
+
+    graph.add_edge(START, "draft")
+    graph.add_edge("draft", "compile")
+    graph.add_conditional_edges("compile", nodes.after_compile, {"built": "test", "failed": "decide"})
+    graph.add_conditional_edges("test", nodes.after_test, {"correct": "profile", "wrong": "decide"})
+    graph.add_edge("profile", "decide")
+    graph.add_conditional_edges("decide", nodes.after_decide, {"refine": "refine", "finish": END})
+    graph.add_edge("refine", "compile")
+    return graph
+
+
+def steps_needed(max_attempts: int) -> int:
+    """LangGraph's recursion limit for a run: at most 5 steps per attempt, plus slack."""
+    return 6 * max_attempts + 10
+
+
+def compile_graph(checkpointer=None):
+    return build_graph().compile(checkpointer=checkpointer)

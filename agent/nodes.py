@@ -1,0 +1,263 @@
+"""The graph's nodes: draft, compile, test, profile, decide, refine, and the routing between them.
+
+Each node takes the state (JSON data) and the run's `AgentContext` (live objects, passed by
+LangGraph as the run context, never checkpointed) and returns the keys it changes.
+
+The evaluator builds, tests and times a candidate in one call, so the phases map onto it so:
+- compile evaluates the proposal (once: see below) and commits the attempt to the workspace;
+  it records whether the candidate built (verdicts compile_error and rejected stop here);
+- test reads the correctness outcome from that record (ok goes on to profile);
+- profile reads the timing and roofline, and moves this run's best;
+- decide applies the budgets and the early-stopping rules; it alone ends the run.
+
+Idempotence: LangGraph checkpoints after every node, and a resumed run re-runs the node that
+was interrupted from its start. The only side effects are the model call (draft, refine: a
+repeated call costs tokens, nothing else) and evaluate+commit (compile). Before evaluating,
+compile looks the source hash up among this run's commits in the workspace; a candidate already
+committed is never evaluated or committed again: its record is read back from the commit.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from langgraph.runtime import Runtime
+
+from agent.config import AgentConfig, public
+from agent.model import ModelClient
+from agent.render import render
+from agent.state import AgentState, AttemptSummary
+from agent.turns import ask_model, feedback_message, first_line
+from agent.workspace import ProblemRepo
+from agent.workspace_attempt import Attempt, beats
+from tools.record import Verdict
+
+BUILD_FAILURES = {Verdict.COMPILE_ERROR.value, Verdict.REJECTED.value}
+TRAJECTORY_SCHEMA = 1
+
+
+@dataclass
+class AgentContext:
+    """The live objects of one session (rebuilt on resume; never part of the checkpointed state)."""
+
+    config: AgentConfig
+    model: ModelClient
+    evaluator: Any  # tools.Evaluator, with the problem loaded
+    repo: ProblemRepo
+    tools: list[dict[str, Any]]
+    gpu: str
+    log: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr, flush=True))
+    mark: float = field(default_factory=time.monotonic)
+
+    def tick(self) -> float:
+        """Seconds since the last tick (or since this session began)."""
+        now = time.monotonic()
+        elapsed, self.mark = now - self.mark, now
+        return elapsed
+
+
+Node = Runtime[AgentContext]
+
+
+# --- nodes -------------------------------------------------------------------------------------
+
+
+def draft(state: AgentState, runtime: Node) -> dict[str, Any]:
+    """Pose the task (system prompt and task message) and get the model's first proposal."""
+    ctx = runtime.context
+    messages = list(state.get("messages") or [])
+    if not messages:
+        messages = [{"role": "system", "content": system_prompt(state, ctx), "_kind": "system"},
+                    {"role": "user", "content": task_prompt(state, ctx), "_kind": "task"}]
+    return ask_model(state, ctx, messages)
+
+
+def compile(state: AgentState, runtime: Node) -> dict[str, Any]:  # noqa: A001 (the diagram's name)
+    """Build, test and time the proposal through the evaluator, and commit it as an attempt."""
+    ctx = runtime.context
+    proposal = state["proposal"]
+    updates: dict[str, Any] = {"attempts_used": state["attempts_used"] + 1, "improved": False}
+    if proposal is None or proposal["kind"] != "submission":
+        reason = proposal["reason"] if proposal else "no proposal"
+        ctx.log(f"turn {len(state.get('usage', []))}: malformed reply ({first_line(reason, 100)}); "
+                f"{updates['attempts_used']}/{ctx.config.max_attempts} attempts used")
+        return {**updates, "format_errors": state.get("format_errors", 0) + 1, "record": None, "latest": None,
+                "phases": {"compile": "format_error"}}
+
+    source = proposal["source"]
+    done = committed_attempt(ctx.repo, proposal["source_hash"], state["run_id"])
+    if done is not None:
+        record = ctx.repo.record(done)
+        attempt = done
+    else:
+        result = ctx.evaluator.evaluate(source)
+        attempt = ctx.repo.commit_attempt(source, result, model=ctx.model.name, run_id=state["run_id"],
+                                          extra_files={"trajectory.json": trajectory_text(state, ctx)})
+        record = result.to_dict()
+    seen = {a["attempt"] for a in state.get("attempts", [])}
+    summary = attempt_summary(attempt, record, reused=done is not None, repeat=attempt.number in seen)
+    attempts = list(state.get("attempts", []))
+    if not summary["repeat"]:
+        attempts.append(summary)
+    built = record["verdict"] not in BUILD_FAILURES
+    return {**updates, "record": record, "latest": summary, "attempts": attempts,
+            "phases": {"compile": "built" if built else record["verdict"]}}
+
+
+def test(state: AgentState, runtime: Node) -> dict[str, Any]:
+    """Correctness: the evaluator's trials against the reference (read from the record)."""
+    record = state["record"]
+    outcome = "passed" if record["verdict"] == Verdict.OK.value else record["verdict"]
+    return {"phases": {**state["phases"], "test": outcome}}
+
+
+def profile(state: AgentState, runtime: Node) -> dict[str, Any]:
+    """Timing and roofline of a correct kernel; a faster one becomes this run's best."""
+    record, latest = state["record"], state["latest"]
+    timing = record.get("candidate_time") or {}
+    outcome = "timed" if timing.get("measured") else f"not measured ({timing.get('note', '')})"
+    best = state.get("best")
+    improved = best is None or beats(_as_attempt(latest), _as_attempt(best))
+    return {"phases": {**state["phases"], "profile": outcome}, "baseline": baseline_from(record, state.get("baseline")),
+            "best": latest if improved else best, "improved": improved}
+
+
+def decide(state: AgentState, runtime: Node) -> dict[str, Any]:
+    """Spend or stop: the budgets and early-stopping rules, checked after every proposal."""
+    ctx = runtime.context
+    config = ctx.config
+    wall_s = state.get("wall_s", 0.0) + ctx.tick()
+    since = 0 if state.get("improved") else state.get("since_improvement", 0) + 1
+    best = state.get("best")
+    reason = None
+    if state["attempts_used"] >= config.max_attempts:
+        reason = f"attempt budget spent ({state['attempts_used']} of {config.max_attempts})"
+    elif state.get("tokens_used", 0) >= config.max_tokens:
+        reason = f"token budget spent ({state['tokens_used']} of {config.max_tokens})"
+    elif wall_s >= config.max_wall_s:
+        reason = f"wall-time budget spent ({wall_s:.0f} s of {config.max_wall_s:.0f} s)"
+    elif best and best.get("roofline_fraction") is not None and best["roofline_fraction"] >= config.roofline_target:
+        reason = f"best reached {best['roofline_fraction']:.0%} of the roofline floor (target {config.roofline_target:.0%})"
+    elif config.patience and since >= config.patience:
+        reason = f"no improvement in {since} attempts"
+    ctx.log(progress_line(state, config))
+    return {"wall_s": wall_s, "since_improvement": since, "stop_reason": reason}
+
+
+def refine(state: AgentState, runtime: Node) -> dict[str, Any]:
+    """Answer the latest proposal with its outcome and get the model's next proposal."""
+    ctx = runtime.context
+    messages = list(state["messages"]) + [feedback_message(state, ctx)]
+    return ask_model(state, ctx, messages)
+
+
+# --- routing -----------------------------------------------------------------------------------
+
+
+def after_compile(state: AgentState) -> str:
+    return "built" if state["phases"].get("compile") == "built" else "failed"
+
+
+def after_test(state: AgentState) -> str:
+    return "correct" if state["phases"].get("test") == "passed" else "wrong"
+
+
+def after_decide(state: AgentState) -> str:
+    return "finish" if state.get("stop_reason") else "refine"
+
+
+# --- helpers -----------------------------------------------------------------------------------
+
+
+def committed_attempt(repo: ProblemRepo, source_hash: str, run_id: str) -> Attempt | None:
+    """The attempt of this run already committed with this exact source, if any."""
+    return next((a for a in reversed(repo.attempts()) if a.source_sha256 == source_hash and a.run_id == run_id), None)
+
+
+def attempt_summary(attempt: Attempt, record: dict[str, Any], *, reused: bool, repeat: bool) -> AttemptSummary:
+    timing = record.get("candidate_time") or {}
+    return AttemptSummary(
+        attempt=attempt.number, sha=attempt.sha, source_hash=attempt.source_sha256, verdict=record["verdict"],
+        speedup_vs_eager=record.get("speedup_vs_eager"), speedup_vs_compile=record.get("speedup_vs_compile"),
+        median_ms=timing.get("median_ms"), roofline_fraction=(record.get("roofline") or {}).get("achieved_fraction"),
+        is_best=attempt.became_best, reused=reused, repeat=repeat, ci_low_ms=timing.get("ci_low_ms"),
+        ci_high_ms=timing.get("ci_high_ms"), timing_measured=bool(timing.get("measured")),
+        detail=first_line(record.get("message")),
+    )
+
+
+def _as_attempt(summary: AttemptSummary) -> Attempt:
+    return Attempt(number=summary["attempt"], sha=summary["sha"], verdict=Verdict(summary["verdict"]),
+                   median_ms=summary["median_ms"], ci_low_ms=summary["ci_low_ms"], ci_high_ms=summary["ci_high_ms"],
+                   timing_measured=summary["timing_measured"])
+
+
+def baseline_from(record: dict[str, Any], previous: dict[str, Any] | None) -> dict[str, Any]:
+    """Eager, torch.compile and roofline figures as the latest record reports them."""
+    baseline = dict(previous or {})
+    eager, compiled, roof = (record.get(k) or {} for k in ("eager_time", "compile_time", "roofline"))
+    if eager.get("measured"):
+        baseline["eager_ms"] = eager.get("median_ms")
+    if compiled.get("measured"):
+        baseline["compile_ms"] = compiled.get("median_ms")
+    if roof.get("measured") or roof.get("floor_ms") is not None:
+        baseline.update(floor_ms=roof.get("floor_ms"), bytes_moved=roof.get("bytes_moved"), flops=roof.get("flops"))
+    baseline["measured"] = baseline.get("eager_ms") is not None
+    return baseline
+
+
+def empty_baseline() -> dict[str, Any]:
+    return {"eager_ms": None, "compile_ms": None, "floor_ms": None, "bytes_moved": None, "flops": None,
+            "measured": False}
+
+
+def system_prompt(state: AgentState, ctx: AgentContext) -> str:
+    problem = ctx.evaluator.problem
+    return render("system", language=state["language"], gpu=ctx.gpu, entry=state["entry"],
+                  single_op=getattr(problem, "single_op", None), auxiliary=ctx.config.auxiliary_tools)
+
+
+def task_prompt(state: AgentState, ctx: AgentContext) -> str:
+    problem = ctx.evaluator.problem
+    baseline = {**empty_baseline(), **(state.get("baseline") or {})}
+    return render("task", entry=state["entry"], problem_name=Path(state["problem"]).name,
+                  reference_source=problem.source.rstrip(), inputs=list(problem.inputs or []),
+                  init_args=list(getattr(problem, "init_args", None) or []), ops=list(getattr(problem, "ops", None) or []),
+                  baseline=baseline, language=state["language"], max_attempts=ctx.config.max_attempts)
+
+
+def progress_line(state: AgentState, config: AgentConfig) -> str:
+    used = f"[{state['attempts_used']}/{config.max_attempts}]"
+    latest, best = state.get("latest"), state.get("best")
+    if latest is None:
+        now = "malformed reply"
+    else:
+        now = f"attempt {latest['attempt']}: {latest['verdict']}"
+        if latest["verdict"] == Verdict.OK.value and latest["speedup_vs_eager"] is not None:
+            now += f" {latest['speedup_vs_eager']:.2f}x"
+        if latest["reused"]:
+            now += " (already committed)"
+    if best is None:
+        so_far = "no correct kernel yet"
+    elif best["speedup_vs_eager"] is not None:
+        so_far = f"best {best['speedup_vs_eager']:.2f}x vs eager (attempt {best['attempt']})"
+    else:
+        so_far = f"best: attempt {best['attempt']} (not timed)"
+    return f"{used} {now}; {so_far}" + ("  new best" if state.get("improved") else "")
+
+
+def trajectory_text(state: AgentState, ctx: AgentContext) -> str:
+    """The conversation and its bookkeeping as JSON: saved in the workspace after every step."""
+    data = {
+        "schema": TRAJECTORY_SCHEMA, "run_id": state.get("run_id"), "problem": state.get("problem"),
+        "problem_hash": state.get("problem_hash"), "model": state.get("model"), "language": state.get("language"),
+        "config": public(ctx.config), "messages": state.get("messages", []), "usage": state.get("usage", []),
+        "tokens_used": state.get("tokens_used", 0), "attempts": state.get("attempts", []), "best": state.get("best"),
+        "format_errors": state.get("format_errors", 0), "stop_reason": state.get("stop_reason"),
+    }
+    return json.dumps(data, indent=1) + "\n"

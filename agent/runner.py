@@ -1,0 +1,194 @@
+"""One optimization run of one problem: open the workspace, the evaluator and the checkpointer,
+then drive the graph (agent.graph) to its end, saving the trajectory after every step.
+
+Graph state is checkpointed with LangGraph's SQLite checkpointer after every node (durability
+"sync": the checkpoint is on disk before the next node starts), in
+`<workspace root>/.ratchet/<problem>.sqlite`, thread id = the run id. A small pointer file beside
+it (`<problem>.run.json`) names the problem's latest run and whether it finished, which is how
+`--resume` finds the run to continue.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sqlite3
+import sys
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from langgraph.checkpoint.sqlite import SqliteSaver
+
+from agent.config import AgentConfig
+from agent.graph import compile_graph, steps_needed
+from agent.model import ModelClient, ModelError
+from agent.nodes import AgentContext, empty_baseline, trajectory_text
+from agent.state import AgentState, initial_state
+from agent.workspace import Workspace
+from tools.record import Verdict
+from tools.toolcalls import tool_schemas
+
+EXIT_FOUND = 0  # a correct kernel was found in this run
+EXIT_NONE_CORRECT = 10  # the run ended (budget spent or stopped) with no correct kernel
+EXIT_MODEL = 11  # the model endpoint was unreachable after retries, or refused the request
+STATE_DIR = ".ratchet"
+
+
+class NothingToResume(Exception):
+    """--resume found no interrupted run for this problem; str() is one line."""
+
+
+@dataclass
+class RunResult:
+    summary: dict[str, Any]
+    exit_code: int
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
+
+
+def optimize(problem: Path, config: AgentConfig, model: ModelClient, *, resume: bool = False,
+             log: Callable[[str], None] | None = None) -> RunResult:
+    """Run (or resume) the agent on one problem. Raises ProblemError, WorkspaceError, NothingToResume."""
+    log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+    with ExitStack() as stack:
+        # the evaluator first: an invalid problem gets no workspace
+        evaluator = stack.enter_context(_evaluator(problem, config))
+        repo = stack.enter_context(Workspace(config.workspace).open_problem(problem))
+        state_dir = repo.path.parent / STATE_DIR
+        state_dir.mkdir(parents=True, exist_ok=True)
+        pointer_path = state_dir / f"{repo.name}.run.json"
+        pointer = _read_json(pointer_path)
+        if resume:
+            if not pointer or pointer.get("finished"):
+                what = "the last run finished" if pointer else "no run was started"
+                raise NothingToResume(f"nothing to resume for {problem}: {what} (run without --resume to start one)")
+            run_id = pointer["run_id"]
+        else:
+            run_id = new_run_id()
+
+        connection = sqlite3.connect(state_dir / f"{repo.name}.sqlite", check_same_thread=False)
+        stack.callback(connection.close)
+        graph = compile_graph(SqliteSaver(connection))
+        run_config = {"configurable": {"thread_id": run_id},
+                      "recursion_limit": steps_needed(config.max_attempts)}
+        ctx = AgentContext(config=config, model=model, evaluator=evaluator, repo=repo,
+                           tools=tool_schemas(config.auxiliary_tools),
+                           gpu=_gpu_name(config, str(evaluator.device)), log=log)
+
+        if resume:
+            snapshot = graph.get_state(run_config)
+            if not snapshot.values:
+                raise NothingToResume(f"nothing to resume for {problem}: run {run_id} has no saved state")
+            state = snapshot.values
+            if state.get("problem_hash") != evaluator.problem.hash:
+                raise NothingToResume(f"cannot resume run {run_id}: {problem} changed since it began")
+            graph_input = None  # continue from the last checkpoint
+            log(f"resuming run {run_id}: {state.get('attempts_used', 0)} attempts used, next: "
+                f"{', '.join(snapshot.next) or 'nothing (finished)'}")
+        else:
+            state = initial_state(run_id=run_id, problem=str(problem), problem_hash=evaluator.problem.hash,
+                                  entry=config.entry, language=config.language, model=model.name,
+                                  workspace=str(repo.path), baseline=_static_baseline(evaluator.problem))
+            graph_input = state
+            _write_json(pointer_path, {"run_id": run_id, "problem": str(problem), "finished": False,
+                                       "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+            log(f"run {run_id}: {problem} with {model.name}, workspace {repo.path}")
+
+        error: ModelError | None = None
+        # Save the trajectory whenever the conversation grows (after draft and refine) and at the end;
+        # each attempt's commit also carries it (see nodes.compile).
+        saved_key = _trajectory_key(state)
+        try:
+            for state in graph.stream(graph_input, run_config, context=ctx, stream_mode="values", durability="sync"):
+                if _trajectory_key(state) != saved_key:
+                    repo.save_trajectory(trajectory_text(state, ctx))
+                    saved_key = _trajectory_key(state)
+        except ModelError as exc:
+            error = exc
+            state = graph.get_state(run_config).values or state
+            log(f"model error: {exc}")
+        if error is None and state.get("stop_reason"):
+            repo.save_trajectory(trajectory_text(state, ctx))  # with the last attempt's outcome
+        finished = error is None and bool(state.get("stop_reason"))
+        if finished:
+            _write_json(pointer_path, {**(_read_json(pointer_path) or {}), "finished": True})
+        summary = run_summary(state, repo, error=error)
+        code = EXIT_MODEL if error else (EXIT_FOUND if state.get("best") else EXIT_NONE_CORRECT)
+        summary["exit_code"] = code
+        return RunResult(summary, code)
+
+
+def _trajectory_key(state: AgentState) -> tuple[int, str | None]:
+    return len(state.get("messages") or []), state.get("stop_reason")
+
+
+def run_summary(state: AgentState, repo, *, error: ModelError | None = None) -> dict[str, Any]:
+    attempts = state.get("attempts", [])
+    best = state.get("best")
+    workspace_best = repo.best()
+    return {
+        "problem": state.get("problem"), "run_id": state.get("run_id"), "model": state.get("model"),
+        "workspace": str(repo.path),
+        "status": "model_error" if error else ("finished" if state.get("stop_reason") else "stopped"),
+        "stop_reason": state.get("stop_reason"), "error": str(error) if error else None,
+        "attempts": len(attempts), "attempts_used": state.get("attempts_used", 0),
+        "format_errors": state.get("format_errors", 0),
+        "correct": sum(a["verdict"] == Verdict.OK.value for a in attempts),
+        "verdicts": [a["verdict"] for a in attempts],
+        "best": None if best is None else {
+            "attempt": best["attempt"], "sha": best["sha"], "speedup_vs_eager": best["speedup_vs_eager"],
+            "speedup_vs_compile": best["speedup_vs_compile"], "median_ms": best["median_ms"],
+            "roofline_fraction": best["roofline_fraction"], "timing_measured": best["timing_measured"],
+        },
+        "best_path": str(repo.best_path) if workspace_best is not None else None,
+        "workspace_best_attempt": workspace_best.number if workspace_best is not None else None,
+        "tokens_used": state.get("tokens_used", 0), "model_calls": len(state.get("usage", [])),
+        "wall_s": round(state.get("wall_s", 0.0), 3),
+    }
+
+
+def _static_baseline(problem: Any) -> dict[str, Any]:
+    """What is known before anything is timed: the least bytes moved (inputs, parameters, outputs)."""
+    moved = sum(getattr(problem, name, 0) or 0 for name in ("input_bytes", "param_bytes", "output_bytes"))
+    return {**empty_baseline(), "bytes_moved": moved or None}
+
+
+def _evaluator(problem: Path, config: AgentConfig):
+    from tools import EvalOptions, Evaluator
+
+    return Evaluator(problem, EvalOptions(device=config.device, trials=config.trials, timing=True), entry=config.entry)
+
+
+def _gpu_name(config: AgentConfig, device: str) -> str:
+    if config.gpu:
+        return config.gpu
+    if device.startswith("cuda"):
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                return torch.cuda.get_device_name(0)
+        except Exception:  # no usable CUDA: name the device generically
+            pass
+        return "an NVIDIA GPU"
+    return "the CPU (Triton interpreter; timing is not measured)"
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, path)

@@ -1,0 +1,92 @@
+"""The graph's state: JSON-serializable data only (paths, hashes, records, the message list).
+
+Live objects (the model client, the evaluator, the workspace repository) are never stored here;
+nodes reach them through `agent.nodes.AgentContext`, which LangGraph passes as the run context.
+Every key is replaced (not merged) by the node that returns it, so a checkpoint is simply the
+state after a node, and a resumed run starts from the last one written.
+"""
+from __future__ import annotations
+
+from typing import Any, Literal, TypedDict
+
+Message = dict[str, Any]  # an OpenAI chat message; keys starting with "_" are metadata, never sent
+
+
+class Proposal(TypedDict):
+    """What the model's latest turn proposed: a candidate, or a malformed reply."""
+
+    kind: Literal["submission", "format_error"]
+    tool_call_id: str | None  # the call to answer; None when the reply had no tool call
+    source: str | None
+    source_hash: str | None
+    reason: str | None  # for a format error: one line, written for the model
+
+
+class AttemptSummary(TypedDict):
+    """One evaluated attempt: the key figures of its workspace commit."""
+
+    attempt: int
+    sha: str
+    source_hash: str
+    verdict: str
+    speedup_vs_eager: float | None
+    speedup_vs_compile: float | None
+    median_ms: float | None
+    roofline_fraction: float | None
+    is_best: bool  # it became the best when committed
+    reused: bool  # found already committed (a resumed run, or a repeated source): not evaluated again
+    repeat: bool  # the same source was already an attempt of this run
+    ci_low_ms: float | None
+    ci_high_ms: float | None
+    timing_measured: bool
+    detail: str  # the first line of the evaluator's message
+
+
+class TurnUsage(TypedDict):
+    """One model call."""
+
+    turn: int
+    prompt_tokens: int | None  # as reported by the server
+    completion_tokens: int | None
+    context_tokens: int  # our approximation of what was sent (see agent.context)
+    seconds: float
+
+
+class AgentState(TypedDict, total=False):
+    # the run
+    run_id: str
+    problem: str  # path of the reference module
+    problem_hash: str
+    entry: str
+    language: str
+    model: str
+    workspace: str  # the problem's workspace directory
+    # the conversation
+    messages: list[Message]  # everything, untrimmed: the trajectory
+    usage: list[TurnUsage]
+    tokens_used: int  # prompt + completion tokens over the run (server counts; approximations where absent)
+    # the latest step
+    proposal: Proposal | None
+    record: dict[str, Any] | None  # the evaluator's result record of the latest attempt (Result.to_dict())
+    latest: AttemptSummary | None
+    phases: dict[str, str]  # what each phase made of the latest proposal: compile/test/profile -> outcome
+    improved: bool  # the latest attempt became this run's best
+    # progress
+    attempts: list[AttemptSummary]
+    best: AttemptSummary | None
+    attempts_used: int  # evaluated attempts plus malformed replies
+    format_errors: int
+    since_improvement: int
+    baseline: dict[str, Any]  # eager/compile/floor times as the evaluator last reported them
+    wall_s: float  # time spent in this run over all sessions
+    stop_reason: str | None
+
+
+def initial_state(*, run_id: str, problem: str, problem_hash: str, entry: str, language: str, model: str,
+                  workspace: str, baseline: dict[str, Any]) -> AgentState:
+    return AgentState(
+        run_id=run_id, problem=problem, problem_hash=problem_hash, entry=entry, language=language,
+        model=model, workspace=workspace, messages=[], usage=[], tokens_used=0, proposal=None, record=None,
+        latest=None, phases={}, improved=False, attempts=[], best=None, attempts_used=0, format_errors=0,
+        since_improvement=0, baseline=baseline, wall_s=0.0, stop_reason=None,
+    )

@@ -1,0 +1,161 @@
+"""One model turn: send the conversation (within the context budget), read the reply, answer
+auxiliary tool calls, and turn the rest into a proposal (a candidate or a malformed reply).
+
+Also the feedback the model gets for its latest proposal, rendered from the prompt templates.
+Used by the draft and refine nodes; nothing here touches the evaluator or commits anything.
+"""
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+from agent import context as ctxbudget
+from agent.render import render, render_feedback
+from agent.state import AgentState, AttemptSummary, Message, Proposal, TurnUsage
+from tools.toolcalls import (DIFF_AGAINST_BEST, GET_BEST, GET_PROFILE, SUBMIT_KERNEL, AuxRequest, FormatError,
+                             Submission, best_payload, diff_payload, parse_call, profile_payload)
+
+if TYPE_CHECKING:
+    from agent.nodes import AgentContext
+
+
+def first_line(text: str | None, limit: int = 160) -> str:
+    line = next((l.strip() for l in (text or "").splitlines() if l.strip()), "")
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def remaining_attempts(state: AgentState, ctx: "AgentContext", *, after: int = 0) -> int:
+    return max(0, ctx.config.max_attempts - state.get("attempts_used", 0) - after)
+
+
+def ask_model(state: AgentState, ctx: "AgentContext", messages: list[Message]) -> dict[str, Any]:
+    """Call the model until it proposes something (at most max_aux_rounds auxiliary-only turns).
+
+    Returns the state updates: messages, usage, tokens_used, proposal. Raises ModelError."""
+    messages = list(messages)
+    usage = list(state.get("usage", []))
+    tokens_used = state.get("tokens_used", 0)
+    for _round in range(max(1, ctx.config.max_aux_rounds + 1)):
+        view = ctxbudget.fit(messages, ctx.config.context_tokens, tools=ctx.tools,
+                             keep_reasoning=ctx.config.keep_reasoning)
+        sent_tokens = ctxbudget.count(view) + ctxbudget.tools_tokens(ctx.tools)
+        start = time.monotonic()
+        reply = ctx.model.complete(view, ctx.tools)
+        seconds = time.monotonic() - start
+        turn = len(usage) + 1
+        completion = reply.usage.completion_tokens
+        if completion is None:
+            completion = ctxbudget.approx_tokens((reply.content or "") + (reply.reasoning or "")
+                                                 + "".join(c.arguments for c in reply.tool_calls))
+        usage.append(TurnUsage(turn=turn, prompt_tokens=reply.usage.prompt_tokens,
+                               completion_tokens=reply.usage.completion_tokens,
+                               context_tokens=sent_tokens, seconds=round(seconds, 3)))
+        tokens_used += (reply.usage.prompt_tokens if reply.usage.prompt_tokens is not None else sent_tokens) + completion
+        assistant = reply.to_message()
+        assistant["_turn"] = turn
+        assistant["_usage"] = {"prompt_tokens": reply.usage.prompt_tokens,
+                               "completion_tokens": reply.usage.completion_tokens,
+                               "context_tokens": sent_tokens}
+        messages.append(assistant)
+
+        if not reply.tool_calls:
+            reason = "the reply called no tool" + ("" if reply.content else " and was empty")
+            proposal = _format_error(None, reason)
+            return _turn_updates(messages, usage, tokens_used, proposal)
+
+        proposal: Proposal | None = None
+        first_bad: tuple[str, str] | None = None
+        for call in reply.tool_calls:
+            parsed = parse_call(call.name, call.arguments, auxiliary=ctx.config.auxiliary_tools)
+            if call.name == SUBMIT_KERNEL and proposal is None:
+                if isinstance(parsed, Submission):
+                    proposal = Proposal(kind="submission", tool_call_id=call.id, source=parsed.source,
+                                        source_hash=parsed.source_hash, reason=None)
+                else:
+                    proposal = _format_error(call.id, parsed.reason)
+            elif call.name == SUBMIT_KERNEL:
+                messages.append(_tool_result(call.id, render("aux_ignored"), kind="ignored"))
+            elif isinstance(parsed, AuxRequest):
+                messages.append(_tool_result(call.id, answer_aux(parsed, state, ctx), kind="aux"))
+            else:
+                reason = parsed.reason if isinstance(parsed, FormatError) else "unusable tool call"
+                if first_bad is None:
+                    first_bad = (call.id, reason)
+                else:
+                    messages.append(_tool_result(call.id, render("format_error", reason=reason, tool_call=True,
+                                                                 remaining=remaining_attempts(state, ctx, after=1)),
+                                                 kind="format_error"))
+        if proposal is not None:
+            if first_bad is not None:  # answer the bad call now; the submission is answered by refine
+                messages.append(_tool_result(first_bad[0], render("format_error", reason=first_bad[1], tool_call=True,
+                                                                  remaining=remaining_attempts(state, ctx, after=1)),
+                                             kind="format_error"))
+            return _turn_updates(messages, usage, tokens_used, proposal)
+        if first_bad is not None:
+            return _turn_updates(messages, usage, tokens_used, _format_error(*first_bad))
+        # only auxiliary calls, all answered: ask again
+    proposal = _format_error(None, render("aux_exhausted", rounds=ctx.config.max_aux_rounds + 1))
+    return _turn_updates(messages, usage, tokens_used, proposal)
+
+
+def _turn_updates(messages: list[Message], usage: list[TurnUsage], tokens_used: int, proposal: Proposal) -> dict[str, Any]:
+    return {"messages": messages, "usage": usage, "tokens_used": tokens_used, "proposal": proposal}
+
+
+def _format_error(tool_call_id: str | None, reason: str) -> Proposal:
+    return Proposal(kind="format_error", tool_call_id=tool_call_id, source=None, source_hash=None, reason=reason)
+
+
+def _tool_result(tool_call_id: str, content: str, *, kind: str, **meta: Any) -> Message:
+    message: Message = {"role": "tool", "tool_call_id": tool_call_id, "content": content, "_kind": kind}
+    message.update({f"_{k}": v for k, v in meta.items()})
+    return message
+
+
+def answer_aux(request: AuxRequest, state: AgentState, ctx: "AgentContext") -> str:
+    """The JSON (or diff) text returned for get_best, diff_against_best and get_profile."""
+    repo = ctx.repo
+    best_number = (state.get("best") or {}).get("attempt")
+    best = repo.attempt(best_number) if best_number else repo.best()
+    if request.name == GET_BEST:
+        if best is None:
+            return best_payload(None, None, None)
+        return best_payload(best.number, repo.source(best), repo.record(best))
+    if request.name == DIFF_AGAINST_BEST:
+        source = request.arguments.get("source")
+        name = "your source"
+        if source is None:
+            latest = repo.attempt(state["latest"]["attempt"]) if state.get("latest") else None
+            source = repo.source(latest) if latest else None
+            name = f"attempt {latest.number}" if latest else name
+        return diff_payload(repo.source(best) if best else None, source,
+                            best_name=f"attempt {best.number} (best)" if best else "best", name=name)
+    if request.name == GET_PROFILE:
+        number = request.arguments.get("attempt") or (state.get("latest") or {}).get("attempt")
+        attempt = repo.attempt(number) if number else None
+        return profile_payload(number, repo.record(attempt) if attempt else None)
+    return json.dumps({"error": f"unknown tool {request.name}"})
+
+
+def feedback_message(state: AgentState, ctx: "AgentContext") -> Message:
+    """The answer to the latest proposal: the evaluator's outcome, or why the reply was unusable."""
+    proposal = state["proposal"]
+    remaining = remaining_attempts(state, ctx)
+    if proposal is None:
+        raise ValueError("no proposal to answer")
+    if proposal["kind"] == "format_error":
+        content = render("format_error", reason=proposal["reason"], tool_call=proposal["tool_call_id"] is not None,
+                         remaining=remaining)
+        meta = {"_verdict": "format_error", "_detail": first_line(proposal["reason"]), "_kind": "format_error"}
+    else:
+        latest: AttemptSummary = state["latest"]
+        record = state["record"]
+        content = render_feedback(record["verdict"], attempt=latest["attempt"], record=record, best=state.get("best"),
+                                  is_best=bool(state.get("improved")), repeated=latest["reused"] and latest["repeat"],
+                                  remaining=remaining)
+        meta = {"_attempt": latest["attempt"], "_verdict": record["verdict"],
+                "_speedup_vs_eager": latest["speedup_vs_eager"], "_detail": latest["detail"], "_kind": "feedback"}
+    if proposal["tool_call_id"] is not None:
+        return {"role": "tool", "tool_call_id": proposal["tool_call_id"], "content": content, **meta}
+    return {"role": "user", "content": content, **meta}

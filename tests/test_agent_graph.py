@@ -1,0 +1,77 @@
+"""The graph's wiring and the decide node's budgets and early-stopping rules."""
+from __future__ import annotations
+
+import pytest
+from langgraph.runtime import Runtime
+
+from agent import nodes
+from agent.config import load_config
+from agent.graph import compile_graph
+from agent.state import initial_state
+
+
+def test_wiring_reads_like_the_diagram():
+    graph = compile_graph().get_graph()
+    edges = {(e.source, e.target, e.conditional) for e in graph.edges}
+    assert edges == {
+        ("__start__", "draft", False), ("draft", "compile", False),
+        ("compile", "test", True), ("compile", "decide", True),
+        ("test", "profile", True), ("test", "decide", True),
+        ("profile", "decide", False),
+        ("decide", "refine", True), ("decide", "__end__", True),
+        ("refine", "compile", False),
+    }
+
+
+def summary(n: int, *, verdict="ok", roofline=None, median=None) -> dict:
+    return {"attempt": n, "sha": "x", "source_hash": str(n), "verdict": verdict, "speedup_vs_eager": None,
+            "speedup_vs_compile": None, "median_ms": median, "roofline_fraction": roofline, "is_best": False,
+            "reused": False, "repeat": False, "ci_low_ms": median, "ci_high_ms": median,
+            "timing_measured": median is not None, "detail": ""}
+
+
+def decide(state: dict, **settings) -> dict:
+    config = load_config({"max_attempts": 10, "max_tokens": 1000, "max_wall_s": 100.0, "patience": 3,
+                          "roofline_target": 0.8, **settings}, env={})
+    ctx = nodes.AgentContext(config=config, model=None, evaluator=None, repo=None, tools=[], gpu="", log=lambda _: None)
+    base = initial_state(run_id="r", problem="p.py", problem_hash="h", entry="Model", language="triton", model="m",
+                         workspace="w", baseline=nodes.empty_baseline())
+    return nodes.decide({**base, **state}, Runtime(context=ctx))
+
+
+@pytest.mark.parametrize("state, reason", [
+    ({"attempts_used": 3}, None),
+    ({"attempts_used": 10}, "attempt budget spent"),
+    ({"attempts_used": 1, "tokens_used": 1000}, "token budget spent"),
+    ({"attempts_used": 1, "wall_s": 100.0}, "wall-time budget spent"),
+    ({"attempts_used": 1, "best": summary(1, roofline=0.85, median=1.0)}, "of the roofline floor"),
+    ({"attempts_used": 1, "best": summary(1, roofline=0.5, median=1.0)}, None),
+    ({"attempts_used": 4, "since_improvement": 2}, "no improvement in 3 attempts"),
+    ({"attempts_used": 4, "since_improvement": 2, "improved": True}, None),
+])
+def test_decide_stops_at_the_first_spent_budget(state, reason):
+    out = decide(state)
+    if reason is None:
+        assert out["stop_reason"] is None and nodes.after_decide({**state, **out}) == "refine"
+    else:
+        assert reason in out["stop_reason"] and nodes.after_decide(out) == "finish"
+
+
+def test_improvement_resets_patience_and_zero_patience_never_stops():
+    assert decide({"attempts_used": 2, "since_improvement": 5, "improved": True})["since_improvement"] == 0
+    assert decide({"attempts_used": 2, "since_improvement": 50}, patience=0)["stop_reason"] is None
+
+
+def test_profile_moves_the_run_best_only_for_a_faster_kernel():
+    ctx = Runtime(context=None)
+    record = {"verdict": "ok", "candidate_time": {"measured": True}, "eager_time": {"measured": True, "median_ms": 2.0},
+              "compile_time": {"measured": False}, "roofline": {"measured": True, "floor_ms": 0.1}}
+    first = nodes.profile({"record": record, "latest": summary(1, median=1.0), "phases": {}, "best": None}, ctx)
+    assert first["improved"] and first["best"]["attempt"] == 1
+    assert first["baseline"]["eager_ms"] == 2.0 and first["baseline"]["floor_ms"] == 0.1
+    slower = nodes.profile({"record": record, "latest": summary(2, median=1.5), "phases": {}, "best": first["best"]}, ctx)
+    assert not slower["improved"] and slower["best"]["attempt"] == 1
+    faster = nodes.profile({"record": record, "latest": summary(3, median=0.5), "phases": {}, "best": first["best"]}, ctx)
+    assert faster["improved"] and faster["best"]["attempt"] == 3
+    untimed = nodes.profile({"record": record, "latest": summary(4), "phases": {}, "best": first["best"]}, ctx)
+    assert not untimed["improved"]
