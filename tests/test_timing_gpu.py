@@ -165,14 +165,15 @@ def test_side_stream_is_rejected(scale_add):
 
 def test_side_stream_work_is_caught_by_the_timing_protocol():
     """With the static rule off, the work left running past the end event is seen and rejected,
-    while the honest kernel passes the same check."""
+    while the honest kernel passes the same check. (Side work short enough to finish inside
+    the timer's 0.2 ms pre-roll instead reads as impossibly fast and fails the roofline.)"""
     options = EvalOptions(device="cuda:0", disabled_rules=frozenset({"streams-graphs"}))
     with Evaluator(HERE / "scale_add.py", options) as ev:
         honest, side = ev.evaluate(HONEST), ev.evaluate(SIDE_STREAM)
     assert honest.ok, honest.message
     assert any(c.name == "timing:one-stream" and c.passed for c in honest.checks)
     assert side.verdict is Verdict.REJECTED, side.message
-    assert any(c.name == "timing:one-stream" and not c.passed for c in side.checks), side.checks
+    assert any(c.name == "timing:one-stream" and not c.passed for c in side.checks), side.message
 
 
 def test_patching_the_timer_is_rejected(scale_add):

@@ -16,6 +16,7 @@ import random
 import secrets
 import shutil
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +31,7 @@ from tools.instrument import compute_ops
 from tools.problem import ProblemError, ProblemInfo, apply_description, candidate_problems, read_problem
 from tools.process import Limits, WorkerGone, WorkerProcess, worker_env
 from tools.record import Check, Errors, Result, Verdict
-from tools.transport import TransportError, decode, tensor_nodes
+from tools.transport import TransportError, tensor_nodes
 
 INIT_SEED = 42  # both models are built after torch.manual_seed(INIT_SEED), so weights match
 PROBE_SEED = 1234  # inputs of the one descriptive reference run (shapes, ops); not a trial seed
@@ -75,6 +76,9 @@ class Evaluator:
         self._spares: collections.deque[WorkerProcess] = collections.deque()
         self._count = 0
         self.distributions = ["problem", "shifted"]
+        # evaluate() may run in several threads at once (RL rewards): this guards what they share,
+        # the reference worker (and its output cache) and the pool of spare candidate workers
+        self._lock = threading.RLock()
         try:
             self.reference = self._spawn("reference")
             for _ in range(max(1, self.options.spares)):  # they start while the reference loads
@@ -179,10 +183,11 @@ class Evaluator:
         return scan
 
     def _take_worker(self) -> WorkerProcess:
-        worker = self._spares.popleft() if self._spares else self._spawn("candidate")
-        if self.options.warm:
-            self._spares.append(self._spawn("candidate"))
-        return worker
+        with self._lock:
+            worker = self._spares.popleft() if self._spares else self._spawn("candidate")
+            if self.options.warm:
+                self._spares.append(self._spawn("candidate"))
+            return worker
 
     def _run(self, worker: WorkerProcess, source: str, result: Result, kernel_names: list[str]) -> None:
         t0 = time.monotonic()
@@ -220,7 +225,8 @@ class Evaluator:
         if self.problem.single_op is None:
             profile.own_kernel_share(self, worker, kernel_names, result)
         if result.ok:
-            profile.measure(self, worker, result)
+            with self._lock:  # timing drives the shared reference worker (the eager arm)
+                profile.measure(self, worker, result)
         result.phases["timing"] = round(time.monotonic() - t0, 4)
 
     def verdict_from_reply(self, reply: dict[str, Any], step: str, result: Result) -> bool:
@@ -242,8 +248,8 @@ class Evaluator:
             dist = self._distribution(i, seed)
             ref_out, ref_in = self.reference_outputs(seed, dist)
             header, payload = worker.request(
-                {"op": "trial", "seed": seed, "distribution": dist, "poison": True, "record": True},
-                self.options.trial_timeout)
+                {"op": "trial", "seed": seed, "distribution": dist, "poison": True, "record": True,
+                 "arena_cap": self.arena_cap(2)}, self.options.trial_timeout)
             name = f"trial-{i}:{dist}"
             if not self.verdict_from_reply(header, name, result):
                 return
@@ -254,7 +260,7 @@ class Evaluator:
                 torch_ops.update(compute_ops(header["ops"]))
                 result.torch_ops = sorted(torch_ops)
             try:
-                cand_out, cand_in = decode(header["tree"], payload)
+                cand_out, cand_in = worker.outputs(header, payload)
             except (TransportError, KeyError, TypeError, ValueError) as exc:
                 _fail(result, Verdict.REJECTED, Check(name, False, f"malformed output: {exc}"), f"The worker sent malformed outputs ({exc}).")
                 return
@@ -295,28 +301,37 @@ class Evaluator:
         return label, verdict, prefix + found.message
 
     def _distribution(self, i: int, seed: int) -> str:
-        dist = self.distributions[i % len(self.distributions)]
-        if dist == "shifted":
-            out, _ = self.reference_outputs(seed, "shifted")
-            base, _ = self.reference_outputs(seed, "problem")
-            if _nonfinite(out) and not _nonfinite(base):
-                self.distributions = ["problem"]  # the problem does not allow it
-                return "problem"
-        return dist
+        with self._lock:
+            dist = self.distributions[i % len(self.distributions)]
+            if dist == "shifted":
+                out, _ = self.reference_outputs(seed, "shifted")
+                base, _ = self.reference_outputs(seed, "problem")
+                if _nonfinite(out) and not _nonfinite(base):
+                    self.distributions = ["problem"]  # the problem does not allow it
+                    return "problem"
+            return dist
 
     def reference_outputs(self, seed: int, dist: str) -> Any:
+        with self._lock:
+            return self._reference_outputs(seed, dist)
+
+    def _reference_outputs(self, seed: int, dist: str) -> Any:
         key = (seed, dist)
         if key not in self._ref_cache:
             size = self.problem.input_bytes + self.problem.output_bytes
             budget = self.options.reference_cache_mb << 20
             while self._ref_cache and size * (len(self._ref_cache) + 1) > budget:
-                oldest = next(iter(self._ref_cache))
-                del self._ref_cache[oldest]  # drop our view first, then let the worker free it
-                self._request(self.reference, {"op": "release", "key": _key(oldest)}, self.options.trial_timeout)
+                del self._ref_cache[next(iter(self._ref_cache))]
             header = self._request(self.reference, {"op": "trial", "seed": seed, "distribution": dist, "poison": False,
-                                                    "record": False, "hold": _key(key)}, self.options.trial_timeout)
-            self._ref_cache[key] = decode(header["tree"], header["_payload"])
+                                                    "record": False, "arena_cap": self.arena_cap(2)}, self.options.trial_timeout)
+            self._ref_cache[key] = _clone(self.reference.outputs(header, header["_payload"]))  # out of the arena
         return self._ref_cache[key]
+
+    def arena_cap(self, copies: int, outputs_only: bool = False) -> int:
+        """Bytes a worker's arena may grow to for a reply holding `copies` times the
+        reference's outputs (and inputs): room for honest answers, not for runaway ones."""
+        size = self.problem.output_bytes + (0 if outputs_only else self.problem.input_bytes)
+        return copies * size + (64 << 20)
 
 
 def _one_line(message: str) -> str:
@@ -326,8 +341,14 @@ def _one_line(message: str) -> str:
     return f"{where[-1].split(':', 1)[0]}: {lines[-1]}" if where else lines[-1]
 
 
-def _key(key: tuple[int, str]) -> str:
-    return f"{key[0]}:{key[1]}"
+def _clone(tree: Any) -> Any:
+    import torch
+
+    if isinstance(tree, torch.Tensor):
+        return tree.clone()
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_clone(x) for x in tree)
+    return tree
 
 
 def _fail(result: Result, verdict: Verdict, check: Check | None, message: str) -> bool:

@@ -54,6 +54,7 @@ class WorkerProcess:
         os.close(to_child_r)
         os.close(from_child_w)
         self.reader = FrameReader(self._from_child)
+        self.arena: Any = None  # our mapping of the worker's exchange buffer (CUDA)
         write_frame(self._to_child, config)
 
     def _set_limits(self) -> None:  # runs in the child between fork and exec
@@ -89,6 +90,16 @@ class WorkerProcess:
             self.kill()
             raise WorkerGone("rejected", "a reply on the result channel did not answer the request (forged output)")
         return header, payload
+
+    def outputs(self, header: dict[str, Any], payload: bytes) -> Any:
+        """The value tree of a reply. CUDA tensors are views into the worker's arena, valid
+        until the next request to this worker."""
+        from tools.transport import decode, open_arena
+
+        if header.get("arena"):
+            self.arena = None
+            self.arena = open_arena(header["arena"])
+        return decode(header["tree"], payload, self.arena)
 
     def _read(self, timeout: float) -> tuple[dict[str, Any], bytes]:
         deadline = time.monotonic() + timeout
@@ -142,6 +153,7 @@ class WorkerProcess:
             return ""
 
     def kill(self) -> None:
+        self.arena = None  # unmap before the memory behind it goes away
         if self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)

@@ -22,7 +22,6 @@ from tools.process import WorkerProcess
 from tools.record import Check, Result, TimeStats, Verdict
 from tools.roofline import Ceilings, build_roofline, impossible
 from tools.stats import SampleCollector, speedup, to_time_stats
-from tools.transport import decode
 
 if TYPE_CHECKING:
     from tools.evaluate import Evaluator
@@ -73,12 +72,13 @@ def measure(ev: "Evaluator", worker: WorkerProcess, result: Result) -> None:
         replies = {}
         for arm in block_order(block, tuple(arms)):
             header, payload = arms[arm].request({"op": "time", "calls": calls, "keep_outputs": True,
-                                                 "warmup_seed": warm.pop(arm, None)}, timeout)
+                                                 "warmup_seed": warm.pop(arm, None),
+                                                 "arena_cap": ev.arena_cap(2 * p.block, outputs_only=True)}, timeout)
             if not ev.verdict_from_reply(header, "timing", result):
                 return
             collectors[arm].extend(header["samples"])
             gaps[arm].extend(s - e for s, e in zip(header["synced"], header["samples"]))
-            replies[arm] = (header, payload)
+            replies[arm] = arms[arm].outputs(header, payload)
         if not _verify(ev, replies, n, result):
             return
         n += p.block
@@ -94,11 +94,9 @@ def measure(ev: "Evaluator", worker: WorkerProcess, result: Result) -> None:
     roofline(ev, result)
 
 
-def _verify(ev: "Evaluator", replies: dict[str, tuple[dict[str, Any], bytes]], first: int, result: Result) -> bool:
+def _verify(ev: "Evaluator", replies: dict[str, Any], first: int, result: Result) -> bool:
     """Each timed candidate output against the eager reference's output on the same inputs."""
-    expected = decode(replies["eager"][0]["tree"], replies["eager"][1])
-    got = decode(replies["candidate"][0]["tree"], replies["candidate"][1])
-    for i, (ref, out) in enumerate(zip(expected, got)):
+    for i, (ref, out) in enumerate(zip(replies["eager"], replies["candidate"])):
         found = compare_trees(ref, out, Stats(), ev.options.tolerances)
         if found:
             msg = (f"timed call {first + i + 1} returned a different result from the reference "
@@ -106,7 +104,7 @@ def _verify(ev: "Evaluator", replies: dict[str, tuple[dict[str, Any], bytes]], f
             result.checks.append(Check("timing:verified", False, msg))
             result.verdict, result.message = Verdict.INCORRECT, msg
             return False
-    return True  # our views go with this frame; each worker frees its outputs on its next request
+    return True
 
 
 def _same_stream(result: Result, gaps: dict[str, list[float]]) -> bool:

@@ -1,10 +1,13 @@
 """Moving output trees (tensors, tuples, scalars) from a worker to the parent without pickle.
 
 A worker encodes a Python value into a JSON tree plus raw bytes. CPU tensors travel as raw
-bytes in the frame's payload; CUDA tensors travel as CUDA IPC handles (no copy: multi-GB
-outputs are compared where they lie), and the worker keeps them alive until the parent says
-`release`. The parent decodes only what this module defines, so a hostile worker can send
-wrong data but cannot run code in the parent.
+bytes in the frame's payload. CUDA tensors are copied (device to device) into the worker's
+exchange arena: one buffer per worker, shared with the parent once through CUDA IPC and
+mapped there once, so multi-GB outputs never leave the GPU and no per-tensor IPC reference
+counting is involved (torch keeps every block it shares until the consumer's release is seen,
+which in practice leaked each shared output). The parent reads views into the arena until its
+next request. It decodes only what this module defines, so a hostile worker can send wrong
+data but cannot run code in the parent.
 """
 from __future__ import annotations
 
@@ -33,10 +36,45 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def encode(value: Any) -> tuple[dict[str, Any], bytes, list[torch.Tensor]]:
-    """Encode `value`; returns (tree, payload, tensors to keep alive until released)."""
+ALIGN = 256
+
+
+class Arena:
+    """The worker's side of the exchange buffer for CUDA tensors."""
+
+    def __init__(self, device: torch.device, nbytes: int) -> None:
+        self.buf = torch.empty(max(nbytes, ALIGN), dtype=torch.uint8, device=device)
+        self.descriptor = _share_cuda(self.buf)
+        self.descriptor["nbytes"] = self.buf.numel()
+        self.used = 0
+
+    def put(self, t: torch.Tensor) -> list[int] | None:
+        flat = t.reshape(-1)
+        n = flat.numel() * flat.element_size()
+        offset = -(-self.used // ALIGN) * ALIGN
+        if offset + n > self.buf.numel():
+            return None
+        if n:
+            self.buf[offset:offset + n].copy_(flat.contiguous().view(torch.uint8))
+        self.used = offset + n
+        return [offset, n]
+
+
+def needed_bytes(value: Any) -> int:
+    """Arena bytes to hold every CUDA tensor of `value`, aligned."""
+    if isinstance(value, torch.Tensor):
+        return -(-value.numel() * value.element_size() // ALIGN) * ALIGN + ALIGN
+    if isinstance(value, (tuple, list)):
+        return sum(needed_bytes(v) for v in value)
+    return 0
+
+
+def encode(value: Any, arena: Arena | None = None) -> tuple[dict[str, Any], bytes]:
+    """Encode `value` as (tree, payload). CUDA tensors go into `arena`; one that does not fit
+    is sent as metadata only ("overflow"), which the parent treats as a wrong output."""
     payload = bytearray()
-    keep: list[torch.Tensor] = []
+    if arena is not None:
+        arena.used = 0
 
     def enc(v: Any) -> dict[str, Any]:
         if isinstance(v, torch.Tensor):
@@ -50,11 +88,14 @@ def encode(value: Any) -> tuple[dict[str, Any], bytes, list[torch.Tensor]]:
             }
             if not node["plain"]:
                 return node  # never read a subclass: its methods are the candidate's code
-            t = v.detach()
-            node["ptr"] = [t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()]
+            node["ptr"] = [v.untyped_storage().data_ptr(), v.untyped_storage().nbytes()]  # the storage it really shares
+            t = v.detach().resolve_conj().resolve_neg()  # lazy conj/neg bits: the values, not the storage
             if t.device.type == "cuda":
-                node["ipc"] = _share_cuda(t)
-                keep.append(t)
+                where = arena.put(t) if arena is not None else None
+                if where is None:
+                    node["overflow"] = True
+                else:
+                    node["arena"] = where
             else:
                 flat = t.contiguous().reshape(-1)
                 raw = flat.view(torch.uint8) if flat.numel() else flat
@@ -74,7 +115,7 @@ def encode(value: Any) -> tuple[dict[str, Any], bytes, list[torch.Tensor]]:
             return {"t": "scalar", "kind": "float", "value": repr(v)}
         return {"t": "other", "type": f"{type(v).__module__}.{type(v).__qualname__}"}
 
-    return enc(value), bytes(payload), keep
+    return enc(value), bytes(payload)
 
 
 def _share_cuda(t: torch.Tensor) -> dict[str, Any]:
@@ -96,8 +137,16 @@ def _share_cuda(t: torch.Tensor) -> dict[str, Any]:
     }
 
 
-def decode(tree: dict[str, Any], payload: bytes) -> Any:
-    """Rebuild the value tree in the parent. Raises TransportError on anything unexpected."""
+def open_arena(descriptor: dict[str, Any]) -> torch.Tensor:
+    """The parent's mapping of a worker's arena (a flat uint8 CUDA tensor)."""
+    n = int(descriptor["nbytes"])
+    return _open_cuda({**descriptor, "storage_offset": 0, "stride": [1]}, torch.uint8, [n], n)
+
+
+def decode(tree: dict[str, Any], payload: bytes, arena: torch.Tensor | None = None) -> Any:
+    """Rebuild the value tree in the parent: CPU tensors are copies, CUDA tensors are views
+    into `arena`, valid until the worker's next request. Raises TransportError on anything
+    unexpected."""
     buf = bytearray(payload)
 
     def dec(node: Any) -> Any:
@@ -105,7 +154,7 @@ def decode(tree: dict[str, Any], payload: bytes) -> Any:
             raise TransportError("tree node is not an object")
         kind = node.get("t")
         if kind == "tensor":
-            return _decode_tensor(node, buf)
+            return _decode_tensor(node, buf, arena)
         if kind in ("tuple", "list"):
             items = [dec(x) for x in _as_list(node.get("items"))]
             return tuple(items) if kind == "tuple" else items
@@ -138,10 +187,12 @@ class Unsupported:
 
 
 class Opaque:
-    """Stands for a tensor we refused to read: a subclass of torch.Tensor."""
+    """Stands for a tensor we refused or could not read: a subclass of torch.Tensor, or one too
+    large for the arena."""
 
     def __init__(self, node: dict[str, Any]) -> None:
-        self.type_name = str(node.get("type"))
+        big = f"tensor of shape {node.get('shape')}, larger than the reference's outputs"
+        self.type_name = big if node.get("overflow") else str(node.get("type"))
         self.shape = node.get("shape")
         self.dtype = node.get("dtype")
 
@@ -152,8 +203,8 @@ def _as_list(v: Any) -> list[Any]:
     return v
 
 
-def _decode_tensor(node: dict[str, Any], buf: bytearray) -> Any:
-    if not node.get("plain"):
+def _decode_tensor(node: dict[str, Any], buf: bytearray, arena: torch.Tensor | None) -> Any:
+    if not node.get("plain") or node.get("overflow"):
         return Opaque(node)
     dtype = DTYPES.get(node.get("dtype"))
     shape = node.get("shape")
@@ -162,10 +213,15 @@ def _decode_tensor(node: dict[str, Any], buf: bytearray) -> Any:
     numel = 1
     for s in shape:
         numel *= s
-    if "ipc" in node:
-        return _open_cuda(node["ipc"], dtype, shape, numel)
-    start, length = node.get("bytes", [0, 0])
     itemsize = torch.empty((), dtype=dtype).element_size()
+    if "arena" in node:
+        start, length = node["arena"]
+        if arena is None or length != numel * itemsize or start < 0 or start + length > arena.numel():
+            raise TransportError("tensor does not lie within the arena")
+        if numel == 0:
+            return torch.empty(shape, dtype=dtype, device=arena.device)
+        return arena[start:start + length].view(dtype).reshape(shape)
+    start, length = node.get("bytes", [0, 0])
     if length != numel * itemsize or start < 0 or start + length > len(buf):
         raise TransportError("tensor bytes do not match its shape")
     if numel == 0:

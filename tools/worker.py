@@ -2,7 +2,7 @@
 
 One worker holds one model. The reference role builds the problem's Model; the candidate role
 builds a ModelNew from untrusted source, after arming the sandbox. Both answer the same
-requests (trial, release) with the same code, so inputs are generated identically on both
+requests (trial, time) with the same code, so inputs are generated identically on both
 sides from the secret seed, on the device, after the candidate is built. The worker only
 reports what happened; the parent compares outputs and decides the verdict.
 """
@@ -61,8 +61,7 @@ class Worker:
         )
         self.model: Any = None
         self.source_name: str | None = None
-        self.keep: list[Any] = []  # tensors of the last reply, shared with the parent
-        self.held: dict[str, list[Any]] = {}  # reference replies the parent caches
+        self.arena: Any = None  # the exchange buffer for CUDA outputs (tools.transport.Arena)
         self.timer: Any = None
         self.pool: Any = None
         self.compiled: Any = None
@@ -124,12 +123,8 @@ class Worker:
         from tools.inputs import generate
         from tools.instrument import OpRecorder
         from tools.timing import synchronize
-        from tools.transport import encode
-
         if self.model is None:
             raise Failure("runtime_error", "no model was built")
-        self.keep = []
-        self.collect()
         inputs = generate(self.get_inputs, int(msg["seed"]), msg["distribution"], self.device)
         try:
             inspect.signature(self.model.forward).bind(*inputs)
@@ -143,17 +138,33 @@ class Worker:
         if self.device.type == "cuda":
             synchronize(self.device)  # bound before the candidate loaded: it cannot be rebound
         seconds = time.monotonic() - start
-        tree, payload, keep = encode([outputs, inputs])
-        if msg.get("hold"):
-            self.held[msg["hold"]] = keep  # the parent caches these; kept until it releases them
-        else:
-            self.keep = keep
+        tree, payload, arena = self.encode([outputs, inputs], int(msg.get("arena_cap") or 0))
         reply = {
             "op": "outputs", "tree": tree, "seconds": seconds, "launches": self.launches.count,
             "kernels": dict(self.launches.names),
             "ops": dict(recorder.ops) if isinstance(recorder, OpRecorder) else None,
         }
+        if arena:
+            reply["arena"] = arena
         return reply, payload
+
+    def encode(self, value: Any, cap: int) -> tuple[dict[str, Any], bytes, dict[str, Any] | None]:
+        """Encode a reply's tensors; on a GPU into the arena, grown (up to `cap` bytes) when
+        needed. Returns the new arena's descriptor when there is one, for the parent to map."""
+        from tools.timing import synchronize
+        from tools.transport import Arena, encode, needed_bytes
+
+        if self.device.type != "cuda":
+            return (*encode(value), None)
+        fresh = None
+        need = min(needed_bytes(value), max(cap, 1 << 20))
+        if self.arena is None or self.arena.buf.numel() < need:
+            self.arena = None  # the old one may stay mapped by the parent; this worker is short-lived
+            self.arena = Arena(self.device, need)
+            fresh = self.arena.descriptor
+        tree, payload = encode(value, self.arena)
+        synchronize(self.device)  # the copies are done before the parent reads them
+        return tree, payload, fresh
 
     def time(self, msg: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
         """Timed calls on pool slots [(slot, seed), ...]; outputs handed over when asked."""
@@ -161,15 +172,12 @@ class Worker:
 
         from tools.inputs import generate
         from tools.timing import InputPool, Timer
-        from tools.transport import encode
 
         if self.timer is None:
             l2 = torch.cuda.get_device_properties(self.device).L2_cache_size
             self.timer = Timer(self.device, l2)
             self.pool = InputPool(lambda seed: generate(self.get_inputs, seed, "problem", self.device))
         fn = self._compiled() if msg.get("fn") == "compiled" else self.model
-        self.keep = []
-        self.collect()
         warm = 0
         if msg.get("warmup_seed") is not None:
             warm = self.timer.warm_up(fn, generate(self.get_inputs, int(msg["warmup_seed"]), "problem", self.device))
@@ -183,7 +191,9 @@ class Worker:
         reply: dict[str, Any] = {"op": "timed", "samples": samples, "synced": synced, "warmup_calls": warm}
         payload = b""
         if msg.get("keep_outputs"):
-            reply["tree"], payload, self.keep = encode(outputs)
+            reply["tree"], payload, arena = self.encode(outputs, int(msg.get("arena_cap") or 0))
+            if arena:
+                reply["arena"] = arena
         return reply, payload
 
     def _compiled(self):
@@ -221,19 +231,6 @@ class Worker:
         total = sum(times.values())
         return {"op": "profiled", "kernels_us": times, "own_share": (own / total) if total else None}
 
-    def release(self, key: str | None = None) -> None:
-        self.keep = []
-        if key is not None:
-            self.held.pop(key, None)
-        self.collect()
-
-    def collect(self) -> None:
-        """Free shared outputs the parent has let go of: CUDA IPC keeps a block it sent alive
-        until the producer collects it, which torch does not do on its own often enough."""
-        if self.device.type == "cuda":
-            import torch
-
-            torch.cuda.ipc_collect()
 
     def _describe(self) -> dict[str, Any]:
         """What the parent needs to know about the problem: inputs, outputs, ops."""
@@ -368,9 +365,6 @@ def serve(in_fd: int, out_fd: int) -> None:
                 reply = worker.ceilings()
             elif op == "profile":
                 reply = worker.profile(msg)
-            elif op == "release":
-                worker.release(msg.get("key"))
-                reply = {"op": "released"}
             else:
                 reply = {"op": "error", "kind": "runtime_error", "message": f"unknown request {op!r}"}
         except BaseException as exc:  # noqa: BLE001 - the candidate's failure is the answer
