@@ -39,7 +39,7 @@ CHUNK = 1 << 26  # elements per comparison slice
 
 @dataclass
 class Mismatch:
-    check: str  # output-type, output-structure, shape, dtype, nan-pattern, values, ...
+    check: str  # output-type (a Tensor subclass: rejected), output-kind, output-structure, shape, dtype, nan-pattern, values, ...
     message: str
 
 
@@ -68,10 +68,10 @@ def compare_trees(ref: Any, cand: Any, stats: Stats, overrides: dict[str, Tolera
     if isinstance(cand, Opaque):
         return Mismatch("output-type", f"{path} is a {cand.type_name}; outputs must be plain torch.Tensor")
     if isinstance(cand, Unsupported):
-        return Mismatch("output-type", f"{path} is a {cand.type_name}; expected {_kind(ref)}")
+        return Mismatch("output-kind", f"{path} is a {cand.type_name}; expected {_kind(ref)}")
     if isinstance(ref, torch.Tensor):
         if not isinstance(cand, torch.Tensor):
-            return Mismatch("output-type", f"{path} is {_kind(cand)}; expected a tensor")
+            return Mismatch("output-kind", f"{path} is {_kind(cand)}; expected a tensor")
         return compare_tensors(ref, cand, stats, overrides, path)
     if isinstance(ref, (tuple, list)):
         if not isinstance(cand, (tuple, list)) or len(cand) != len(ref):
@@ -83,7 +83,7 @@ def compare_trees(ref: Any, cand: Any, stats: Stats, overrides: dict[str, Tolera
         return None
     if isinstance(ref, (int, float, bool)) or ref is None:
         if type(cand) is not type(ref):
-            return Mismatch("output-type", f"{path} is {_kind(cand)}; expected {_kind(ref)}")
+            return Mismatch("output-kind", f"{path} is {_kind(cand)}; expected {_kind(ref)}")
         if isinstance(ref, float) and not math.isclose(ref, cand, rel_tol=1e-5, abs_tol=1e-6) and not (math.isnan(ref) and math.isnan(cand)):
             return Mismatch("values", f"{path} is {cand!r}; expected {ref!r}")
         if not isinstance(ref, float) and ref != cand:
@@ -119,13 +119,22 @@ def compare_tensors(ref: torch.Tensor, cand: torch.Tensor, stats: Stats,
     tol = tolerance_for(ref.dtype, overrides)
     if r.numel() == 0:
         return None
-    summary = float_summary(r, c, tol)
+    summary = _summary(r, c, tol)
     stats.max_abs = max(stats.max_abs, summary["max_abs"])
     stats.max_rel = max(stats.max_rel, summary["max_rel"])
     stats.norm_rel = max(stats.norm_rel, summary["norm_rel"])
     if summary["ok"]:
         return None
     return _explain(ref, r, c, tol, path) or Mismatch("values", f"{path} differs from the reference (relative norm error {summary['norm_rel']:.3g})")
+
+
+def _summary(r: torch.Tensor, c: torch.Tensor, tol: Tolerance) -> dict[str, Any]:
+    if r.is_cuda:
+        from tools import compare_gpu  # triton kernels: two passes over memory instead of twenty
+
+        if compare_gpu.usable(r, c):
+            return compare_gpu.float_summary(r, c, tol)
+    return float_summary(r, c, tol)
 
 
 def float_summary(r: torch.Tensor, c: torch.Tensor, tol: Tolerance) -> dict[str, Any]:
