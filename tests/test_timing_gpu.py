@@ -199,3 +199,42 @@ def test_enabling_tf32_on_an_fp32_problem_is_rejected():
         dynamic = ev.evaluate(TF32_MATMUL)
     assert dynamic.verdict is Verdict.REJECTED, dynamic.message
     assert any(c.name.startswith("sandbox:precision-flags") for c in dynamic.checks), dynamic.checks
+
+
+CUDA_SOURCE = r'''
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+cuda_src = """
+#include <torch/extension.h>
+__global__ void scale_add_kernel(const float* x, float* y, long n) {
+    long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[i] * 2.0f + 1.0f;
+}
+torch::Tensor scale_add(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    long n = x.numel();
+    scale_add_kernel<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), n);
+    return y;
+}
+"""
+ext = load_inline("scale_add_ext", cpp_sources="torch::Tensor scale_add(torch::Tensor x);",
+                  cuda_sources=cuda_src, functions=["scale_add"])
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return ext.scale_add(x)
+'''
+
+
+def test_cuda_build_runs_ahead_on_cpu_cores_and_is_reported_separately(tmp_path):
+    """prebuild() compiles in a worker without the GPU; evaluate() then finds the build cached."""
+    source = CUDA_SOURCE.replace("2.0f + 1.0f;", "2.0f + 1.0f + 0.0f * (float)" + str(len(str(tmp_path))) + ";")
+    with Evaluator(HERE / "scale_add.py", EvalOptions(device="cuda:0", cache_dir=tmp_path)) as ev:
+        assert ev.prebuild(source)
+        r = ev.evaluate(source)
+    assert r.verdict is Verdict.OK, r.message
+    assert r.phases["prebuild"] > 1.0  # nvcc ran there...
+    assert r.phases["cuda_build"] < 0.5 * r.phases["prebuild"]  # ...so the GPU worker only loaded it

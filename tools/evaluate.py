@@ -74,6 +74,7 @@ class Evaluator:
         self.root = Path(tempfile.mkdtemp(prefix="ratchet-eval-")).resolve()
         self._ref_cache: dict[tuple[int, str], Any] = {}
         self._spares: collections.deque[WorkerProcess] = collections.deque()
+        self._prebuilds: dict[str, WorkerProcess] = {}
         self._count = 0
         self.distributions = ["problem", "shifted"]
         # evaluate() may run in several threads at once (RL rewards): this guards what they share,
@@ -101,14 +102,42 @@ class Evaluator:
         self.close()
 
     def close(self) -> None:
-        for proc in (getattr(self, "reference", None), *self._spares):
+        for proc in (getattr(self, "reference", None), *self._spares, *self._prebuilds.values()):
             if proc is not None:
                 proc.close()
+        self._prebuilds.clear()
         self._spares.clear()
         self._ref_cache.clear()
         shutil.rmtree(self.root, ignore_errors=True)
 
-    def _spawn(self, role: str) -> WorkerProcess:
+    def prebuild(self, source: str) -> bool:
+        """Start building a CUDA C++ candidate's load_inline extensions on CPU cores now, in a
+        worker without a GPU, while the GPU evaluates something else; evaluate(source) later
+        waits for it and finds the build cached. True if a build was started."""
+        digest = hashlib.sha256(source.encode()).hexdigest()
+        if not self.device.startswith("cuda") or digest in self._prebuilds or "load_inline" not in source:
+            return False
+        proc = self._spawn("candidate", build_only=True)
+        proc.send({"op": "build", "source": source})
+        self._prebuilds[digest] = proc
+        return True
+
+    def _finish_prebuild(self, digest: str, result: Result) -> None:
+        proc = self._prebuilds.pop(digest, None)
+        if proc is None:
+            return
+        try:
+            proc.wait_ready(self.options.start_timeout)
+            header, _ = proc.reply(self.options.build_timeout)
+            cuda = header.get("cuda") or {}
+            result.phases["prebuild"] = round(float(cuda.get("seconds", 0.0)), 4)
+        except WorkerGone as exc:  # the GPU worker builds again and reports the real failure
+            result.phases["prebuild"] = -1.0
+            result.checks.append(Check("prebuild", True, f"prebuild did not finish: {exc}"))
+        finally:
+            proc.close()
+
+    def _spawn(self, role: str, build_only: bool = False) -> WorkerProcess:
         self._count += 1
         scratch = self.root / f"{role}-{self._count}"
         (scratch / "tmp").mkdir(parents=True)
@@ -119,15 +148,23 @@ class Evaluator:
             "cuda_cache": str(self.cache_dir / "cuda"), "triton_cache": str(self.cache_dir / "triton"),
             "writable": [str(scratch), str(self.cache_dir / "cuda"), str(self.cache_dir / "triton")],
             "hidden": [str(self.root / "reference-1"), str(self.cache_dir / "private")],
+            "build_only": build_only,
         }
+        device = "cpu" if build_only else self.device
         mb = self.options.host_memory_mb
         limits = Limits(host_memory_bytes=mb << 20 if mb else None)
         # triton reads its cache location when imported, before a candidate's source is known:
         # a shared, content-addressed cache that the build step narrows to the source's own dir
-        env = worker_env(self.device, {"TMPDIR": str(scratch / "tmp"), "TRITON_HOME": str(scratch),
-                                       "TRITON_CACHE_DIR": str(self.cache_dir / "triton" / "shared")})
+        extra = {"TMPDIR": str(scratch / "tmp"), "TRITON_HOME": str(scratch),
+                 "TRITON_CACHE_DIR": str(self.cache_dir / "triton" / "shared")}
+        if self.device.startswith("cuda"):  # the same arch flags with and without a GPU: one build
+            extra["TORCH_CUDA_ARCH_LIST"] = str(environment(self.device).get("capability") or "")
+        if build_only:
+            extra["CUDA_VISIBLE_DEVICES"] = ""
+            config["device"] = "cpu"
+        env = worker_env(device, extra)
         return WorkerProcess(config, env=env, cwd=scratch, log=scratch / "output.log", limits=limits,
-                             cuda=self.device.startswith("cuda"))
+                             cuda=device.startswith("cuda"))
 
     def _start(self, proc: WorkerProcess) -> None:
         ready = proc.wait_ready(self.options.start_timeout)
@@ -154,6 +191,7 @@ class Evaluator:
         try:
             scan = self._static_checks(source, result)
             if scan is not None:
+                self._finish_prebuild(result.source_hash, result)
                 worker = self._take_worker()
                 self._run(worker, source, result, scan.triton_kernels + scan.cuda_kernels)
         finally:

@@ -75,6 +75,18 @@ class WorkerProcess:
         header, _ = self._read(timeout)
         return header
 
+    def send(self, msg: dict[str, Any]) -> None:
+        """Send a request without waiting; reply() collects the answer."""
+        self._nonce = secrets.token_hex(8)
+        write_frame(self._to_child, {**msg, "nonce": self._nonce})
+
+    def reply(self, timeout: float) -> tuple[dict[str, Any], bytes]:
+        header, payload = self._read(timeout)
+        if header.get("nonce") != self._nonce:
+            self.kill()
+            raise WorkerGone("rejected", "a reply on the result channel did not answer the request (forged output)")
+        return header, payload
+
     def request(self, msg: dict[str, Any], timeout: float) -> tuple[dict[str, Any], bytes]:
         """Send a request and wait for its reply; raises WorkerGone on timeout, death or forgery."""
         if select.select([self._from_child], [], [], 0)[0] and self.alive():

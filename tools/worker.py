@@ -84,6 +84,9 @@ class Worker:
             except Exception as exc:  # noqa: BLE001 - a module that does not load did not build
                 kind, message = describe_exception(exc, self.source_name)
                 raise Failure("compile_error" if kind == "runtime_error" else kind, message) from None
+        if self.config.get("build_only"):  # a prebuild: importing ran load_inline, into the cache
+            return {"op": "built", "seconds": time.monotonic() - start,
+                    "cuda": {"seconds": self.builder.seconds, "built": self.builder.built, "cached": self.builder.cached}}
         try:
             inspect.signature(cls).bind(*init_inputs)
         except TypeError as exc:
