@@ -196,7 +196,8 @@ class Evaluator:
                 self._run(worker, source, result, scan.triton_kernels + scan.cuda_kernels)
         finally:
             if worker is not None:
-                worker.close()
+                worker.arena = None  # unmap now; the used worker is disposable: kill and reap it
+                threading.Thread(target=worker.kill, name="ratchet-reap", daemon=True).start()
             result.phases["total"] = round(time.monotonic() - started, 4)
         return result
 
@@ -289,6 +290,8 @@ class Evaluator:
                 {"op": "trial", "seed": seed, "distribution": dist, "poison": True, "record": True,
                  "arena_cap": self.arena_cap(2)}, self.options.trial_timeout)
             name = f"trial-{i}:{dist}"
+            if i == 0:
+                result.phases["first_trial"] = round(float(header.get("seconds") or 0.0), 4)  # incl. JIT
             if not self.verdict_from_reply(header, name, result):
                 return
             count = int(header.get("launches") or 0)
