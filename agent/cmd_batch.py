@@ -1,0 +1,191 @@
+"""`ratchet batch SUITE`: the agent over every problem file of a directory, one worker per GPU.
+
+SUITE is a directory of problem files in the KernelBench format (a KernelBench level folder
+works as it is; so does ratchet's bundled `suite/`). Every problem runs `ratchet optimize` in a
+worker subprocess pinned to one GPU (CUDA_VISIBLE_DEVICES); the workers take problems from one
+queue, so no GPU idles while work remains. Without a GPU, `--cpu-workers N` processes run the
+kernels in Triton's interpreter (correctness only: nothing is timed on the CPU).
+
+One JSON line per problem is appended to `<out>/results.jsonl` the moment it finishes; progress
+goes to stderr; `ratchet report <out>` prints the suite's table and writes its HTML page. On
+stdout at the end: one JSON object (the run directory, problems done and total). Exit codes:
+
+    0   every problem of the suite has a result (whatever its verdict)
+    1   some problems have none (their workers crashed, or the model endpoint failed): --resume
+    2   usage error: bad flag, no problems, no model configured, a run directory in the way
+    130 interrupted (Ctrl-C or SIGTERM); continue with --resume
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from agent.batch import (FINAL, LOGS, RESULTS, RUN_META, RunLog, discover, make_spec, pending, problem_key,
+                         run_batch)
+from agent.batch_local import LocalScheduler, Slot
+from agent.cli import UsageError
+
+# flag -> AgentConfig field: the agent settings a batch passes to every problem
+SETTING_FLAGS = ("model", "base_url", "max_attempts", "language", "workspace", "max_tokens", "max_wall_s",
+                 "patience", "trials", "context_tokens", "roofline_target")
+EXIT_INCOMPLETE = 1
+EXIT_INTERRUPTED = 130
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("batch", help="optimize every problem of a suite directory, one worker per GPU",
+                              description=__doc__.split("\n\n")[0],
+                              epilog="Agent settings not given here come from the environment (RATCHET_*, "
+                                     "OPENAI_*) and the config file, as for `ratchet optimize`. See agent/BATCH.md.")
+    p.add_argument("suite", metavar="SUITE", help="a directory of problem files (Model, get_inputs, get_init_inputs)")
+    p.add_argument("--gpus", metavar="IDS", help="comma-separated GPU ids, one worker each (default: every visible GPU); "
+                                                 "repeat an id to run two problems on one GPU")
+    p.add_argument("--cpu-workers", type=int, metavar="N",
+                   help="run on the CPU (Triton interpreter) with N workers (default when there is no GPU: 1)")
+    p.add_argument("--filter", metavar="REGEX", help="only problems whose file stem matches REGEX (re.search)")
+    p.add_argument("--out", metavar="DIR", help="run directory (default ./runs/<suite>-<date>-<time>)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --out: skip finished problems, continue unfinished ones from their workspaces")
+    p.add_argument("--model", metavar="NAME", help="model name at the endpoint ($RATCHET_MODEL)")
+    p.add_argument("--base-url", metavar="URL", help="OpenAI-compatible endpoint ($OPENAI_BASE_URL)")
+    p.add_argument("--max-attempts", type=int, metavar="N", help="attempt budget per problem (default 20)")
+    p.add_argument("--language", choices=("triton", "cuda"), help="kernel language (default triton)")
+    p.add_argument("--workspace", metavar="DIR", help="workspace root (default $RATCHET_WORKSPACE, else ./workspaces)")
+    p.add_argument("--max-tokens", type=int, metavar="N", help="token budget per problem")
+    p.add_argument("--max-wall-s", type=float, metavar="S", help="wall-time budget per problem in seconds")
+    p.add_argument("--patience", type=int, metavar="N", help="stop a problem after N attempts without a new best")
+    p.add_argument("--trials", type=int, metavar="N", help="correctness trials per attempt (default 5)")
+    p.add_argument("--context-tokens", type=int, metavar="N", help="context budget of one request")
+    p.add_argument("--roofline-target", type=float, metavar="F", help="stop a problem at F of its roofline floor")
+    p.add_argument("--config", metavar="FILE", help="TOML config file (default $RATCHET_CONFIG, else ./ratchet.toml)")
+    p.set_defaults(func=run)
+
+
+def slots_from(args: argparse.Namespace) -> list[Slot]:
+    if args.cpu_workers is not None:
+        if args.gpus:
+            raise UsageError("give --gpus or --cpu-workers, not both")
+        if args.cpu_workers < 1:
+            raise UsageError("--cpu-workers must be at least 1")
+        return [Slot.cpu(i) for i in range(args.cpu_workers)]
+    gpus = [g.strip() for g in args.gpus.split(",") if g.strip()] if args.gpus else None
+    if args.gpus is not None and not gpus:
+        raise UsageError(f"--gpus {args.gpus!r} names no GPU")
+    visible = _visible_gpus()
+    if gpus is None:
+        return [Slot.gpu(g) for g in visible] if visible else [Slot.cpu(0)]
+    if not visible:
+        raise UsageError("--gpus given, but this machine has no usable CUDA GPU (use --cpu-workers N)")
+    return [Slot.gpu(g) for g in gpus]
+
+
+def _visible_gpus() -> list[str]:
+    """The GPU ids a worker may be given: CUDA_VISIBLE_DEVICES's entries, else 0..count-1."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed:
+        return [g.strip() for g in listed.split(",") if g.strip()]
+    return [str(i) for i in range(torch.cuda.device_count())]
+
+
+def settings_from(args: argparse.Namespace) -> dict:
+    from agent.cmd_optimize import model_client
+    from agent.config import ConfigError, load_config
+    from agent.workspace import resolve_root
+
+    given = {name: getattr(args, name) for name in SETTING_FLAGS if getattr(args, name, None) is not None}
+    try:
+        config = load_config(given, config_file=args.config)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    close = getattr(model_client(config), "close", None)  # UsageError when no model is configured
+    if close:
+        close()
+    given["workspace"] = str(resolve_root(config.workspace).resolve())  # the same root for every worker
+    return given
+
+
+def run(args: argparse.Namespace) -> int:
+    suite = Path(args.suite)
+    try:
+        problems = discover(suite, args.filter)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    except Exception as exc:  # re.error: a bad --filter
+        raise UsageError(f"--filter: {exc}") from None
+    if not problems:
+        raise UsageError(f"no problem files in {suite}" + (f" matching {args.filter!r}" if args.filter else ""))
+    if args.resume and not args.out:
+        raise UsageError("--resume needs --out DIR: the run directory to continue")
+    settings = settings_from(args)
+    slots = slots_from(args)
+    out = Path(args.out) if args.out else Path("runs") / f"{suite.resolve().name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    meta = _open_run(out, suite, problems, settings, slots, args)
+    log = RunLog(out / RESULTS)
+    log.repair()
+    todo, done = pending(problems, log, resume=args.resume)
+    config_file = str(Path(args.config).resolve()) if args.config else None
+    specs = [make_spec(p, settings=settings, config_file=config_file, resume=args.resume, since=meta["started_at"],
+                       log=out / LOGS / f"{problem_key(p)}.log") for p in todo]
+    write = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    write(f"batch: {len(problems)} problem(s) from {suite}, {done} already done; {len(slots)} worker(s): "
+          f"{', '.join(s.name for s in slots)}; results in {out / RESULTS}")
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    scheduler = LocalScheduler(slots)
+    try:
+        run_batch(specs, scheduler, log, total=len(problems), done=done, write=write)
+    except KeyboardInterrupt:
+        write(f"batch: interrupted; continue with: ratchet batch {suite} --out {out} --resume")
+        return EXIT_INTERRUPTED
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    latest = log.latest()
+    finished = [k for k in (problem_key(p) for p in problems) if latest.get(k, {}).get("status") in FINAL]
+    summary = {"run": str(out), "results": str(out / RESULTS), "total": len(problems), "done": len(finished),
+               "correct": sum(bool(latest[k].get("correct")) for k in finished)}
+    print(json.dumps(summary))
+    if len(finished) < len(problems):
+        write(f"batch: {len(problems) - len(finished)} problem(s) without a final result; "
+              f"continue with: ratchet batch {suite} --out {out} --resume")
+        return EXIT_INCOMPLETE
+    write(f"batch: done; ratchet report {out}")
+    return 0
+
+
+def _interrupt(signum, frame) -> None:  # SIGTERM: stop like Ctrl-C (workers interrupted, run resumable)
+    raise KeyboardInterrupt
+
+
+def _open_run(out: Path, suite: Path, problems: list[Path], settings: dict, slots: list[Slot],
+              args: argparse.Namespace) -> dict:
+    meta_path = out / RUN_META
+    session = {"started_at": round(time.time(), 3), "workers": [s.name for s in slots], "filter": args.filter}
+    if args.resume:
+        try:
+            meta = json.loads(meta_path.read_text())
+        except (OSError, ValueError):
+            raise UsageError(f"--resume: {out} holds no batch run ({RUN_META} missing or unreadable)") from None
+        if Path(meta.get("suite", "")).resolve() != suite.resolve():
+            raise UsageError(f"--resume: {out} is a run of {meta.get('suite')}, not of {suite}")
+        meta["sessions"] = [*meta.get("sessions", []), session]
+        known = list(meta.get("problems", []))
+        meta["problems"] = known + [problem_key(p) for p in problems if problem_key(p) not in known]
+    else:
+        if (out / RESULTS).exists() or meta_path.exists():
+            raise UsageError(f"{out} already holds a batch run: continue it with --resume, or choose another --out")
+        meta = {"batch": 1, "suite": str(suite.resolve()), "problems": [problem_key(p) for p in problems],
+                "settings": settings, "started_at": session["started_at"], "sessions": [session],
+                "device": "cpu" if slots[0].device == "cpu" else "cuda"}
+    (out / LOGS).mkdir(parents=True, exist_ok=True)
+    tmp = meta_path.with_name(f".{RUN_META}.tmp")
+    tmp.write_text(json.dumps(meta, indent=1) + "\n")
+    os.replace(tmp, meta_path)
+    return meta

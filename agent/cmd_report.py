@@ -1,0 +1,40 @@
+"""`ratchet report RUN`: the suite table and headline numbers of a batch run, and its HTML page.
+
+RUN is a batch run directory (`ratchet batch --out DIR`) or its results.jsonl. The table and the
+headline go to stdout (one JSON object with --json); the HTML page (self-contained: inline CSS
+and SVG) goes to RUN/report.html, or --html PATH. Exit codes: 0 done, 2 no such run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from agent.cli import UsageError
+from agent.report import ReportError, json_report, load_run, text_report, write_html
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("report", help="the suite table, headline numbers and HTML page of a batch run",
+                              description=__doc__.split("\n\n")[0])
+    p.add_argument("run", metavar="RUN", help="a batch run directory, or its results.jsonl")
+    p.add_argument("--json", action="store_true", help="print one JSON object (headline, notes, rows) on stdout")
+    p.add_argument("--html", metavar="PATH", help="where to write the HTML page (default RUN/report.html)")
+    p.add_argument("--no-html", action="store_true", help="write no HTML page")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        report = load_run(Path(args.run))
+    except ReportError as exc:
+        raise UsageError(str(exc)) from None
+    if args.json:
+        print(json.dumps(json_report(report)))
+    else:
+        print(text_report(report))
+    if not args.no_html:
+        path = write_html(report, Path(args.html) if args.html else None)
+        print(f"report: {path}", file=sys.stderr)
+    return 0

@@ -1,0 +1,294 @@
+"""The suite report of a batch run: the table, the headline numbers, and one HTML page.
+
+Reads a run directory (`ratchet batch --out DIR`: `results.jsonl`, `run.json`) or a results
+JSONL file. The latest row of each problem counts. The headline numbers, as the field uses them:
+
+- fraction correct: problems with a correct kernel / all problems;
+- fraction faster than eager (torch.compile): problems with a correct, timed kernel whose
+  speedup against eager PyTorch (torch.compile) is above 1.0 / all problems;
+- geometric-mean speedup against torch.compile over all problems, where a failed problem (no
+  correct kernel) and a problem with no torch.compile time count as 1.0x;
+- mean roofline fraction: over the problems with a correct, timed kernel.
+
+Timing needs a GPU: where nothing was timed (a CPU run) every speed figure reads "not measured",
+never a number. The HTML page is self-contained (inline CSS and SVG, no scripts, no external
+assets), rendered from agent/templates/report.html.j2 with autoescaping on.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from agent.batch import RESULTS, RUN_META, RunLog
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+NOT_MEASURED = "not measured"
+FAILURE_NOTE = ("failed problems (no correct kernel) and problems without a torch.compile time count as 1.0x "
+                "in the geometric mean")
+
+
+@dataclass
+class Run:
+    path: Path  # the run directory (or the JSONL file's directory)
+    rows: list[dict[str, Any]]  # the latest row per problem, in suite order
+    meta: dict[str, Any] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)  # problems of the run with no row yet
+
+
+class ReportError(Exception):
+    """The run cannot be read; str() is one line."""
+
+
+def load_run(path: Path | str) -> Run:
+    path = Path(path)
+    results = path / RESULTS if path.is_dir() else path
+    if not results.is_file():
+        raise ReportError(f"{path}: no {RESULTS} (give a batch run directory or its results file)")
+    meta_path = results.parent / RUN_META
+    try:
+        meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    except (OSError, ValueError):
+        meta = {}
+    latest = RunLog(results).latest()
+    order = [k for k in meta.get("problems", []) if k in latest]
+    order += sorted(k for k in latest if k not in order)
+    missing = [k for k in meta.get("problems", []) if k not in latest]
+    return Run(results.parent, [latest[k] for k in order], meta, missing)
+
+
+# --- the numbers --------------------------------------------------------------------------------
+
+
+def timed(row: dict[str, Any]) -> bool:
+    """A correct kernel with a measured time (only then are its speed figures numbers)."""
+    return bool(row.get("correct")) and bool(row.get("timing_measured")) and row.get("speedup_vs_eager") is not None
+
+
+def headline(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    n = len(rows)
+    correct = sum(bool(r.get("correct")) for r in rows)
+    measured = [r for r in rows if timed(r)]
+    out: dict[str, Any] = {
+        "problems": n, "correct": correct, "fraction_correct": correct / n if n else None,
+        "timing_measured": bool(measured), "timed": len(measured),
+        "faster_than_eager": None, "fraction_faster_than_eager": None,
+        "faster_than_compile": None, "fraction_faster_than_compile": None,
+        "geomean_speedup_vs_compile": None, "mean_roofline_fraction": None, "roofline_problems": 0,
+        "failures_count_as": 1.0,
+        "attempts": sum(r.get("attempts") or 0 for r in rows), "tokens": sum(r.get("tokens") or 0 for r in rows),
+        "device_s": round(sum(r.get("device_s") or 0 for r in rows), 3),
+    }
+    if not measured or not n:
+        return out
+    eager = sum(r["speedup_vs_eager"] > 1.0 for r in measured)
+    compiled = sum((r.get("speedup_vs_compile") or 0) > 1.0 for r in measured)
+    logs = [math.log(r["speedup_vs_compile"]) if timed(r) and (r.get("speedup_vs_compile") or 0) > 0 else 0.0
+            for r in rows]
+    fractions = [r["roofline_fraction"] for r in measured if r.get("roofline_fraction") is not None]
+    out.update(faster_than_eager=eager, fraction_faster_than_eager=eager / n, faster_than_compile=compiled,
+               fraction_faster_than_compile=compiled / n, geomean_speedup_vs_compile=math.exp(sum(logs) / n),
+               mean_roofline_fraction=sum(fractions) / len(fractions) if fractions else None,
+               roofline_problems=len(fractions))
+    return out
+
+
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+def speed_cells(row: dict[str, Any]) -> tuple[str, str, str]:
+    """vs eager, vs torch.compile, roofline fraction: numbers, "not measured", or "-" (no kernel)."""
+    if not row.get("correct"):
+        return "-", "-", "-"
+    if not timed(row):
+        return NOT_MEASURED, NOT_MEASURED, NOT_MEASURED
+    compile_cell = _x(row.get("speedup_vs_compile")) if row.get("speedup_vs_compile") is not None else NOT_MEASURED
+    return _x(row["speedup_vs_eager"]), compile_cell, _pct(row.get("roofline_fraction"))
+
+
+def one_problem(row: dict[str, Any]) -> str:
+    """A few words on one problem's outcome (progress lines)."""
+    verdict = row.get("verdict") or row.get("status")
+    if not row.get("correct"):
+        extra = f" ({row['error']})" if row.get("error") and row.get("status") != "finished" else ""
+        return f"{verdict}{extra}, {row.get('attempts') or 0} attempt(s)"
+    eager, compiled, _ = speed_cells(row)
+    figures = f"{eager} vs eager, {compiled} vs torch.compile" if timed(row) else "timing not measured"
+    return f"ok, {figures}, {row.get('attempts') or 0} attempt(s)"
+
+
+def device_label(run: Run) -> str:
+    if run.meta.get("device") == "cpu" or (run.rows and all(r.get("device") == "cpu" for r in run.rows)):
+        return "CPU s"
+    return "GPU s"
+
+
+def table(run: Run) -> str:
+    head = ("problem", "verdict", "vs eager", "vs compile", "roofline", "attempts", "tokens", device_label(run))
+    body = []
+    for r in run.rows:
+        eager, compiled, roof = speed_cells(r)
+        seconds = "-" if r.get("device_s") is None else f"{r['device_s']:.1f}"
+        body.append((r["problem"], str(r.get("verdict")), eager, compiled, roof, str(r.get("attempts") or 0),
+                     str(r.get("tokens") or 0), seconds))
+    widths = [max(len(line[i]) for line in [head, *body]) for i in range(len(head))]
+    fmt = lambda line: "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths)))  # noqa: E731
+    return "\n".join(fmt(line).rstrip() for line in [head, *body])
+
+
+def headline_lines(run: Run) -> list[str]:
+    h = headline(run.rows)
+    n = h["problems"]
+    done = f"{n} problem(s)" + (f" ({len(run.missing)} more of the run not finished: not counted)" if run.missing else "")
+    lines = [done, f"correct:                          {h['correct']}/{n} ({_pct(h['fraction_correct'])})"]
+    if not h["timing_measured"]:
+        lines += [f"faster than eager:                {NOT_MEASURED}",
+                  f"faster than torch.compile:        {NOT_MEASURED}",
+                  f"geomean speedup vs torch.compile: {NOT_MEASURED}",
+                  f"mean roofline fraction:           {NOT_MEASURED}",
+                  "timing: not measured (no kernel was timed: a CPU run, Triton's interpreter checks correctness only)"]
+        return lines
+    lines += [f"faster than eager:                {h['faster_than_eager']}/{n} ({_pct(h['fraction_faster_than_eager'])})",
+              f"faster than torch.compile:        {h['faster_than_compile']}/{n} ({_pct(h['fraction_faster_than_compile'])})",
+              f"geomean speedup vs torch.compile: {_x(h['geomean_speedup_vs_compile'])} over all {n} problems "
+              f"({FAILURE_NOTE})",
+              f"mean roofline fraction:           {_pct(h['mean_roofline_fraction'])} "
+              f"(over {h['roofline_problems']} correct timed kernel(s))"]
+    return lines
+
+
+def text_report(run: Run) -> str:
+    return "\n".join([table(run), "", *headline_lines(run)])
+
+
+def json_report(run: Run) -> dict[str, Any]:
+    h = headline(run.rows)
+    notes = [FAILURE_NOTE]
+    if not h["timing_measured"]:
+        notes.append("timing not measured: every speed figure is null")
+    return {"run": str(run.path), "headline": h, "missing": run.missing, "notes": notes, "problems": run.rows}
+
+
+# --- the HTML page --------------------------------------------------------------------------------
+
+CHART = {"width": 960, "label_w": 250, "right": 130, "row_h": 28, "top": 44, "bottom": 36}
+
+
+def _domain(rows: list[dict[str, Any]]) -> tuple[float, float]:
+    values = [1.0]
+    for r in rows:
+        for v in _marks(r).values():
+            if v:
+                values.append(v)
+    lo = 2.0 ** math.floor(math.log2(min(values) / 1.15))
+    hi = 2.0 ** math.ceil(math.log2(max(values) * 1.15))
+    return min(lo, 0.5), max(hi, 2.0)
+
+
+def _marks(row: dict[str, Any]) -> dict[str, float | None]:
+    """Positions on the chart, all as speedups against eager PyTorch (eager = 1.0): the kernel,
+    torch.compile (eager time / compile time) and the roofline (eager time / the floor)."""
+    if not timed(row):
+        return {"kernel": None, "compile": None, "roofline": None}
+    sve, svc = row["speedup_vs_eager"], row.get("speedup_vs_compile")
+    compile_mark = sve / svc if svc else None
+    if compile_mark is None and row.get("eager_ms") and row.get("compile_ms"):
+        compile_mark = row["eager_ms"] / row["compile_ms"]
+    roofline = None
+    if row.get("eager_ms") and row.get("floor_ms"):
+        roofline = row["eager_ms"] / row["floor_ms"]
+    elif row.get("roofline_fraction") and row.get("candidate_ms") and row.get("eager_ms"):
+        roofline = row["eager_ms"] / (row["candidate_ms"] * row["roofline_fraction"])
+    elif row.get("roofline_fraction"):
+        roofline = sve / row["roofline_fraction"]  # floor = kernel time * fraction
+    return {"kernel": sve, "compile": compile_mark, "roofline": roofline}
+
+
+def chart(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    c = dict(CHART)
+    lo, hi = _domain(rows)
+    x0, x1 = c["label_w"], c["width"] - c["right"]
+
+    def x(v: float) -> float:
+        v = min(max(v, lo), hi)
+        return round(x0 + (math.log(v) - math.log(lo)) / (math.log(hi) - math.log(lo)) * (x1 - x0), 1)
+
+    out_rows = []
+    for i, r in enumerate(rows):
+        y = c["top"] + i * c["row_h"]
+        m = _marks(r)
+        item: dict[str, Any] = {"name": r["problem"], "y": y, "mid": y + c["row_h"] / 2, "verdict": r.get("verdict"),
+                                "correct": bool(r.get("correct")), "timed": timed(r)}
+        if m["kernel"] is not None:
+            a, b = sorted((x(1.0), x(m["kernel"])))
+            svc = r.get("speedup_vs_compile")
+            item["bar"] = {"x": a, "w": max(b - a, 1.5), "y": y + 6, "h": c["row_h"] - 12,
+                           "cls": "win" if (svc or 0) > 1.0 else ("gain" if m["kernel"] > 1.0 else "loss"),
+                           "title": f"{r['problem']}: {_x(m['kernel'])} vs eager, {_x(svc)} vs torch.compile",
+                           "label": f"{_x(m['kernel'])} / {_x(svc)}"}
+        for key in ("compile", "roofline"):
+            if m[key] is not None:
+                item[key] = {"x": x(m[key]), "title": f"{key if key == 'roofline' else 'torch.compile'}: "
+                                                      f"{_x(m[key])} vs eager"}
+        if not item["correct"]:
+            item["note"] = f"no correct kernel ({r.get('verdict')})"
+        elif not item["timed"]:
+            item["note"] = "correct; timing not measured"
+        out_rows.append(item)
+    ticks = []
+    v = lo
+    while v <= hi * 1.0001:
+        ticks.append({"x": x(v), "label": f"{v:g}x"})
+        v *= 2
+    height = c["top"] + len(rows) * c["row_h"] + c["bottom"]
+    return {**c, "height": height, "rows": out_rows, "ticks": ticks, "eager_x": x(1.0), "x0": x0, "x1": x1,
+            "axis_y": c["top"] + len(rows) * c["row_h"]}
+
+
+def render_html(run: Run) -> str:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    h = headline(run.rows)
+    table_rows = []
+    for r in run.rows:
+        eager, compiled, roof = speed_cells(r)
+        table_rows.append({"name": r["problem"], "verdict": r.get("verdict"), "correct": bool(r.get("correct")),
+                           "eager": eager, "compile": compiled, "roofline": roof, "attempts": r.get("attempts") or 0,
+                           "tokens": r.get("tokens") or 0,
+                           "seconds": "-" if r.get("device_s") is None else f"{r['device_s']:.1f}"})
+    tiles = [("correct", _pct(h["fraction_correct"]), f"{h['correct']} of {h['problems']}")]
+    if h["timing_measured"]:
+        tiles += [("faster than eager", _pct(h["fraction_faster_than_eager"]), f"{h['faster_than_eager']} of {h['problems']}"),
+                  ("faster than torch.compile", _pct(h["fraction_faster_than_compile"]),
+                   f"{h['faster_than_compile']} of {h['problems']}"),
+                  ("geomean vs torch.compile", _x(h["geomean_speedup_vs_compile"]), "failures count as 1.0x"),
+                  ("mean roofline fraction", _pct(h["mean_roofline_fraction"]),
+                   f"over {h['roofline_problems']} timed kernel(s)")]
+    else:
+        tiles += [(name, NOT_MEASURED, "no GPU timing in this run") for name in
+                  ("faster than eager", "faster than torch.compile", "geomean vs torch.compile", "mean roofline fraction")]
+    settings = run.meta.get("settings") or {}
+    return env.get_template("report.html.j2").render(
+        title=f"ratchet batch report: {Path(run.meta.get('suite') or run.path).name}",
+        run_path=str(run.path), suite=run.meta.get("suite") or "", model=settings.get("model") or "",
+        generated=time.strftime("%Y-%m-%d %H:%M:%S"), tiles=tiles, headline=h, chart=chart(run.rows),
+        rows=table_rows, missing=run.missing, failure_note=FAILURE_NOTE, seconds_label=device_label(run),
+        not_measured=NOT_MEASURED)
+
+
+def write_html(run: Run, path: Path | None = None) -> Path:
+    path = Path(path) if path else run.path / "report.html"
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(render_html(run))
+    tmp.replace(path)
+    return path

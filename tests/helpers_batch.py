@@ -1,0 +1,49 @@
+"""Shared pieces of the batch tests and benchmarks/batch_scale.py: a loopback model server that
+keeps one script per problem, so problems running at the same time in different workers each
+get their own replies (tests/loopback.py's server replays one script in arrival order)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from loopback import Loopback, Request, Step
+
+SUITE = Path(__file__).resolve().parents[1] / "suite"
+SUITE_CANDIDATES = Path(__file__).resolve().parent / "suite_candidates"
+
+
+def candidate(name: str) -> str:
+    return (SUITE_CANDIDATES / f"{name}.py").read_text()
+
+
+class SuiteLoopback(Loopback):
+    """Routes each request by the problem file its task message names (`from NAME.py`)."""
+
+    def __init__(self, scripts: dict[str, list[Step]], **kwargs):
+        super().__init__([], **kwargs)
+        self.scripts = {name: list(steps) for name, steps in scripts.items()}
+        self.positions = dict.fromkeys(scripts, 0)
+        self.by_problem: dict[str, list[Request]] = {name: [] for name in scripts}
+
+    def problem_of(self, request: Request) -> str | None:
+        for message in request.messages:
+            content = message.get("content")
+            if message.get("role") == "user" and isinstance(content, str):
+                found = re.search(r"from `([^`]+)\.py`", content)
+                if found:
+                    return found.group(1)
+        return None
+
+    def _next_step(self, request: Request) -> tuple[int, Step | None]:
+        with self._lock:
+            self.requests.append(request)
+            number = len(self.requests)
+            name = self.problem_of(request)
+            if name not in self.scripts:
+                return number, None
+            self.by_problem[name].append(request)
+            position = self.positions[name]
+            if position >= len(self.scripts[name]):
+                return number, None
+            self.positions[name] = position + 1
+            return number, self.scripts[name][position]

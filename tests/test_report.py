@@ -1,0 +1,172 @@
+"""`ratchet report`: the suite figures checked against values worked out by hand from synthetic
+rows, the "not measured" wording of CPU runs, and the HTML page with its chart."""
+from __future__ import annotations
+
+import json
+import math
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from agent.batch import RunLog
+from agent.cli import main
+from agent.report import headline, load_run, render_html
+
+
+def row(name: str, *, correct: bool = True, measured: bool = True, eager: float | None = None,
+        compile: float | None = None, roofline: float | None = None, verdict: str | None = None, **extra) -> dict:
+    data = {"schema": 1, "problem": name, "status": "finished", "verdict": verdict or ("ok" if correct else "incorrect"),
+            "correct": correct, "timing_measured": measured and correct, "speedup_vs_eager": eager,
+            "speedup_vs_compile": compile, "roofline_fraction": roofline, "attempts": 4, "tokens": 1000,
+            "device_s": 60.0, "device": "cuda:0", "eager_ms": None, "compile_ms": None, "floor_ms": None,
+            "candidate_ms": None}
+    data.update(extra)
+    return data
+
+
+# eager 1.0 ms for every problem, so candidate = 1/eager-speedup ms; the floor is candidate * fraction
+GPU_ROWS = [
+    row("1_fast", eager=2.0, compile=1.5, roofline=0.5, eager_ms=1.0, compile_ms=0.75, candidate_ms=0.5, floor_ms=0.25),
+    row("2_slow", eager=0.8, compile=0.5, roofline=0.2, eager_ms=1.0, compile_ms=0.625, candidate_ms=1.25, floor_ms=0.25),
+    row("3_wrong", correct=False, attempts=20),
+    row("4_faster", eager=4.0, compile=2.0, roofline=0.6, eager_ms=1.0, compile_ms=0.5, candidate_ms=0.25, floor_ms=0.15),
+    row("5_crashed", correct=False, verdict="crashed", status="crashed"),
+]
+
+
+def write_run(tmp_path: Path, rows: list[dict], problems: list[str] | None = None, device: str = "cuda") -> Path:
+    run = tmp_path / "run"
+    run.mkdir()
+    log = RunLog(run / "results.jsonl")
+    for r in rows:
+        log.append(r)
+    meta = {"batch": 1, "suite": "/x/suite", "problems": problems or [r["problem"] for r in rows],
+            "settings": {"model": "m"}, "device": device}
+    (run / "run.json").write_text(json.dumps(meta))
+    return run
+
+
+def test_headline_figures_by_hand(tmp_path, capsys):
+    run = write_run(tmp_path, GPU_ROWS)
+    h = headline(load_run(run).rows)
+    assert h["problems"] == 5 and h["correct"] == 3 and h["fraction_correct"] == pytest.approx(0.6)
+    assert h["faster_than_eager"] == 2 and h["fraction_faster_than_eager"] == pytest.approx(0.4)  # 1_fast, 4_faster
+    assert h["faster_than_compile"] == 2 and h["fraction_faster_than_compile"] == pytest.approx(0.4)
+    # geometric mean over all five: the two failures count as 1.0x
+    assert h["geomean_speedup_vs_compile"] == pytest.approx((1.5 * 0.5 * 1.0 * 2.0 * 1.0) ** (1 / 5))
+    assert h["geomean_speedup_vs_compile"] == pytest.approx(1.5 ** 0.2)
+    assert h["mean_roofline_fraction"] == pytest.approx((0.5 + 0.2 + 0.6) / 3)
+    assert h["tokens"] == 5000 and h["attempts"] == 4 * 4 + 20
+
+    assert main(["report", str(run)]) == 0
+    text = capsys.readouterr().out
+    assert "geomean speedup vs torch.compile: 1.08x over all 5 problems" in text
+    assert "count as 1.0x" in text
+    assert "correct:                          3/5 (60.0%)" in text
+    assert "faster than torch.compile:        2/5 (40.0%)" in text
+    assert "mean roofline fraction:           43.3%" in text
+    table = {line.split()[0]: line.split() for line in text.splitlines()[1:6]}
+    assert table["1_fast"][1:5] == ["ok", "2.00x", "1.50x", "50.0%"]
+    assert table["3_wrong"][1:6] == ["incorrect", "-", "-", "-", "20"]
+    assert table["4_faster"][-1] == "60.0"
+
+    assert main(["report", str(run), "--json", "--no-html"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["headline"]["geomean_speedup_vs_compile"] == pytest.approx(1.5 ** 0.2)
+    assert data["headline"]["failures_count_as"] == 1.0 and any("1.0x" in n for n in data["notes"])
+    assert [p["problem"] for p in data["problems"]] == [r["problem"] for r in GPU_ROWS]
+
+
+def test_latest_row_wins_and_unfinished_problems_are_named(tmp_path):
+    rows = [row("1_a", correct=False, status="model_error"), row("1_a", eager=3.0, compile=3.0, roofline=0.9)]
+    run = load_run(write_run(tmp_path, rows, problems=["1_a", "2_never"]))
+    assert [r["problem"] for r in run.rows] == ["1_a"] and run.missing == ["2_never"]
+    h = headline(run.rows)
+    assert h["correct"] == 1 and h["geomean_speedup_vs_compile"] == pytest.approx(3.0)
+
+
+def test_cpu_run_says_not_measured(tmp_path, capsys):
+    rows = [row("1_a", measured=False, device="cpu"), row("2_b", correct=False, device="cpu")]
+    run = write_run(tmp_path, rows, device="cpu")
+    h = headline(load_run(run).rows)
+    assert h["timing_measured"] is False and h["geomean_speedup_vs_compile"] is None
+    assert h["fraction_faster_than_eager"] is None and h["mean_roofline_fraction"] is None
+    assert main(["report", str(run)]) == 0
+    text = capsys.readouterr().out
+    assert "geomean speedup vs torch.compile: not measured" in text and "faster than eager:                not measured" in text
+    assert re.search(r"1_a\s+ok\s+not measured\s+not measured\s+not measured", text)
+    assert not re.search(r"\d\.\d\dx", text)  # no speedup invented anywhere
+    html = (run / "report.html").read_text()
+    assert "not measured" in html and not re.search(r"\d\.\d\dx", html)
+    assert "CPU s" in text
+
+
+class SvgCollector(HTMLParser):
+    """The chart's per-problem groups and what each holds (tag, class)."""
+
+    def __init__(self):
+        super().__init__()
+        self.groups: dict[str, list[tuple[str, str]]] = {}
+        self.current: str | None = None
+        self.depth = 0
+        self.tags: list[str] = []
+        self.external: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        self.tags.append(tag)
+        for key in ("src", "href"):
+            if a.get(key):
+                self.external.append(a[key])
+        if tag == "g" and "problem" in (a.get("class") or "").split():
+            self.current, self.depth = a["data-problem"], 0
+            self.groups[self.current] = []
+        elif self.current is not None:
+            if tag == "g":
+                self.depth += 1
+            self.groups[self.current].append((tag, a.get("class") or ""))
+
+    def handle_endtag(self, tag):
+        if tag == "g" and self.current is not None:
+            if self.depth == 0:
+                self.current = None
+            else:
+                self.depth -= 1
+
+
+def test_html_page_has_a_chart_row_per_problem(tmp_path):
+    rows = [*GPU_ROWS, row("6_<b>&amp", eager=1.2, compile=0.9, roofline=0.1, eager_ms=2.0, floor_ms=0.2)]
+    assert main(["report", str(write_run(tmp_path, rows)), "--no-html"]) == 0
+    html = render_html(load_run(tmp_path / "run"))
+    parser = SvgCollector()
+    parser.feed(html)
+    assert set(parser.groups) == {r["problem"] for r in rows}
+    assert html.count("<svg") == 1 and "<script" not in html and not parser.external and "<style>" in html
+    assert "6_&lt;b&gt;&amp;amp" in html  # autoescaped
+    for r in rows:
+        items = parser.groups[r["problem"]]
+        classes = [(tag, cls.split()[0] if cls else "") for tag, cls in items]
+        if r["correct"]:
+            assert ("rect", "bar") in classes and ("line", "compile") in classes and ("line", "roofline") in classes, r
+        else:
+            assert ("rect", "bar") not in classes and ("text", "note") in classes, r
+    # geometry: the bar of 4_faster reaches x(4.0), its compile tick sits at x(2.0), its roofline at x(1/0.15)
+    bar = re.search(r'data-problem="4_faster">.*?<rect class="bar win" x="([\d.]+)" y="[\d.]+" width="([\d.]+)"', html, re.S)
+    compile_x = float(re.search(r'data-problem="4_faster">.*?<line class="compile" x1="([\d.]+)"', html, re.S).group(1))
+    roof_x = float(re.search(r'data-problem="4_faster">.*?<line class="roofline" x1="([\d.]+)"', html, re.S).group(1))
+    eager_x = float(re.search(r'<line class="eager" x1="([\d.]+)"', html).group(1))
+    start, width = float(bar.group(1)), float(bar.group(2))
+    assert start == pytest.approx(eager_x)
+    unit = width / math.log(4.0)  # pixels per e-fold of speedup (log scale)
+    assert compile_x - eager_x == pytest.approx(unit * math.log(2.0), abs=0.2)
+    assert roof_x - eager_x == pytest.approx(unit * math.log(1 / 0.15), abs=0.2)
+    # the slower-than-eager kernel's bar runs left of the eager line, drawn as a loss
+    assert re.search(r'data-problem="2_slow">.*?<rect class="bar loss"', html, re.S)
+    assert "geomean vs torch.compile" in html and f"{(1.5 * 0.5 * 2.0 * 0.9) ** (1 / 6):.2f}x" == "1.05x" in html
+
+
+def test_report_of_no_run_is_a_usage_error(tmp_path, capsys):
+    assert main(["report", str(tmp_path)]) == 2
+    assert "no results.jsonl" in capsys.readouterr().err
