@@ -4,7 +4,6 @@ they print, and a request/reply channel on two pipes with a deadline on every re
 """
 from __future__ import annotations
 
-import json
 import os
 import resource
 import secrets
@@ -202,7 +201,7 @@ def rss_bytes(pid: int) -> int:
 
 
 def worker_env(device: str, extra: dict[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "RATCHET_"))}
+    env = {k: v for k, v in os.environ.items() if not _secret(k)}
     env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
@@ -213,5 +212,7 @@ def worker_env(device: str, extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def dumps(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, default=str)
+def _secret(name: str) -> bool:
+    """Credentials stay out of workers (a candidate could print them into its message)."""
+    upper = name.upper()
+    return upper.startswith("OPENAI_") or any(w in upper for w in ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL"))
