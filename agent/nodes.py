@@ -30,9 +30,8 @@ from langgraph.runtime import Runtime
 
 from agent.config import AgentConfig, public
 from agent.model import ModelClient
-from agent.render import render
 from agent.state import AgentState, AttemptSummary
-from agent.turns import ask_model, feedback_message, first_line
+from agent.turns import ask_model, feedback_message, first_line, system_text, task_text
 from agent.workspace import ProblemRepo
 from agent.workspace_attempt import Attempt, beats
 from tools.record import Verdict
@@ -217,18 +216,14 @@ def empty_baseline() -> dict[str, Any]:
 
 
 def system_prompt(state: AgentState, ctx: AgentContext) -> str:
-    problem = ctx.evaluator.problem
-    return render("system", language=state["language"], gpu=ctx.gpu, entry=state["entry"],
-                  single_op=getattr(problem, "single_op", None), auxiliary=ctx.config.auxiliary_tools)
+    return system_text(ctx.evaluator.problem, language=state["language"], gpu=ctx.gpu, entry=state["entry"],
+                       auxiliary=ctx.config.auxiliary_tools)
 
 
 def task_prompt(state: AgentState, ctx: AgentContext) -> str:
-    problem = ctx.evaluator.problem
     baseline = {**empty_baseline(), **(state.get("baseline") or {})}
-    return render("task", entry=state["entry"], problem_name=Path(state["problem"]).name,
-                  reference_source=problem.source.rstrip(), inputs=list(problem.inputs or []),
-                  init_args=list(getattr(problem, "init_args", None) or []), ops=list(getattr(problem, "ops", None) or []),
-                  baseline=baseline, language=state["language"], max_attempts=ctx.config.max_attempts)
+    return task_text(ctx.evaluator.problem, entry=state["entry"], problem_name=Path(state["problem"]).name,
+                     language=state["language"], baseline=baseline, max_attempts=ctx.config.max_attempts)
 
 
 def progress_line(state: AgentState, config: AgentConfig) -> str:

@@ -1,0 +1,77 @@
+"""`ratchet export WORKSPACES... --format sft|rl --out FILE.jsonl`: attempts as training data.
+
+WORKSPACES are workspace roots (every problem repository under them) or single problem
+repositories. SFT rows are saved trajectories (chat messages with tool calls, plus `tools`);
+RL rows are prompts with the problem's path, source and metadata (see agent/export.py). Rows
+go to FILE (JSON lines; stdout without --out, or with --out -); a summary (rows written,
+duplicates, filtered, skipped) goes to stdout as one JSON object when writing a file, else to
+stderr. Exit codes: 0 done (even with no rows), 2 usage error (no such workspace, bad flag).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from agent.cli import UsageError
+from agent.export import ExportError, ExportStats, rl_rows, sft_rows, write_jsonl
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("export", help="export attempts as SFT or RL training data (JSON lines)",
+                              description=__doc__.split("\n\n")[0])
+    p.add_argument("workspaces", nargs="+", metavar="WORKSPACES",
+                   help="workspace roots, or problem repositories (directories holding ratchet.json)")
+    p.add_argument("--format", choices=("sft", "rl"), default="sft", help="sft: trajectories; rl: prompts (default sft)")
+    p.add_argument("--out", metavar="FILE.jsonl", default="-", help="output file (default: stdout)")
+    sft = p.add_argument_group("sft rows")
+    sft.add_argument("--correct", action="store_true", help="only rows whose outcome is correct (verdict ok)")
+    sft.add_argument("--min-speedup", type=float, metavar="X",
+                     help="only rows timed at least X times faster than the baseline (untimed rows never pass)")
+    sft.add_argument("--baseline", choices=("eager", "compile"), default="eager",
+                     help="the speedup --min-speedup reads (default eager)")
+    sft.add_argument("--unit", choices=("attempt", "run"), default="attempt",
+                     help="attempt: one row per submitted source, the conversation up to it (default); run: one row per run")
+    sft.add_argument("--reasoning", action="store_true", help="keep the model's reasoning text (reasoning_content)")
+    rl = p.add_argument_group("rl rows")
+    rl.add_argument("--device", default="cpu", help="where the reference worker describes each problem (default cpu)")
+    rl.add_argument("--gpu", metavar="NAME", help="the target GPU named in the system prompt (default: the run's, else generic)")
+    rl.add_argument("--language", choices=("triton", "cuda"), help="kernel language of the prompt (default: the run's, else triton)")
+    rl.add_argument("--max-attempts", type=int, metavar="N", help="attempts announced in the task message (default 20)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    stats = ExportStats()
+    if args.format == "rl" and (args.correct or args.min_speedup is not None):
+        raise UsageError("--correct and --min-speedup filter SFT rows; RL rows are one prompt per problem")
+    if args.min_speedup is not None and args.min_speedup <= 0:
+        raise UsageError("--min-speedup must be positive")
+    log = lambda line: print(f"ratchet export: {line}", file=sys.stderr)  # noqa: E731
+    try:
+        if args.format == "sft":
+            rows = sft_rows(args.workspaces, correct=args.correct, min_speedup=args.min_speedup, baseline=args.baseline,
+                            unit=args.unit, reasoning=args.reasoning, stats=stats)
+        else:
+            rows = rl_rows(args.workspaces, device=args.device, gpu=args.gpu, language=args.language,
+                           max_attempts=args.max_attempts, stats=stats, log=log)
+        if args.out == "-":
+            write_jsonl(rows, sys.stdout)
+            print(json.dumps({**stats.to_dict(), "out": "-"}), file=sys.stderr)
+            return 0
+        out = Path(args.out)
+        tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+        try:
+            with open(tmp, "w") as f:
+                write_jsonl(rows, f)
+            os.replace(tmp, out)
+        finally:
+            tmp.unlink(missing_ok=True)
+    except ExportError as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"cannot write {args.out}: {exc.strerror or exc}") from None
+    print(json.dumps({**stats.to_dict(), "out": str(args.out)}))
+    return 0

@@ -1,0 +1,329 @@
+"""Attempts as training data: rows for supervised fine-tuning (SFT) and for RL, from workspaces.
+
+Where the data is: every problem's git repository (agent.workspace) holds each attempt as a
+commit (candidate.py, result.json, trailers), and the agent commits `trajectory.json` (the whole
+conversation of a run, `agent.nodes.trajectory_text`) with every attempt and after every model
+turn. Past runs' trajectories live on in the history, so the latest saved version of each run
+(by `run_id`) is read from `git log main -- trajectory.json`.
+
+SFT rows (`sft_rows`), one JSON object per line:
+
+    {"messages": [...], "tools": [...], "metadata": {...}}
+
+`messages` are the conversation in the OpenAI chat format (system, user, assistant with
+`tool_calls`, tool results), ratchet's own bookkeeping keys (`_kind`, `_usage`...) removed;
+`tools` are the function schemas the model was offered. With `unit="attempt"` (the default) a
+row is the conversation up to and including the assistant turn that submitted one attempt, and
+its metadata is that attempt's outcome (verdict, speedups, timing measured or not, attempt
+number and commit); rows are deduplicated by problem and source hash (the first time a source
+was submitted wins). With `unit="run"` a row is a run's whole conversation, its outcome the
+run's best, deduplicated by problem and the run's sequence of submitted sources. Filters:
+`correct` keeps outcomes whose verdict is ok; `min_speedup` keeps outcomes timed at least that
+much faster than the baseline (eager or torch.compile); an untimed outcome never passes it.
+
+RL rows (`rl_rows`), one per distinct problem (by problem hash):
+
+    {"prompt": [system, user], "tools": [...], "problem": PATH, "entry": "Model", "metadata": {...}}
+
+`prompt` is what `tools.rl_env.KernelEnv.reset` gives (the agent's own system and task
+messages); `problem` and `entry` are the columns `tools.reward.KernelReward` reads; metadata
+holds the problem hash, the reference's sha256 and source, its input shapes and dtypes, ops,
+sizes, and the workspace's best so far. The problem is described by the evaluator's reference
+worker (problem code never runs in this process). PATH is the original problem file when it
+still holds the same reference, else the workspace's verbatim copy (`reference.py`).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import git
+
+from agent.turns import first_line, system_text, task_text
+from agent.workspace import MARKER, REFERENCE, TRAJECTORY, ProblemRepo, Workspace
+from agent.workspace_attempt import Attempt
+from tools.toolcalls import SUBMIT_KERNEL, Submission, parse_call, tool_schemas
+
+MESSAGE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
+DEFAULT_GPU = "an NVIDIA GPU"  # the agent's name for a CUDA device it cannot name
+
+
+class ExportError(Exception):
+    """A path that is neither a workspace root nor a problem's workspace; str() is one line."""
+
+
+@dataclass
+class ExportStats:
+    rows: int = 0
+    duplicates: int = 0
+    filtered: int = 0
+    skipped: list[str] = field(default_factory=list)  # "problem: why", for problems that could not be used
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rows": self.rows, "duplicates": self.duplicates, "filtered": self.filtered, "skipped": self.skipped}
+
+
+# --- finding the data ----------------------------------------------------------------------------
+
+
+def find_repos(paths: Iterable[str | Path]) -> list[Path]:
+    """Problem repositories: each path is one (it holds ratchet.json) or a workspace root."""
+    found: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if not path.is_dir():
+            raise ExportError(f"{path}: no such directory")
+        if _is_problem_repo(path):
+            found.append(path.resolve())
+            continue
+        names = Workspace(path).problems()
+        if not names and not (path / ".git").exists():
+            raise ExportError(f"{path}: neither a workspace root nor a problem's workspace (no {MARKER} found)")
+        found.extend((path / name).resolve() for name in names)
+    return list(dict.fromkeys(found))
+
+
+def _is_problem_repo(path: Path) -> bool:
+    return (path / ".git").exists() and (path / MARKER).is_file()
+
+
+def marker(repo: Path) -> dict[str, Any]:
+    try:
+        return json.loads((repo / MARKER).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def saved_trajectories(repo: Path) -> list[dict[str, Any]]:
+    """The latest saved trajectory of each run in a problem's repository, oldest run first."""
+    latest: dict[str, dict[str, Any]] = {}
+    first_seen: dict[str, int] = {}
+    handle = git.Repo(repo)
+    try:
+        for commit in handle.iter_commits("main", paths=TRAJECTORY):  # newest first
+            try:
+                data = json.loads((commit.tree / TRAJECTORY).data_stream.read())
+            except (KeyError, ValueError):
+                continue
+            run_id = str(data.get("run_id") or commit.hexsha)
+            latest.setdefault(run_id, data)
+            first_seen[run_id] = commit.committed_date
+    finally:
+        handle.close()
+    return [latest[r] for r in sorted(latest, key=lambda r: first_seen[r])]
+
+
+def clean_message(message: dict[str, Any], *, reasoning: bool = False) -> dict[str, Any]:
+    """A message in the OpenAI chat format: ratchet's `_` keys dropped, tool calls normalized."""
+    out = {k: message[k] for k in MESSAGE_KEYS if k in message and not k.startswith("_")}
+    if out.get("tool_calls"):
+        out["tool_calls"] = [{"id": c.get("id"), "type": "function",
+                              "function": {"name": c["function"]["name"], "arguments": c["function"].get("arguments") or ""}}
+                             for c in out["tool_calls"]]
+    if out.get("content") is None and out.get("role") != "assistant":
+        out["content"] = ""
+    if reasoning and message.get("reasoning_content"):
+        out["reasoning_content"] = message["reasoning_content"]
+    return out
+
+
+def submitted(message: dict[str, Any], auxiliary: bool = True) -> Submission | None:
+    """The submission an assistant turn made: its first submit_kernel call, if well formed."""
+    for call in message.get("tool_calls") or []:
+        fn = call.get("function") or {}
+        if fn.get("name") == SUBMIT_KERNEL:
+            parsed = parse_call(SUBMIT_KERNEL, fn.get("arguments"), auxiliary=auxiliary)
+            return parsed if isinstance(parsed, Submission) else None
+    return None
+
+
+# --- SFT -------------------------------------------------------------------------------------------
+
+
+def outcome(attempt: Attempt, record: dict[str, Any]) -> dict[str, Any]:
+    timing = record.get("candidate_time") or {}
+    return {"attempt": attempt.number, "commit": attempt.sha, "verdict": record["verdict"],
+            "correct": record["verdict"] == "ok", "source_hash": attempt.source_sha256,
+            "speedup_vs_eager": record.get("speedup_vs_eager"), "speedup_vs_compile": record.get("speedup_vs_compile"),
+            "median_ms": timing.get("median_ms"), "timing_measured": bool(timing.get("measured")),
+            "message": first_line(record.get("message"))}
+
+
+def passes(out: dict[str, Any] | None, *, correct: bool, min_speedup: float | None, baseline: str) -> bool:
+    if out is None:
+        return not correct and min_speedup is None
+    if correct and not out["correct"]:
+        return False
+    if min_speedup is not None:
+        speedup = out.get("speedup_vs_eager" if baseline == "eager" else "speedup_vs_compile")
+        return bool(out["correct"] and out["timing_measured"] and speedup is not None and speedup >= min_speedup)
+    return True
+
+
+def sft_rows(paths: Iterable[str | Path], *, correct: bool = False, min_speedup: float | None = None,
+             baseline: str = "eager", unit: str = "attempt", reasoning: bool = False,
+             stats: ExportStats | None = None) -> Iterator[dict[str, Any]]:
+    """SFT rows from the workspaces (see the module docstring)."""
+    if unit not in ("attempt", "run"):
+        raise ValueError(f"unit must be 'attempt' or 'run', not {unit!r}")
+    stats = stats if stats is not None else ExportStats()
+    seen: set[tuple[str, str]] = set()
+    for path in find_repos(paths):
+        with ProblemRepo(path, read_only=True) as repo:
+            attempts = repo.attempts()
+            records: dict[int, dict[str, Any]] = {}
+
+            def record_of(a: Attempt) -> dict[str, Any]:
+                if a.number not in records:
+                    records[a.number] = repo.record(a)
+                return records[a.number]
+
+            for traj in saved_trajectories(path):
+                rows = _sft_from_trajectory(path, traj, attempts, record_of, unit=unit, reasoning=reasoning)
+                for key, row in rows:
+                    if key in seen:
+                        stats.duplicates += 1
+                        continue
+                    seen.add(key)
+                    out = row["metadata"]["outcome"]
+                    if not passes(out, correct=correct, min_speedup=min_speedup, baseline=baseline):
+                        stats.filtered += 1
+                        continue
+                    stats.rows += 1
+                    yield row
+
+
+def _sft_from_trajectory(path: Path, traj: dict[str, Any], attempts: list[Attempt],
+                         record_of: Callable[[Attempt], dict[str, Any]], *, unit: str,
+                         reasoning: bool) -> Iterator[tuple[tuple[str, str], dict[str, Any]]]:
+    run_id = traj.get("run_id") or ""
+    config = traj.get("config") or {}
+    auxiliary = bool(config.get("auxiliary_tools", True))
+    messages = traj.get("messages") or []
+    problem_hash = traj.get("problem_hash") or ""
+    by_hash: dict[str, Attempt] = {}
+    for a in attempts:
+        if a.run_id == run_id:
+            by_hash.setdefault(a.source_sha256, a)
+    base = {"problem": traj.get("problem"), "problem_hash": problem_hash, "workspace": str(path), "run_id": run_id,
+            "model": traj.get("model"), "language": traj.get("language")}
+    tools = tool_schemas(auxiliary)
+    cleaned = [clean_message(m, reasoning=reasoning) for m in messages]
+    if unit == "attempt":
+        for i, message in enumerate(messages):
+            if message.get("role") != "assistant":
+                continue
+            sub = submitted(message, auxiliary)
+            attempt = by_hash.get(sub.source_hash) if sub else None
+            if attempt is None:
+                continue  # a malformed submission, or one never committed
+            row = {"messages": cleaned[: i + 1], "tools": tools,
+                   "metadata": {**base, "unit": "attempt", "outcome": outcome(attempt, record_of(attempt))}}
+            yield (problem_hash, sub.source_hash), row
+        return
+    hashes = [s.source_hash for s in (submitted(m, auxiliary) for m in messages if m.get("role") == "assistant") if s]
+    runs = [by_hash[h] for h in dict.fromkeys(hashes) if h in by_hash]
+    best = _best_of(runs, record_of)
+    row = {"messages": cleaned, "tools": tools,
+           "metadata": {**base, "unit": "run", "stop_reason": traj.get("stop_reason"),
+                        "attempts": [outcome(a, record_of(a)) for a in runs],
+                        "outcome": outcome(best, record_of(best)) if best else None}}
+    yield (problem_hash, hashlib.sha256("\n".join(hashes).encode()).hexdigest()), row
+
+
+def _best_of(attempts: list[Attempt], record_of: Callable[[Attempt], dict[str, Any]]) -> Attempt | None:
+    """The run's best: correct, then the fastest measured median (the first correct if none is timed)."""
+    correct = [a for a in attempts if record_of(a)["verdict"] == "ok"]
+    timed = [a for a in correct if a.timing_measured and a.median_ms is not None]
+    if timed:
+        return min(timed, key=lambda a: a.median_ms)
+    return correct[0] if correct else (attempts[-1] if attempts else None)
+
+
+# --- RL --------------------------------------------------------------------------------------------
+
+
+def rl_rows(paths: Iterable[str | Path], *, device: str | None = "cpu", gpu: str | None = None,
+            language: str | None = None, max_attempts: int | None = None, auxiliary: bool | None = None,
+            stats: ExportStats | None = None, log: Callable[[str], None] | None = None) -> Iterator[dict[str, Any]]:
+    """RL prompt rows, one per distinct problem (see the module docstring)."""
+    from tools import EvalOptions, Evaluator, ProblemError
+    from tools.problem import read_problem
+    from tools.rl_env import EnvConfig, static_baseline
+
+    stats = stats if stats is not None else ExportStats()
+    seen: set[str] = set()
+    defaults = EnvConfig()
+    for path in find_repos(paths):
+        info = marker(path)
+        trajectories = saved_trajectories(path)
+        config = (trajectories[-1].get("config") or {}) if trajectories else {}
+        entry = config.get("entry") or "Model"
+        problem_file = _problem_file(path, info)
+        try:
+            problem_hash = read_problem(problem_file, entry).hash
+        except ProblemError as exc:
+            stats.skipped.append(f"{path.name}: {exc}")
+            continue
+        if problem_hash in seen:
+            stats.duplicates += 1
+            continue
+        seen.add(problem_hash)
+        try:
+            with Evaluator(problem_file, EvalOptions(device=device, trials=1, timing=False, spares=1, warm=False),
+                           entry=entry) as ev:
+                problem = ev.problem
+        except ProblemError as exc:
+            stats.skipped.append(f"{path.name}: {exc}")
+            if log:
+                log(f"skipped {path.name}: {exc}")
+            continue
+        aux = config.get("auxiliary_tools", defaults.auxiliary_tools) if auxiliary is None else auxiliary
+        lang = language or config.get("language") or defaults.language
+        name = Path(info.get("problem") or problem_file).name
+        prompt = [
+            {"role": "system", "content": system_text(problem, language=lang, gpu=gpu or config.get("gpu") or DEFAULT_GPU,
+                                                      entry=entry, auxiliary=aux)},
+            {"role": "user", "content": task_text(problem, entry=entry, problem_name=name, language=lang,
+                                                  baseline=static_baseline(problem),
+                                                  max_attempts=max_attempts or defaults.max_attempts)},
+        ]
+        with ProblemRepo(path, read_only=True) as repo:
+            attempts = repo.attempts()
+            best = repo.best()
+            best_record = repo.record(best) if best else None
+        metadata = {
+            "problem_hash": problem_hash, "reference_sha256": info.get("reference_sha256"), "problem_name": name,
+            "original_path": info.get("problem"), "workspace": str(path), "reference_source": problem.source,
+            "inputs": problem.inputs, "input_shapes": [i.get("shape") if isinstance(i, dict) else None for i in problem.inputs],
+            "init_args": problem.init_args, "outputs": problem.outputs, "ops": problem.ops,
+            "single_op": problem.single_op, "dtype": problem.dtype, "input_bytes": problem.input_bytes,
+            "output_bytes": problem.output_bytes, "param_bytes": problem.param_bytes, "flops": problem.flops,
+            "attempts": len(attempts), "correct_attempts": sum(a.ok for a in attempts),
+            "best": outcome(best, best_record) if best and best_record else None,
+            "language": lang, "auxiliary_tools": aux,
+        }
+        stats.rows += 1
+        yield {"prompt": prompt, "tools": tool_schemas(aux), "problem": str(problem_file), "entry": entry,
+               "metadata": metadata}
+
+
+def _problem_file(repo: Path, info: dict[str, Any]) -> Path:
+    """The original problem file if it still holds this reference, else the workspace's copy."""
+    original = Path(info["problem"]) if info.get("problem") else None
+    if original is not None and original.is_file():
+        if hashlib.sha256(original.read_bytes()).hexdigest() == info.get("reference_sha256"):
+            return original
+    return repo / REFERENCE
+
+
+def write_jsonl(rows: Iterable[dict[str, Any]], out) -> int:
+    n = 0
+    for row in rows:
+        out.write(json.dumps(row, ensure_ascii=False) + "\n")
+        n += 1
+    return n

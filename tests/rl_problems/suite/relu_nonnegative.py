@@ -1,0 +1,19 @@
+"""Degenerate: ReLU of non-negative inputs is the identity."""
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.rand(256)]
+
+
+def get_init_inputs():
+    return []

@@ -1,0 +1,117 @@
+"""`ratchet export`: a real (scripted) agent run on the CPU, then its attempts as SFT and RL rows."""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent.cli import main
+from agent.export import clean_message, saved_trajectories
+from agent.workspace import Workspace
+from loopback import Loopback, submit
+from tools.rl_env import EnvConfig, KernelEnv
+from tools.reward import RewardConfig
+from tools.toolcalls import tool_schemas
+
+HERE = Path(__file__).parent
+PROBLEM = HERE / "rl_problems" / "scale_add.py"
+sys.path.insert(0, str(PROBLEM.parent))
+from scale_add_candidates import CHEAT_GUARD, FAST, SLOW, WRONG  # noqa: E402
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    """Two scripted runs on one problem; the second repeats a source of the first."""
+    mp = pytest.MonkeyPatch()
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "RATCHET_CONFIG", "RATCHET_MODEL", "RATCHET_BASE_URL",
+                 "RATCHET_WORKSPACE"):
+        mp.delenv(name, raising=False)
+    for name, value in (("TRITON_INTERPRET", "1"), ("RATCHET_DEVICE", "cpu"), ("RATCHET_TRIALS", "1"),
+                        ("RATCHET_RETRY_ATTEMPTS", "2"), ("RATCHET_RETRY_BASE_S", "0.01")):
+        mp.setenv(name, value)
+    root = tmp_path_factory.mktemp("ws")
+    try:
+        for script in ([submit(WRONG, reasoning="first try"), submit(FAST), submit(SLOW)], [submit(FAST), submit(CHEAT_GUARD)]):
+            with Loopback(script) as server:
+                code = main(["optimize", str(PROBLEM), "--model", "scripted", "--base-url", server.url,
+                             "--workspace", str(root), "--max-attempts", str(len(script)), "--json"])
+            assert code == 0
+    finally:
+        mp.undo()
+    return root
+
+
+def export(capsys, *args: str) -> tuple[list[dict], dict]:
+    capsys.readouterr()
+    assert main(["export", *args]) == 0
+    out = capsys.readouterr().out
+    summary = json.loads(out.splitlines()[-1])
+    rows = [json.loads(line) for line in Path(summary["out"]).read_text().splitlines()]
+    assert summary["rows"] == len(rows)
+    return rows, summary
+
+
+def test_sft_rows_match_the_workspace(workspace, tmp_path, capsys):
+    out = tmp_path / "sft.jsonl"
+    rows, summary = export(capsys, str(workspace), "--format", "sft", "--out", str(out))
+    # four distinct sources were submitted (FAST twice, in two runs): one row each
+    assert len(rows) == 4 and summary["duplicates"] == 1 and summary["filtered"] == 0
+    with Workspace(workspace).open_existing(PROBLEM) as repo:
+        attempts = {a.number: a for a in repo.attempts()}
+        trajectories = saved_trajectories(repo.path)
+        assert len(trajectories) == 2
+        for row in rows:
+            meta, messages = row["metadata"], row["messages"]
+            assert row["tools"] == tool_schemas(True)
+            assert [m["role"] for m in messages[:2]] == ["system", "user"] and messages[-1]["role"] == "assistant"
+            assert not any(k.startswith("_") for m in messages for k in m)
+            call = messages[-1]["tool_calls"][0]["function"]
+            source = json.loads(call["arguments"])["source"]
+            attempt = attempts[meta["outcome"]["attempt"]]
+            # the row's last submission is that attempt's committed source, with its verdict
+            assert repo.source(attempt) == source
+            assert hashlib.sha256(source.encode()).hexdigest() == meta["outcome"]["source_hash"] == attempt.source_sha256
+            assert meta["outcome"]["verdict"] == attempt.verdict.value == repo.record(attempt)["verdict"]
+            assert meta["run_id"] == attempt.run_id and meta["problem_hash"] == repo.record(attempt)["problem_hash"]
+            # the conversation is the saved trajectory's, up to that turn
+            traj = next(t for t in trajectories if t["run_id"] == meta["run_id"])
+            assert messages == [clean_message(m) for m in traj["messages"][: len(messages)]]
+    verdicts = sorted(r["metadata"]["outcome"]["verdict"] for r in rows)
+    assert verdicts == ["incorrect", "ok", "ok", "rejected"]
+    first = next(r for r in rows if r["metadata"]["outcome"]["verdict"] == "incorrect")
+    assert len(first["messages"]) == 3 and "reasoning_content" not in first["messages"][-1]
+
+
+def test_sft_filters_units_and_reasoning(workspace, tmp_path, capsys):
+    out = str(tmp_path / "rows.jsonl")
+    rows, summary = export(capsys, str(workspace), "--correct", "--out", out)
+    assert len(rows) == 2 and summary["filtered"] == 2 and all(r["metadata"]["outcome"]["correct"] for r in rows)
+    rows, summary = export(capsys, str(workspace), "--min-speedup", "1.0", "--out", out)
+    assert rows == [] and summary["filtered"] == 4  # nothing is timed on the CPU
+    rows, _ = export(capsys, str(workspace / "scale_add"), "--unit", "run", "--reasoning", "--out", out)
+    assert len(rows) == 2 and [len(r["metadata"]["attempts"]) for r in rows] == [3, 2]
+    assert rows[0]["metadata"]["outcome"]["verdict"] == "ok" and rows[0]["messages"][2]["reasoning_content"] == "first try"
+    code = main(["export", str(tmp_path / "nowhere"), "--out", out])
+    assert code == 2 and "no such directory" in capsys.readouterr().err
+
+
+def test_rl_rows_are_the_environments_prompts(workspace, tmp_path, capsys):
+    copy = tmp_path / "copy" / "scale_add"
+    shutil.copytree(workspace / "scale_add", copy)  # another workspace of the same problem
+    rows, summary = export(capsys, str(workspace), str(workspace / "scale_add"), str(copy.parent), "--format", "rl",
+                           "--out", str(tmp_path / "rl.jsonl"), "--gpu", "an H100")
+    assert len(rows) == 1 and summary["duplicates"] == 1  # one row per problem
+    row = rows[0]
+    meta = row["metadata"]
+    assert Path(row["problem"]) == PROBLEM.resolve() and row["entry"] == "Model" and row["tools"] == tool_schemas(True)
+    assert meta["input_shapes"] == [[1024], [1024]] and meta["reference_source"] == PROBLEM.read_text()
+    assert meta["attempts"] == 5 and meta["correct_attempts"] == 3 and meta["best"]["verdict"] == "ok"
+    with KernelEnv(EnvConfig(gpu="an H100"), RewardConfig(device="cpu", trials=1, spares=1)) as env:
+        messages, tools = env.reset(row["problem"])
+    assert row["prompt"] == messages and row["tools"] == tools

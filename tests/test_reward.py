@@ -1,0 +1,154 @@
+"""The evaluator as an RL reward: known candidates on the CPU, the formula, extraction, and the
+reward called the way TRL's GRPOTrainer calls reward functions."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tools.record import Result, TimeStats, Verdict
+from tools.reward import FORMAT_ERROR, KernelReward, RewardConfig, extract_source, score_record
+from tools.toolcalls import FormatError, Submission
+
+HERE = Path(__file__).parent
+PROBLEM = HERE / "rl_problems" / "scale_add.py"
+sys.path.insert(0, str(PROBLEM.parent))
+from scale_add_candidates import BROKEN, CHEAT_GUARD, CHEAT_UNLAUNCHED, FAST, SLOW, WRONG  # noqa: E402
+
+pytestmark = pytest.mark.timeout(180)
+A, B = RewardConfig().compiled, RewardConfig().correct
+
+
+@pytest.fixture(scope="module")
+def reward():
+    with KernelReward(RewardConfig(device="cpu", trials=2, spares=2)) as r:
+        yield r
+
+
+def test_known_candidates_on_the_cpu(reward):
+    names = ["fast", "slow", "wrong", "broken", "cheat_guard", "cheat_unlaunched"]
+    outcomes = dict(zip(names, reward.score([FAST, SLOW, WRONG, BROKEN, CHEAT_GUARD, CHEAT_UNLAUNCHED], [PROBLEM] * 6)))
+    # honest fast and honest slow: both correct; nothing is timed on the CPU, so the speedup term is 0 and says why
+    for name in ("fast", "slow"):
+        o = outcomes[name]
+        assert (o.verdict, o.compiled, o.correct, o.timing_measured) == ("ok", True, True, False)
+        assert o.speedup is None and o.speedup_term == 0.0
+        assert o.note.startswith("speedup term 0: timing unavailable: no GPU")
+        assert o.reward == pytest.approx(A + B)
+        assert o.record["verdict"] == "ok" and o.source_hash == o.record["source_hash"]
+    assert outcomes["fast"].reward == outcomes["slow"].reward
+    wrong = outcomes["wrong"]
+    assert (wrong.verdict, wrong.compiled, wrong.correct, wrong.reward) == ("incorrect", True, False, pytest.approx(A))
+    assert "differs" in wrong.reason
+    broken = outcomes["broken"]
+    assert (broken.verdict, broken.compiled, broken.reward) == ("compile_error", False, 0.0)
+    # cheating scores zero, with the rule that caught it: a guard rule, and a run-time integrity check
+    for name, rule in (("cheat_guard", "guard:try-except"), ("cheat_unlaunched", "kernel-launched")):
+        o = outcomes[name]
+        assert o.verdict == "rejected" and o.reward == 0.0 and not o.correct
+        assert o.reason.startswith(rule), o.reason
+        assert "violation" in o.note
+
+
+def _record(verdict="ok", *, eager=None, compile=None, measured=True, build=True, compile_note="not measured"):
+    result = Result(verdict=Verdict(verdict), message="msg")
+    result.checks = []
+    if build:
+        from tools.record import Check
+        result.checks.append(Check("build", True))
+    result.candidate_time = TimeStats(measured=measured, median_ms=1.0 if measured else None,
+                                      note="measured" if measured else "unavailable: no GPU")
+    result.compile_time = TimeStats(measured=compile is not None, note=compile_note)
+    result.speedup_vs_eager, result.speedup_vs_compile = eager, compile
+    return result
+
+
+def test_the_formula_on_timed_records():
+    cfg = RewardConfig()
+    fast, slow = score_record(_record(eager=2.0, compile=1.5), cfg), score_record(_record(eager=0.5, compile=0.4), cfg)
+    assert fast.reward == pytest.approx(0.1 + 0.3 + 1.0 * 2.0) and fast.speedup == 2.0 and fast.timing_measured
+    assert slow.reward == pytest.approx(0.1 + 0.3 + 0.5) and fast.reward > slow.reward
+    assert score_record(_record(eager=50.0), cfg).reward == pytest.approx(0.4 + cfg.cap)  # capped
+    vs_compile = score_record(_record(eager=2.0, compile=1.5), RewardConfig(baseline="compile", compiled=0, correct=1, speedup=2))
+    assert vs_compile.reward == pytest.approx(1 + 2 * 1.5) and vs_compile.baseline == "compile"
+    no_compile = score_record(_record(eager=2.0, compile=None, compile_note="torch.compile failed: x"), RewardConfig(baseline="compile"))
+    assert no_compile.speedup_term == 0.0 and "torch.compile failed" in no_compile.note
+    # a rejected record scores 0 even when it carries a speedup (e.g. faster than the roofline allows)
+    rejected = _record("rejected", eager=100.0)
+    from tools.record import Check
+    rejected.checks.append(Check("roofline", False, "impossible"))
+    out = score_record(rejected.to_dict(), cfg)
+    assert out.reward == 0.0 and out.reason.startswith("roofline") and out.correct is False
+    with pytest.raises(ValueError):
+        RewardConfig(baseline="fastest")
+
+
+def test_extracting_the_candidate():
+    fenced = f"Here is my kernel.\n\n```python\n{FAST}```\nIt should be fast."
+    assert isinstance(extract_source(fenced), Submission) and extract_source(fenced).source.strip() == FAST.strip()
+    call = json.dumps({"name": "submit_kernel", "arguments": {"source": SLOW}})
+    assert extract_source(f"<tool_call>\n{call}\n</tool_call>").source == SLOW
+    assert extract_source(f"I will submit: {call}").source == SLOW
+    assert extract_source(FAST).source == FAST
+    messages = [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "get_best", "arguments": "{}"}},
+        {"id": "c2", "type": "function", "function": {"name": "submit_kernel", "arguments": json.dumps({"source": WRONG})}}]}]
+    assert extract_source(messages).source == WRONG
+    assert isinstance(extract_source("I could not do it."), FormatError)
+    assert "not valid JSON" in extract_source([{"role": "assistant", "tool_calls": [
+        {"function": {"name": "submit_kernel", "arguments": "{\"source\": "}}]}]).reason
+    # the last candidate fence wins; fences in other languages are not candidates
+    two = f"```cpp\nint x;\n```\n```python\n{WRONG}```\nbetter:\n```python\n{FAST}```"
+    assert extract_source(two).source.strip() == FAST.strip()
+
+
+def test_called_the_way_grpo_trainer_calls_it(reward):
+    """GRPOTrainer: reward_func(prompts=..., completions=..., completion_ids=..., **dataset columns)."""
+    prompt = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    call = {"id": "c", "type": "function", "function": {"name": "submit_kernel", "arguments": json.dumps({"source": FAST})}}
+    completions = [
+        f"```python\n{FAST}```",                                                        # standard format
+        [{"role": "assistant", "content": f"Fixed:\n```python\n{WRONG}```"}],            # conversational
+        [{"role": "assistant", "content": None, "tool_calls": [call]}],                   # conversational, tool call
+        "no code here",
+        CHEAT_GUARD,
+    ]
+    n = len(completions)
+    rewards = reward(prompts=[prompt] * n, completions=completions, completion_ids=[[1, 2, 3]] * n,
+                     problem=[str(PROBLEM)] * n, level=[1] * n, trainer_state=None)
+    assert isinstance(rewards, list) and len(rewards) == n and all(isinstance(r, float) for r in rewards)
+    assert rewards == pytest.approx([A + B, A, A + B, 0.0, 0.0])
+    assert [o.verdict for o in reward.last] == ["ok", "incorrect", "ok", FORMAT_ERROR, "rejected"]
+    assert reward.last[0].cached and reward.last[2].cached  # scored before: the same problem and source
+    assert reward.__name__ == "ratchet_kernel_reward"
+    # positional, as older TRL versions call it, and a missing problem column
+    assert reward([prompt], [FAST], problem=[str(PROBLEM)]) == pytest.approx([A + B])
+    with pytest.raises(KeyError, match="problem"):
+        reward(prompts=[prompt], completions=[FAST])
+
+
+def test_close_stops_the_workers(tmp_path):
+    log = tmp_path / "rewards.jsonl"
+    r = KernelReward(RewardConfig(device="cpu", trials=1, spares=1, log_path=str(log)))
+    assert r(prompts=["p"], completions=["no kernel"], problem=[str(PROBLEM)]) == [0.0]
+    ev = r.evaluator(PROBLEM)  # started with the batch, though nothing needed it
+    workers = [ev.reference, *ev._spares]
+    assert all(w.alive() for w in workers)
+    r.close()
+    assert not any(w.alive() for w in workers)
+    assert json.loads(log.read_text().splitlines()[0])["verdict"] == "format_error"
+    with pytest.raises(RuntimeError):
+        r(prompts=["p"], completions=[FAST], problem=[str(PROBLEM)])
+
+
+@pytest.mark.gpu
+def test_timed_rewards_on_a_gpu():
+    """On a GPU both honest kernels are timed: the speedup term is positive and follows the formula."""
+    with KernelReward(RewardConfig(device="cuda:0", trials=2, spares=2, eval_options={"timing_budget_s": 0.5})) as r:
+        fast, slow, cheat = r.score([FAST, SLOW, CHEAT_GUARD], [PROBLEM] * 3)
+    for o in (fast, slow):
+        assert o.correct and o.timing_measured and o.speedup is not None and o.speedup > 0
+        assert o.reward == pytest.approx(A + B + min(o.speedup, 10.0))
+    assert cheat.reward == 0.0
