@@ -15,7 +15,8 @@ from tools.record import EXIT_USAGE
 
 # Each module defines register(subparsers) -> None, which adds its subcommand(s) and sets
 # `func` on them: func(args) -> int (the exit code).
-COMMAND_MODULES = ("agent.cmd_eval", "agent.cmd_workspace", "agent.cmd_optimize")
+COMMAND_MODULES = ("agent.cmd_eval", "agent.cmd_workspace", "agent.cmd_optimize", "agent.cmd_batch", "agent.cmd_report",
+                   "agent.cmd_export", "agent.cmd_suite")
 
 
 class UsageError(Exception):
