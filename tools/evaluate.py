@@ -56,7 +56,7 @@ class EvalOptions:
     cache_dir: Path | None = None
     reference_cache_mb: int = 4096  # reference outputs kept per seed up to this size
     warm: bool = True  # after each evaluation, start the next candidate worker ahead of need
-    spares: int = 1  # candidate workers kept started (more for back-to-back evaluations, as in RL)
+    spares: int = 1  # candidate workers kept started (more for back-to-back evaluations, as in RL; 0: none)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -82,7 +82,7 @@ class Evaluator:
         self._lock = threading.RLock()
         try:
             self.reference = self._spawn("reference")
-            for _ in range(max(1, self.options.spares)):  # they start while the reference loads
+            for _ in range(self.options.spares):  # they start while the reference loads
                 self._spares.append(self._spawn("candidate"))
             self._start(self.reference)
             built = self._request(self.reference, {"op": "build"}, self.options.build_timeout)
@@ -115,15 +115,17 @@ class Evaluator:
         worker without a GPU, while the GPU evaluates something else; evaluate(source) later
         waits for it and finds the build cached. True if a build was started."""
         digest = hashlib.sha256(source.encode()).hexdigest()
-        if not self.device.startswith("cuda") or digest in self._prebuilds or "load_inline" not in source:
-            return False
-        proc = self._spawn("candidate", build_only=True)
-        proc.send({"op": "build", "source": source})
-        self._prebuilds[digest] = proc
-        return True
+        with self._lock:
+            if not self.device.startswith("cuda") or digest in self._prebuilds or "load_inline" not in source:
+                return False
+            proc = self._spawn("candidate", build_only=True)
+            proc.send({"op": "build", "source": source})
+            self._prebuilds[digest] = proc
+            return True
 
     def _finish_prebuild(self, digest: str, result: Result) -> None:
-        proc = self._prebuilds.pop(digest, None)
+        with self._lock:
+            proc = self._prebuilds.pop(digest, None)
         if proc is None:
             return
         try:
@@ -224,7 +226,7 @@ class Evaluator:
     def _take_worker(self) -> WorkerProcess:
         with self._lock:
             worker = self._spares.popleft() if self._spares else self._spawn("candidate")
-            if self.options.warm:
+            if self.options.warm and self.options.spares > 0:
                 self._spares.append(self._spawn("candidate"))
             return worker
 
