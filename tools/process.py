@@ -57,6 +57,7 @@ class WorkerProcess:
         write_frame(self._to_child, config)
 
     def _set_limits(self) -> None:  # runs in the child between fork and exec
+        _die_with_parent()
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         if self.limits.host_memory_bytes and not self.cuda:
             resource.setrlimit(resource.RLIMIT_AS, (self.limits.host_memory_bytes, self.limits.host_memory_bytes))
@@ -118,7 +119,9 @@ class WorkerProcess:
             return self.reader.read(deadline, on_wait=self._watchdog)
         except Deadline:
             self.kill()
-            raise WorkerGone("timeout", f"no answer within {timeout:.0f} s; the process group was killed") from None
+            tail = self.log_tail(800).strip()
+            output = f"\nits last output:\n{tail}" if tail else ""
+            raise WorkerGone("timeout", f"no answer within {timeout:.0f} s; the process group was killed{output}") from None
         except PeerClosed:
             raise self._gone("crashed") from None
         except ProtocolError as exc:
@@ -190,6 +193,16 @@ class WorkerProcess:
             except (OSError, subprocess.TimeoutExpired):
                 pass
         self.kill()
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this process when the parent dies, so no worker outlives its evaluator
+    (workers run in their own session, out of reach of the parent's process group)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def rss_bytes(pid: int) -> int:
