@@ -25,6 +25,11 @@ class CudaBuilder:
     """Stands in for torch.utils.cpp_extension.load_inline inside a candidate worker."""
 
     def __init__(self, root: Path, on_built) -> None:
+        from torch.utils import cpp_extension
+
+        # bound before the worker puts this builder in its place: calling the module attribute
+        # from load_inline below would call this builder again (and wait on its own lock)
+        self._load_inline = cpp_extension.load_inline
         self.root = root
         self.on_built = on_built  # on_built(module, key) -> the module handed to the candidate
         self.seconds = 0.0
@@ -32,8 +37,6 @@ class CudaBuilder:
         self.built = 0
 
     def load_inline(self, name: str, cpp_sources: Any, cuda_sources: Any = None, **kwargs: Any):
-        from torch.utils import cpp_extension
-
         kwargs.pop("build_directory", None)
         kwargs.pop("verbose", None)
         key = build_key(cpp_sources, cuda_sources, kwargs)
@@ -48,7 +51,7 @@ class CudaBuilder:
                 stale.unlink()
             fresh = not any(directory.glob("*.so"))
             try:
-                module = cpp_extension.load_inline(
+                module = self._load_inline(
                     unique, cpp_sources, cuda_sources, build_directory=str(directory), verbose=False, **kwargs
                 )
             except (RuntimeError, OSError) as exc:
