@@ -149,6 +149,12 @@ def _torch_or_method(dotted: str | None) -> bool:
     return dotted is None or dotted.split(".")[0] == "torch"
 
 
+def _on_self(node: ast.Attribute) -> bool:
+    """self.softmax(...): the candidate's own method or submodule; if a submodule computes the
+    op with torch, the run-time op check sees it."""
+    return isinstance(node.value, ast.Name) and node.value.id == "self"
+
+
 class _Visitor(ast.NodeVisitor):
     def __init__(self, policy: GuardPolicy) -> None:
         self.policy = policy
@@ -222,6 +228,10 @@ class _Visitor(ast.NodeVisitor):
             self.flag("dunder", node, f"touches {node.attr}")
         if node.attr in FRAME_ATTRIBUTES:
             self.flag("dynamic-code", node, f"reads {node.attr}: frames and their locals are the evaluator's, not the kernel's")
+        if node.attr == "from_file":
+            self.flag("file-io", node, "reads a file with from_file (native I/O the sandbox cannot see)")
+        if node.attr == "load_library":
+            self.flag("cpp-extension", node, "loads a native library; build CUDA C++ with load_inline only")
         if node.attr == "data_ptr":
             self.flag("caching", node, "reads data_ptr(): results keyed on data pointers are not allowed; pass tensors to kernels")
         outermost = id(node) not in self._inner
@@ -233,7 +243,7 @@ class _Visitor(ast.NodeVisitor):
         if outermost and dotted is not None and not isinstance(node.ctx, ast.Store):
             self._check_dotted(dotted, node)
         if (outermost and self.single_op_names and node.attr in self.single_op_names and isinstance(node.ctx, ast.Load)
-                and _torch_or_method(dotted) and not self._kernel_depth):
+                and _torch_or_method(dotted) and not self._kernel_depth and not _on_self(node)):
             self.flag("single-op", node, f"this problem is a single op ({self.policy.single_op}); calling {node.attr} leaves the work to torch")
         self.generic_visit(node)
 

@@ -31,6 +31,10 @@ INTROSPECTION_EVENTS = ("gc.get_objects", "gc.get_referrers", "gc.get_referents"
 FRAME_ATTRIBUTES = frozenset({"gi_frame", "cr_frame", "ag_frame", "tb_frame"})
 FILE_EVENTS = ("os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.chown",
                "os.link", "os.symlink", "os.truncate", "os.utime", "shutil.rmtree", "shutil.copyfile")
+STDLIB_DIR = os.path.dirname(os.__file__)
+# standard-library modules that read a caller's frame only to name what it defines
+NAMING_FILES = frozenset(m.__file__ for m in (__import__("typing"), __import__("enum"), __import__("collections"),
+                                              __import__("dataclasses"), __import__("abc"), __import__("functools")))
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 
 
@@ -167,16 +171,15 @@ class Sandbox:
                     self._refuse("file-io", f"{event} {_resolve(path)} (outside the scratch directory)")
 
     def _frame_by_candidate(self, caller: Any) -> bool:
-        """Whether the candidate asked for a frame: itself, or through inspect (typing, enum and
-        collections call sys._getframe on its behalf to name things; those may)."""
-        scratch = str(self.scratch)
-        if caller is None:
+        """Whether the candidate asked for a frame: itself, or through the standard library
+        (inspect, traceback). typing, enum, collections and dataclasses call sys._getframe on
+        a caller's behalf only to name things, and torch's or triton's own calls are theirs."""
+        if caller is None or caller.f_code.co_filename in NAMING_FILES:
             return False
-        if caller.f_code.co_filename.startswith(scratch):
-            return True
-        outer = caller.f_back
-        return (Path(caller.f_code.co_filename).name == "inspect.py" and outer is not None
-                and outer.f_code.co_filename.startswith(scratch))
+        frame = caller
+        while frame is not None and _stdlib(frame.f_code.co_filename):
+            frame = frame.f_back
+        return frame is not None and frame.f_code.co_filename.startswith(str(self.scratch))
 
     def _check_open(self, args: tuple[Any, ...]) -> None:
         path, mode, flags = (list(args) + [None, None, 0])[:3]
@@ -185,6 +188,9 @@ class Sandbox:
         resolved = _resolve(path)
         if any(_within(resolved, h) for h in self.hidden):
             self._refuse("file-io", "reading the evaluator's private files")
+        parts = resolved.parts
+        if len(parts) > 2 and parts[1] == "proc" and parts[2].isdigit() and int(parts[2]) != os.getpid():
+            self._refuse("file-io", f"reading another process's {'/'.join(parts[3:]) or 'entry'} in /proc")
         writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or bool((flags or 0) & WRITE_FLAGS)
         if writing and not self._writable(path) and resolved != Path("/dev/null"):
             self._refuse("file-io", f"writing {resolved}")
@@ -266,3 +272,7 @@ def _evaluator_functions() -> dict[str, int]:
     except ImportError:
         pass
     return {name: id(obj) for name, obj in watched.items()}
+
+
+def _stdlib(filename: str) -> bool:
+    return filename.startswith("<") or (filename.startswith(STDLIB_DIR) and "-packages" not in filename)

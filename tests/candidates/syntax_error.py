@@ -1,0 +1,7 @@
+"""Fault: does not parse."""
+import torch
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x, y)
+        return x

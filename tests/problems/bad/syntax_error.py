@@ -1,0 +1,6 @@
+"""Malformed: does not parse."""
+import torch
+
+
+class Model(torch.nn.Module:
+    pass

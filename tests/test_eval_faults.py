@@ -1,0 +1,72 @@
+"""Every fault class is contained: the candidate gets its named verdict within its time limit,
+and an honest candidate evaluated next by the same Evaluator (same reference worker, a fresh
+candidate worker) passes.
+"""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from helpers_eval import assert_ok, assert_verdict, evaluator, line_of, source
+from tools import Verdict
+
+TRIAL_TIMEOUT = 10.0
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("ratchet-cache")
+
+
+@pytest.fixture(scope="module")
+def strict(cache_dir):
+    with evaluator("elementwise", cache_dir, trial_timeout=TRIAL_TIMEOUT) as ev:
+        yield ev
+
+
+@pytest.fixture(scope="module")
+def lenient(cache_dir):
+    """Guard rules off so a fault reaches the worker: import (faulthandler, sys), exit, os._exit."""
+    rules = frozenset({"import", "exit", "threads-processes"})
+    with evaluator("elementwise", cache_dir, trial_timeout=TRIAL_TIMEOUT, disabled_rules=rules) as ev:
+        yield ev
+
+
+FAULTS = [  # (evaluator, candidate, verdict, failed check, fragments of the message)
+    ("lenient", "segfault", Verdict.CRASHED, "worker", ["segmentation fault"]),
+    ("strict", "triton_oob", Verdict.CRASHED, "worker", ["segmentation fault"]),  # a far store, interpreted on the host
+    ("strict", "hang", Verdict.TIMEOUT, "worker", [f"no answer within {TRIAL_TIMEOUT:.0f} s", "killed"]),
+    ("lenient", "sys_exit", Verdict.CRASHED, "trial-0:problem", ["sys.exit(3)"]),
+    ("strict", "raise_system_exit", Verdict.CRASHED, "trial-0:problem", ["sys.exit(3)"]),
+    ("lenient", "os_exit", Verdict.CRASHED, "worker", ["exited with status 0"]),
+    ("lenient", "forged_channel", Verdict.REJECTED, "worker", ["forged output"]),
+    ("strict", "raises", Verdict.RUNTIME_ERROR, "trial-0:problem", ["IndexError", f"line {line_of('raises', 'x.shape[3]')}, in forward"]),
+    ("strict", "triton_compile_error", Verdict.COMPILE_ERROR, "trial-0:problem",
+     ["Triton compilation failed", "power of 2", f"line {line_of('triton_compile_error', 'tl.arange(0, 1000)')}, in bad_kernel"]),
+    ("strict", "syntax_error", Verdict.COMPILE_ERROR, "parse", ["SyntaxError at line 6"]),
+    ("strict", "no_modelnew", Verdict.COMPILE_ERROR, "parse", ["no class ModelNew"]),
+    ("strict", "ctor_mismatch", Verdict.COMPILE_ERROR, "build", ["ModelNew(*get_init_inputs()) does not fit its constructor"]),
+]
+
+
+@pytest.mark.parametrize("which,candidate,verdict,check,fragments", FAULTS, ids=[f[1] for f in FAULTS])
+def test_fault_is_contained(request, which, candidate, verdict, check, fragments):
+    ev = request.getfixturevalue(which)
+    started = time.monotonic()
+    result = ev.evaluate(source(candidate))
+    elapsed = time.monotonic() - started
+    assert_verdict(result, verdict, check, *fragments)
+    assert elapsed < TRIAL_TIMEOUT + ev.options.start_timeout  # within its limit, not the suite's
+    if verdict is Verdict.TIMEOUT:
+        assert TRIAL_TIMEOUT <= elapsed < TRIAL_TIMEOUT + 20
+    assert_ok(ev.evaluate(source("elementwise_ok")))  # the next evaluation runs normally
+
+
+def test_host_out_of_memory(cache_dir):
+    """A limit on the worker's address space: torch and Triton start under 3000 MB, the
+    candidate's hoarding hits it, and the next candidate gets the same limit and passes."""
+    with evaluator("elementwise", cache_dir, host_memory_mb=3000, trial_timeout=60.0) as ev:
+        result = ev.evaluate(source("host_oom"))
+        assert_verdict(result, Verdict.RUNTIME_ERROR, "trial-0:problem", "can't allocate memory")
+        assert_ok(ev.evaluate(source("elementwise_ok")))
