@@ -7,6 +7,8 @@ goes to stdout, as one JSON object with --json. Exit codes:
     10  the run ended (a budget spent or an early stop) with no correct kernel
     11  the model endpoint was unreachable after retries, or refused the request (400/401/404);
         the run can be continued with --resume
+    12  the built-in policy (--model builtin, the default with no endpoint) recognizes nothing in
+        the module: one line says why, and nothing is attempted
     2   usage error: bad flags or settings, no model configured, nothing to resume
     3   the module is not a valid problem
     130 interrupted (Ctrl-C); continue with --resume
@@ -18,6 +20,7 @@ import json
 import sys
 from pathlib import Path
 
+from agent.builtin import EXIT_UNRECOGNIZED, NothingRecognized
 from agent.cli import UsageError
 from agent.config import AgentConfig, ConfigError, load_config
 from agent.model import ModelClient, OpenAIChatClient, RetryPolicy
@@ -39,7 +42,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                      "over defaults. See agent/AGENT.md.")
     p.add_argument("module", metavar="MODULE.py", help="the problem: a module defining Model, get_inputs, get_init_inputs")
     p.add_argument("--entry", metavar="CLASS", help="the reference class (default Model)")
-    p.add_argument("--model", metavar="NAME", help="model name at the endpoint ($RATCHET_MODEL)")
+    p.add_argument("--model", metavar="NAME", help="model name at the endpoint ($RATCHET_MODEL); 'builtin' (the "
+                                                   "default with no endpoint) is the built-in offline policy")
     p.add_argument("--base-url", metavar="URL", help="OpenAI-compatible endpoint ($OPENAI_BASE_URL)")
     p.add_argument("--max-attempts", type=int, metavar="N", help="attempt budget, malformed replies included (default 20)")
     p.add_argument("--language", choices=("triton", "cuda"), help="kernel language (default triton)")
@@ -64,7 +68,16 @@ def settings(args: argparse.Namespace) -> AgentConfig:
         raise UsageError(str(exc)) from None
 
 
-def model_client(config: AgentConfig) -> ModelClient:
+def model_client(config: AgentConfig, module: Path | None = None) -> ModelClient:
+    """The model: `--model builtin`, or no endpoint and no model at all, is the built-in offline
+    policy (agent/builtin; it works per problem, so it needs the module)."""
+    if config.model == "builtin" or (not config.model and not (config.base_url or config.api_key)):
+        if module is not None:
+            from agent.builtin import BuiltinPolicy
+
+            return BuiltinPolicy(module, entry=config.entry)
+        if config.model == "builtin":
+            raise UsageError("the built-in policy runs one problem at a time: use ratchet optimize MODULE.py")
     if not config.model or not (config.base_url or config.api_key):
         raise UsageError("no model configured: pass --model NAME --base-url URL (or set RATCHET_MODEL with "
                          "OPENAI_BASE_URL / OPENAI_API_KEY)")
@@ -80,9 +93,16 @@ def run(args: argparse.Namespace) -> int:
     module = Path(args.module)
     if not module.is_file():
         raise UsageError(f"{module}: no such file")
-    client = model_client(config)
+    client = model_client(config, module)
+    unrecognized = getattr(client, "unrecognized", None)
+    if unrecognized:  # the built-in policy has no kernel for it: one line, no attempt
+        print(f"ratchet optimize: {unrecognized}", file=sys.stderr)
+        return EXIT_UNRECOGNIZED
     try:
         result = optimize(module, config, client, resume=args.resume)
+    except NothingRecognized as exc:
+        print(f"ratchet optimize: {exc}", file=sys.stderr)
+        return EXIT_UNRECOGNIZED
     except NothingToResume as exc:
         raise UsageError(str(exc)) from None
     except WorkspaceError as exc:

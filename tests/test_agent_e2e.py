@@ -3,6 +3,7 @@ interpreter) and git workspace, against a scripted model on the loopback HTTP se
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -180,9 +181,12 @@ def test_refused_request_is_not_retried(tmp_path, capsys):
 RATCHET = [sys.executable, "-c", "import sys; from agent.cli import main; sys.exit(main())"]  # the `ratchet` script
 
 
-def test_no_model_configured_is_a_one_line_usage_error(tmp_path):
-    proc = subprocess.run([*RATCHET, "optimize", str(PROBLEM), "--workspace", str(tmp_path)],
-                          capture_output=True, text=True, cwd=HERE.parent, timeout=60)
+def test_a_model_without_an_endpoint_is_a_one_line_usage_error(tmp_path):
+    """With no model at all the built-in policy runs (tests/test_builtin_e2e.py); naming a
+    model but no endpoint is a mistake, reported in one line saying how to configure one."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "RATCHET_"))}
+    proc = subprocess.run([*RATCHET, "optimize", str(PROBLEM), "--model", "some-model", "--workspace", str(tmp_path)],
+                          capture_output=True, text=True, cwd=HERE.parent, timeout=60, env=env)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "--model NAME --base-url URL" in lines[0] and "OPENAI_BASE_URL" in lines[0]

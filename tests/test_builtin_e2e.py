@@ -1,0 +1,84 @@
+"""`ratchet optimize --model builtin` end to end on the CPU: the real CLI, graph, evaluator (Triton
+in its interpreter) and git workspace, driven by the built-in offline policy (no endpoint)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agent.builtin.policy import parse_config
+from agent.cli import main
+from agent.workspace import Workspace
+
+HERE = Path(__file__).parent
+PROBLEMS = HERE / "builtin_problems"
+EXAMPLE = HERE.parent / "examples" / "swish_problem.py"
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture(autouse=True)
+def cpu_settings(monkeypatch):
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "RATCHET_CONFIG", "RATCHET_MODEL", "RATCHET_BASE_URL",
+                 "RATCHET_API_KEY", "RATCHET_WORKSPACE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setenv("RATCHET_DEVICE", "cpu")
+    monkeypatch.setenv("RATCHET_TRIALS", "2")
+
+
+def optimize(problem: Path, workspace: Path, capsys, *extra: str) -> tuple[int, dict | None, str]:
+    code = main(["optimize", str(problem), "--workspace", str(workspace), "--json", *extra])
+    out, err = capsys.readouterr()
+    return code, (json.loads(out) if out.strip() else None), err
+
+
+def workspace_files(problem: Path, workspace: Path) -> tuple[list, str, dict]:
+    with Workspace(workspace).open_existing(problem) as repo:
+        attempts = repo.attempts()
+        best = repo.best_path.read_text()
+        trajectory = json.loads((repo.path / "trajectory.json").read_text())
+    return attempts, best, trajectory
+
+
+@pytest.mark.parametrize("problem, attempts", [
+    (EXAMPLE, 1),                                      # elementwise
+    (HERE / "problems" / "row_softmax.py", 1),          # softmax (a single-op problem)
+    (PROBLEMS / "layernorm.py", 1),                     # layer norm with its affine parameters
+    (PROBLEMS / "mid_mean.py", 1),                      # a reduction over a middle dim + ReLU
+    (PROBLEMS / "linear_gelu.py", 2),                   # nn.Linear + bias + GELU + scale, two configs
+], ids=["elementwise", "softmax", "layernorm", "reduction", "linear_epilogue"])
+def test_builtin_finds_a_correct_kernel(problem, attempts, tmp_path, capsys):
+    code, summary, err = optimize(problem, tmp_path, capsys, "--model", "builtin", "--max-attempts", str(attempts))
+    assert code == 0, err
+    assert summary["model"] == "builtin" and summary["verdicts"] == ["ok"] * attempts
+    assert summary["tokens_used"] == 0 and summary["format_errors"] == 0
+    committed, best, trajectory = workspace_files(problem, tmp_path)
+    assert [a.verdict.value for a in committed] == ["ok"] * attempts
+    assert "@triton.jit" in best and "class ModelNew" in best
+    configs = [parse_config(m.get("content")) for m in trajectory["messages"] if m["role"] == "assistant"]
+    assert len(configs) == attempts and len({json.dumps(c, sort_keys=True) for c in configs}) == attempts
+
+
+def test_builtin_is_the_default_with_no_endpoint(tmp_path, capsys):
+    code, summary, err = optimize(EXAMPLE, tmp_path, capsys, "--max-attempts", "1")
+    assert code == 0, err
+    assert summary["model"] == "builtin" and summary["best"]["attempt"] == 1
+    assert "with builtin" in err
+
+
+def test_unrecognized_problem_is_one_line_and_no_attempt(tmp_path, capsys):
+    code, summary, err = optimize(PROBLEMS / "cumsum.py", tmp_path, capsys, "--model", "builtin")
+    assert code == 12 and summary is None
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "recognizes no pattern" in lines[0] and "cumsum" in lines[0]
+    assert not any(tmp_path.iterdir())  # no workspace, no attempt
+
+
+def test_builtin_with_a_batch_style_call_needs_a_module():
+    from agent.cli import UsageError
+    from agent.cmd_optimize import model_client
+    from agent.config import AgentConfig
+
+    with pytest.raises(UsageError, match="one problem at a time"):
+        model_client(AgentConfig(model="builtin"))
