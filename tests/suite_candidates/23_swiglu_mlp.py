@@ -1,4 +1,6 @@
-"""Known-correct: gate and up projections in one kernel with silu(g) * u in the epilogue, then the down matmul."""
+"""Known-correct: gate and up projections in one kernel with silu(g) * u in the epilogue, then the down matmul.
+The dots run in IEEE fp32: on an H200, three chained TF32 products put the output 2.3e-3 off in
+relative norm, past the evaluator's fp32 bound of 2e-3."""
 import torch
 import torch.nn as nn
 import triton
@@ -22,7 +24,7 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, res_ptr, M, N, K, stride_am, st
                     mask=(rm[:, None] < M) & (ks[None, :] < K), other=0.0)
         b = tl.load(b_ptr + ks[:, None] * stride_bk + rn[None, :] * stride_bn,
                     mask=(ks[:, None] < K) & (rn[None, :] < N), other=0.0)
-        acc += tl.dot(a, b)
+        acc += tl.dot(a, b, input_precision="ieee")
     acc = acc * scale
     if HAS_BIAS:
         acc += tl.load(bias_ptr + rn, mask=rn < N, other=0.0)[None, :]
@@ -64,8 +66,8 @@ def gate_up_kernel(x_ptr, g_ptr, u_ptr, h_ptr, M, N, K, stride_gn, stride_gk,
         w_mask = (ks[:, None] < K) & (rn[None, :] < N)
         g = tl.load(g_ptr + ks[:, None] * stride_gk + rn[None, :] * stride_gn, mask=w_mask, other=0.0)
         u = tl.load(u_ptr + ks[:, None] * stride_gk + rn[None, :] * stride_gn, mask=w_mask, other=0.0)
-        acc_g += tl.dot(x, g)
-        acc_u += tl.dot(x, u)
+        acc_g += tl.dot(x, g, input_precision="ieee")
+        acc_u += tl.dot(x, u, input_precision="ieee")
     h = acc_g * tl.sigmoid(acc_g) * acc_u
     tl.store(h_ptr + rm[:, None] * N + rn[None, :], h, mask=(rm[:, None] < M) & (rn[None, :] < N))
 
