@@ -94,7 +94,7 @@ def optimize(problem: Path, config: AgentConfig, model: ModelClient, *, resume: 
         else:
             state = initial_state(run_id=run_id, problem=str(problem), problem_hash=evaluator.problem.hash,
                                   entry=config.entry, language=config.language, model=model.name,
-                                  workspace=str(repo.path), baseline=_static_baseline(evaluator.problem))
+                                  workspace=str(repo.path), baseline={**empty_baseline(), **evaluator.baseline()})
             graph_input = state
             _write_json(pointer_path, {"run_id": run_id, "problem": str(problem), "finished": False,
                                        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
@@ -151,12 +151,6 @@ def run_summary(state: AgentState, repo, *, error: ModelError | None = None) -> 
         "tokens_used": state.get("tokens_used", 0), "model_calls": len(state.get("usage", [])),
         "wall_s": round(state.get("wall_s", 0.0), 3),
     }
-
-
-def _static_baseline(problem: Any) -> dict[str, Any]:
-    """What is known before anything is timed: the least bytes moved (inputs, parameters, outputs)."""
-    moved = sum(getattr(problem, name, 0) or 0 for name in ("input_bytes", "param_bytes", "output_bytes"))
-    return {**empty_baseline(), "bytes_moved": moved or None}
 
 
 def _evaluator(problem: Path, config: AgentConfig):

@@ -83,3 +83,15 @@ def test_usage_errors(capsys, args, fragment):
     out, err = capsys.readouterr()
     assert out == ""
     assert err.count("\n") == 1 and err.startswith("ratchet eval: ") and fragment in err
+
+
+def test_baseline_before_any_candidate_says_what_it_knows_on_the_cpu():
+    """On the CPU nothing is timed: the baseline gives the least bytes and flops, not times."""
+    from tools.evaluate import EvalOptions, Evaluator
+
+    with Evaluator(PROBLEMS / "matmul.py", EvalOptions(device="cpu", warm=False, spares=0)) as ev:
+        base = ev.baseline()
+        info = ev.problem
+    assert base["measured"] is False and base["eager_ms"] is None and base["floor_ms"] is None
+    assert base["bytes_moved"] == info.input_bytes + info.output_bytes + info.param_bytes > 0
+    assert base["flops"] == info.flops > 0  # a matrix product: torch's flop counter sees it

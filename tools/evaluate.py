@@ -75,6 +75,7 @@ class Evaluator:
         self._ref_cache: dict[tuple[int, str], Any] = {}
         self._spares: collections.deque[WorkerProcess] = collections.deque()
         self._prebuilds: dict[str, WorkerProcess] = {}
+        self._baseline: dict[str, Any] | None = None
         self._count = 0
         self.distributions = ["problem", "shifted"]
         # evaluate() may run in several threads at once (RL rewards): this guards what they share,
@@ -109,6 +110,14 @@ class Evaluator:
         self._spares.clear()
         self._ref_cache.clear()
         shutil.rmtree(self.root, ignore_errors=True)
+
+    def baseline(self) -> dict[str, Any]:
+        """Eager and torch.compile times and the roofline floor of the problem, before any
+        candidate (on a GPU; bytes and flops only elsewhere). Measured once per evaluator."""
+        with self._lock:
+            if self._baseline is None:
+                self._baseline = profile.baselines(self)
+            return dict(self._baseline)
 
     def prebuild(self, source: str) -> bool:
         """Start building a CUDA C++ candidate's load_inline extensions on CPU cores now, in a

@@ -121,26 +121,49 @@ def _same_stream(result: Result, gaps: dict[str, list[float]]) -> bool:
     return True
 
 
+def time_reference(ev: "Evaluator", p: TimingPlan, fn: str) -> TimeStats:
+    """The reference alone ("model": eager, "compiled": torch.compile), same protocol."""
+    collector = SampleCollector(budget_s=p.budget_s, max_samples=ev.options.timing_max_samples)
+    n, warm = 0, p.call(10**9)[1]
+    while not collector.done():
+        calls = [p.call(n + i) for i in range(p.block)]
+        header, _ = ev.reference.request({"op": "time", "fn": fn, "calls": calls, "warmup_seed": warm},
+                                         max(ev.options.trial_timeout, ev.options.compile_timeout))
+        if header.get("op") == "error":
+            return TimeStats(note=f"{'torch.compile' if fn == 'compiled' else 'eager'} failed: {header.get('message', '')[:300]}")
+        warm = None
+        collector.extend(header["samples"])
+        n += p.block
+    return to_time_stats(collector)
+
+
 def compile_baseline(ev: "Evaluator", p: TimingPlan) -> TimeStats:
     env = ev_env(ev)
     cache = BaselineCache(ev.cache_dir / "baselines")
     cached = cache.get_compile_time(ev.problem.hash, env)
     if cached is not None:
         return cached
-    collector = SampleCollector(budget_s=p.budget_s, max_samples=ev.options.timing_max_samples)
-    n, warm = 0, p.call(10**9)[1]
-    while not collector.done():
-        calls = [p.call(n + i) for i in range(p.block)]
-        header, _ = ev.reference.request({"op": "time", "fn": "compiled", "calls": calls, "warmup_seed": warm},
-                                         max(ev.options.trial_timeout, ev.options.compile_timeout))
-        if header.get("op") == "error":
-            return TimeStats(note=f"torch.compile failed: {header.get('message', '')[:300]}")
-        warm = None
-        collector.extend(header["samples"])
-        n += p.block
-    stats = to_time_stats(collector)
-    cache.put_compile_time(ev.problem.hash, env, stats)
+    stats = time_reference(ev, p, "compiled")
+    if stats.measured:
+        cache.put_compile_time(ev.problem.hash, env, stats)
     return stats
+
+
+def baselines(ev: "Evaluator") -> dict[str, Any]:
+    """What a model should know before its first attempt: eager and torch.compile times and the
+    roofline floor (bytes and flops alone where nothing can be timed)."""
+    prob = ev.problem
+    out: dict[str, Any] = {"bytes_moved": prob.input_bytes + prob.output_bytes + prob.param_bytes,
+                           "flops": prob.flops, "eager_ms": None, "compile_ms": None, "floor_ms": None,
+                           "measured": False}
+    if not (ev.options.timing and ev.device.startswith("cuda")):
+        return out
+    p = plan(ev)
+    eager, compiled = time_reference(ev, p, "model"), compile_baseline(ev, p)
+    roof = build_roofline(out["bytes_moved"], prob.flops, prob.dtype, ceilings(ev))
+    out.update(eager_ms=eager.median_ms, compile_ms=compiled.median_ms if compiled.measured else None,
+               floor_ms=roof.floor_ms, measured=eager.measured)
+    return out
 
 
 def ceilings(ev: "Evaluator") -> Ceilings:
