@@ -27,6 +27,7 @@ from agent.config import AgentConfig
 from agent.graph import compile_graph, steps_needed
 from agent.model import ModelClient, ModelError
 from agent.nodes import AgentContext, empty_baseline, trajectory_text
+from tools.env import target_name
 from agent.state import AgentState, initial_state
 from agent.workspace import Workspace
 from tools.record import Verdict
@@ -79,7 +80,7 @@ def optimize(problem: Path, config: AgentConfig, model: ModelClient, *, resume: 
                       "recursion_limit": steps_needed(config.max_attempts)}
         ctx = AgentContext(config=config, model=model, evaluator=evaluator, repo=repo,
                            tools=tool_schemas(config.auxiliary_tools),
-                           gpu=_gpu_name(config, str(evaluator.device)), log=log)
+                           gpu=target_name(str(evaluator.device), config.gpu), log=log)
 
         if resume:
             snapshot = graph.get_state(run_config)
@@ -157,21 +158,6 @@ def _evaluator(problem: Path, config: AgentConfig):
     from tools import EvalOptions, Evaluator
 
     return Evaluator(problem, EvalOptions(device=config.device, trials=config.trials, timing=True), entry=config.entry)
-
-
-def _gpu_name(config: AgentConfig, device: str) -> str:
-    if config.gpu:
-        return config.gpu
-    if device.startswith("cuda"):
-        try:
-            import torch
-
-            if torch.cuda.is_available():
-                return torch.cuda.get_device_name(0)
-        except Exception:  # no usable CUDA: name the device generically
-            pass
-        return "an NVIDIA GPU"
-    return "the CPU (Triton interpreter; timing is not measured)"
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

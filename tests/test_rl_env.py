@@ -8,8 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from agent import nodes, runner
+from agent import nodes
 from tools.reward import KernelReward, RewardConfig
+from tools.env import target_name
 from tools.rl_env import EnvConfig, EpisodeDone, KernelEnv
 from tools.toolcalls import tool_schemas
 
@@ -37,9 +38,9 @@ def test_reset_gives_the_agents_prompts_and_tools(reward):
     assert tools == tool_schemas(True) and [m["role"] for m in messages] == ["system", "user"]
     # exactly what `ratchet optimize` sends first for this problem and these settings
     config = SimpleNamespace(auxiliary_tools=True, max_attempts=5, gpu=None)
-    ctx = SimpleNamespace(evaluator=env.evaluator, config=config, gpu=runner._gpu_name(config, str(env.evaluator.device)))
+    ctx = SimpleNamespace(evaluator=env.evaluator, config=config, gpu=target_name(str(env.evaluator.device), config.gpu))
     state = {"language": "triton", "entry": "Model", "problem": str(PROBLEM),
-             "baseline": runner._static_baseline(env.evaluator.problem)}
+             "baseline": {**nodes.empty_baseline(), **env.evaluator.baseline()}}  # as agent.runner starts a run
     assert messages[0]["content"] == nodes.system_prompt(state, ctx)
     assert messages[1]["content"] == nodes.task_prompt(state, ctx)
     assert "You have 5 attempts." in messages[1]["content"] and "2.0 * x + y" in messages[1]["content"]

@@ -49,6 +49,18 @@ def _driver_version() -> str | None:
     return out.strip().splitlines()[0] if out.strip() else None
 
 
+CPU_TARGET = "the CPU (Triton interpreter; timing is not measured)"
+
+
+def target_name(device: str, override: str | None = None) -> str:
+    """The target the prompts name: the GPU as the driver names it, or the CPU."""
+    if override:
+        return override
+    if device.startswith("cuda"):
+        return environment(device)["gpu"] or "an NVIDIA GPU"
+    return CPU_TARGET
+
+
 def resolve_device(device: str | None) -> str:
     """'cuda:N' or 'cpu'; None picks cuda:0 when a GPU is there."""
     import torch

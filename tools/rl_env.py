@@ -39,13 +39,13 @@ from typing import Any
 from agent.render import render, render_feedback
 from agent.turns import first_line, system_text, task_text
 from agent.workspace_attempt import Attempt, beats
+from tools.env import target_name
 from tools.record import Result
 from tools.reward import KernelReward, RewardConfig
 from tools.toolcalls import (DIFF_AGAINST_BEST, GET_BEST, GET_PROFILE, SUBMIT_KERNEL, AuxRequest, Submission,
                              best_payload, diff_payload, parse_call, profile_payload, tool_schemas)
 
 Message = dict[str, Any]
-CPU_TARGET = "the CPU (Triton interpreter; timing is not measured)"  # as agent.runner names it
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ class KernelEnv:
             {"role": "system", "content": system_text(info, language=self.config.language, gpu=self.gpu_name(),
                                                       entry=entry, auxiliary=self.config.auxiliary_tools)},
             {"role": "user", "content": task_text(info, entry=entry, problem_name=self.problem.name,
-                                                  language=self.config.language, baseline=static_baseline(info),
+                                                  language=self.config.language, baseline={**static_baseline(info), **self.evaluator.baseline()},
                                                   max_attempts=self.config.max_attempts)},
         ]
         return [dict(m) for m in self.messages], tool_schemas(self.config.auxiliary_tools)
@@ -250,26 +250,14 @@ class KernelEnv:
 
     def gpu_name(self) -> str:
         """The target named in the system prompt, as `ratchet optimize` names it."""
-        if self.config.gpu:
-            return self.config.gpu
-        device = str(self.evaluator.device)
-        if device.startswith("cuda"):
-            try:
-                import torch
-
-                if torch.cuda.is_available():
-                    return torch.cuda.get_device_name(0)
-            except Exception:  # no usable CUDA: name the device generically
-                pass
-            return "an NVIDIA GPU"
-        return CPU_TARGET
+        return target_name(str(self.evaluator.device), self.config.gpu)
 
 
 def static_baseline(problem: Any) -> dict[str, Any]:
     """What the task message knows before anything is timed (as agent.runner starts a run)."""
     moved = sum(getattr(problem, name, 0) or 0 for name in ("input_bytes", "param_bytes", "output_bytes"))
-    return {"eager_ms": None, "compile_ms": None, "floor_ms": None, "bytes_moved": moved or None, "flops": None,
-            "measured": False}
+    return {"eager_ms": None, "compile_ms": None, "floor_ms": None, "bytes_moved": moved or None,
+            "flops": getattr(problem, "flops", None), "measured": False}
 
 
 def summary(attempt: Attempt, record: dict[str, Any]) -> dict[str, Any]:
