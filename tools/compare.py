@@ -49,11 +49,6 @@ class Stats:
     max_rel: float = 0.0
     norm_rel: float = 0.0
 
-    def merge(self, other: "Stats") -> None:
-        self.max_abs = max(self.max_abs, other.max_abs)
-        self.max_rel = max(self.max_rel, other.max_rel)
-        self.norm_rel = max(self.norm_rel, other.norm_rel)
-
 
 def tolerance_for(dtype: torch.dtype, overrides: dict[str, Tolerance] | None = None) -> Tolerance:
     name = str(dtype).removeprefix("torch.")

@@ -86,7 +86,7 @@ class Evaluator:
             for _ in range(self.options.spares):  # they start while the reference loads
                 self._spares.append(self._spawn("candidate"))
             self._start(self.reference)
-            built = self._request(self.reference, {"op": "build"}, self.options.build_timeout)
+            built, _ = self._request(self.reference, {"op": "build"}, self.options.build_timeout)
             apply_description(self.problem, built["problem"])
         except WorkerGone as exc:
             self.close()
@@ -182,12 +182,11 @@ class Evaluator:
         if ready.get("op") != "ready":
             raise ProblemError(f"{self.problem.path.name}: {ready.get('message', 'the worker did not start')}".splitlines()[0])
 
-    def _request(self, proc: WorkerProcess, msg: dict[str, Any], timeout: float) -> dict[str, Any]:
+    def _request(self, proc: WorkerProcess, msg: dict[str, Any], timeout: float) -> tuple[dict[str, Any], bytes]:
         header, payload = proc.request(msg, timeout)
         if header.get("op") == "error" and proc is self.reference:
             raise ProblemError(f"{self.problem.path.name}: {_one_line(header.get('message') or 'the reference failed')}")
-        header["_payload"] = payload
-        return header
+        return header, payload
 
     # evaluation ---------------------------------------------------------------------------
     def evaluate(self, source: str) -> Result:
@@ -374,9 +373,10 @@ class Evaluator:
             budget = self.options.reference_cache_mb << 20
             while self._ref_cache and size * (len(self._ref_cache) + 1) > budget:
                 del self._ref_cache[next(iter(self._ref_cache))]
-            header = self._request(self.reference, {"op": "trial", "seed": seed, "distribution": dist, "poison": False,
-                                                    "record": False, "arena_cap": self.arena_cap(2)}, self.options.trial_timeout)
-            self._ref_cache[key] = _clone(self.reference.outputs(header, header["_payload"]))  # out of the arena
+            header, payload = self._request(self.reference, {"op": "trial", "seed": seed, "distribution": dist,
+                                                             "poison": False, "record": False,
+                                                             "arena_cap": self.arena_cap(2)}, self.options.trial_timeout)
+            self._ref_cache[key] = _clone(self.reference.outputs(header, payload))  # out of the arena
         return self._ref_cache[key]
 
     def arena_cap(self, copies: int, outputs_only: bool = False) -> int:

@@ -76,9 +76,16 @@ class WorkerProcess:
         return header
 
     def send(self, msg: dict[str, Any]) -> None:
-        """Send a request without waiting; reply() collects the answer."""
+        """Send a request without waiting; reply() collects the answer. A frame already waiting
+        on the result channel was written unasked: a forgery."""
+        if select.select([self._from_child], [], [], 0)[0] and self.alive():
+            self.kill()
+            raise WorkerGone("rejected", "the worker wrote to the result channel unasked (forged output)")
         self._nonce = secrets.token_hex(8)
-        write_frame(self._to_child, {**msg, "nonce": self._nonce})
+        try:
+            write_frame(self._to_child, {**msg, "nonce": self._nonce})
+        except (BrokenPipeError, OSError):
+            raise self._gone("crashed") from None
 
     def reply(self, timeout: float) -> tuple[dict[str, Any], bytes]:
         header, payload = self._read(timeout)
@@ -89,19 +96,8 @@ class WorkerProcess:
 
     def request(self, msg: dict[str, Any], timeout: float) -> tuple[dict[str, Any], bytes]:
         """Send a request and wait for its reply; raises WorkerGone on timeout, death or forgery."""
-        if select.select([self._from_child], [], [], 0)[0] and self.alive():
-            self.kill()
-            raise WorkerGone("rejected", "the worker wrote to the result channel unasked (forged output)")
-        nonce = secrets.token_hex(8)
-        try:
-            write_frame(self._to_child, {**msg, "nonce": nonce})
-        except (BrokenPipeError, OSError):
-            raise self._gone("crashed") from None
-        header, payload = self._read(timeout)
-        if header.get("nonce") != nonce:
-            self.kill()
-            raise WorkerGone("rejected", "a reply on the result channel did not answer the request (forged output)")
-        return header, payload
+        self.send(msg)
+        return self.reply(timeout)
 
     def outputs(self, header: dict[str, Any], payload: bytes) -> Any:
         """The value tree of a reply. CUDA tensors are views into the worker's arena, valid

@@ -126,6 +126,3 @@ class Result:
             kwargs[name] = TimeStats(**data.get(name, {}))
         kwargs["roofline"] = Roofline(**data.get("roofline", {}))
         return cls(**kwargs)
-
-    def failed_check(self) -> Check | None:
-        return next((c for c in self.checks if not c.passed), None)

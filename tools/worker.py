@@ -347,7 +347,6 @@ def serve(in_fd: int, out_fd: int) -> None:
         kind, message = describe_exception(exc, Path(config["problem"]).name)
         write_frame(out_fd, {"op": "error", "kind": "problem", "message": message, "cause": kind})
         return
-    source_name = None
     check_sandbox = worker.sandbox.check  # bound before candidate code loads: patching the class misses it
     while True:
         msg, _ = reader.read()
@@ -357,8 +356,6 @@ def serve(in_fd: int, out_fd: int) -> None:
         payload = b""
         try:
             if op == "build":
-                if "source" in msg:
-                    source_name = f"candidate_{hashlib.sha256(msg['source'].encode()).hexdigest()[:16]}.py"
                 reply = worker.build(msg)
             elif op == "trial":
                 reply, payload = worker.trial(msg)
@@ -371,7 +368,7 @@ def serve(in_fd: int, out_fd: int) -> None:
             else:
                 reply = {"op": "error", "kind": "runtime_error", "message": f"unknown request {op!r}"}
         except BaseException as exc:  # noqa: BLE001 - the candidate's failure is the answer
-            kind, message = describe_exception(exc, source_name or Path(config["problem"]).name)
+            kind, message = describe_exception(exc, worker.source_name or Path(config["problem"]).name)
             reply, payload = {"op": "error", "kind": kind, "message": message}, b""
         reply["nonce"] = msg.get("nonce")
         reply["violations"] = check_sandbox() if worker.sandbox.armed else []
