@@ -25,7 +25,7 @@ RL rows (`rl_rows`), one per distinct problem (by problem hash):
 
     {"prompt": [system, user], "tools": [...], "problem": PATH, "entry": "Model", "metadata": {...}}
 
-`prompt` is what `tools.rl_env.KernelEnv.reset` gives (the agent's own system and task
+`prompt` is what `agent.rl_env.KernelEnv.reset` gives (the agent's own system and task
 messages); `problem` and `entry` are the columns `tools.reward.KernelReward` reads; metadata
 holds the problem hash, the reference's sha256 and source, its input shapes and dtypes, ops,
 sizes, and the workspace's best so far. The problem is described by the evaluator's reference
@@ -253,7 +253,7 @@ def rl_rows(paths: Iterable[str | Path], *, device: str | None = "cpu", gpu: str
     """RL prompt rows, one per distinct problem (see the module docstring)."""
     from tools import EvalOptions, Evaluator, ProblemError
     from tools.problem import read_problem
-    from tools.rl_env import EnvConfig, static_baseline
+    from agent.rl_env import EnvConfig, static_baseline
 
     stats = stats if stats is not None else ExportStats()
     seen: set[str] = set()

@@ -21,14 +21,14 @@ if TYPE_CHECKING:
 
 
 def system_text(problem: Any, *, language: str, gpu: str, entry: str, auxiliary: bool) -> str:
-    """The system prompt for a problem (a tools.ProblemInfo); shared with tools.rl_env."""
+    """The system prompt for a problem (a tools.ProblemInfo); shared with agent.rl_env."""
     return render("system", language=language, gpu=gpu, entry=entry,
                   single_op=getattr(problem, "single_op", None), auxiliary=auxiliary)
 
 
 def task_text(problem: Any, *, entry: str, problem_name: str, language: str, baseline: dict[str, Any],
               max_attempts: int) -> str:
-    """The task message (reference source, inputs, baselines); shared with tools.rl_env."""
+    """The task message (reference source, inputs, baselines); shared with agent.rl_env."""
     return render("task", entry=entry, problem_name=problem_name, reference_source=problem.source.rstrip(),
                   inputs=list(problem.inputs or []), init_args=list(getattr(problem, "init_args", None) or []),
                   ops=list(getattr(problem, "ops", None) or []), baseline=baseline, language=language,

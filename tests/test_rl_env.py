@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import pytest
 
 from agent import nodes
-from tools.reward import KernelReward, RewardConfig
+from agent.rl_env import EnvConfig, EpisodeDone, KernelEnv
 from tools.env import target_name
-from tools.rl_env import EnvConfig, EpisodeDone, KernelEnv
+from tools.reward import KernelReward, RewardConfig
 from tools.toolcalls import tool_schemas
 
 HERE = Path(__file__).parent
