@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from agent.builtin import codegen, search
-from agent.builtin.recognize import Recognition, Unrecognized, recognize
+from agent.builtin.ir import Unrecognized
+from agent.builtin.recognize import Recognition, recognize
 from agent.model import Reply, ToolCall, Usage
 
 NAME = "builtin"

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from agent.builtin.recognize import Plan
+from agent.builtin.ir import Plan
 
 FAILED = {"compile_error", "runtime_error", "timeout", "crashed", "rejected"}
 SIZE_KEYS = ("BLOCK", "BLOCK_M", "BLOCK_N", "BLOCK_K", "BLOCK_R", "num_stages")

@@ -1,0 +1,75 @@
+"""The IR recognition produces and drafting consumes: a list of nodes in topological order over
+"leaves" (forward inputs and parameters, each with the glue ops - views, transposes, expands -
+applied to it before use), and the plan that picks a kernel template for them.
+
+A node is elementwise (`ew`), a reduction over trailing or middle dims (`reduce`: sum, max, min),
+or a matrix product (`mm`: 2-d or batched). A node's args are refs - ("leaf", i) or ("node", j) -
+or Python scalars.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+FLOAT_DTYPES = ("torch.float32", "torch.float16", "torch.bfloat16", "torch.float64")
+
+
+class Unrecognized(Exception):
+    """The forward holds something the built-in policy has no template for; str() says what."""
+
+
+@dataclass
+class Leaf:
+    """A forward input (`input`, its position) or a parameter/buffer (`param`, its dotted name),
+    with the glue ops applied to it, and the resulting tensor's shape and strides (elements)."""
+
+    kind: str
+    ref: Any
+    glue: list[tuple[str, list[Any]]]
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    dtype: str
+
+
+@dataclass
+class Node:
+    op: str  # ew | reduce | mm
+    name: str  # ew: the op (add, relu...); reduce: sum | max | min; mm: mm | bmm
+    args: list[Any]  # ("leaf", i) | ("node", j) | python scalars
+    shape: tuple[int, ...]
+    dtype: str
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Plan:
+    kind: str  # pointwise | rowwise | colwise | matmul
+    leaves: list[Leaf]
+    nodes: list[Node]
+    out: int  # the node holding the output (before out_glue)
+    out_glue: list[tuple[str, list[Any]]]
+    out_shape: tuple[int, ...]
+    out_dtype: str
+    # rowwise / colwise: the full shape reduced and the reduced dims (a contiguous block)
+    full_shape: tuple[int, ...] = ()
+    red_dims: tuple[int, ...] = ()
+    summary: str = ""
+
+    @property
+    def patterns(self) -> list[str]:
+        return sorted({n.attrs.get("pattern") for n in self.nodes if n.attrs.get("pattern")})
+
+
+@dataclass
+class Problem:
+    """What the draft needs from the problem file besides the plan."""
+
+    path: Path
+    entry: str
+    source: str
+    init_source: str  # ModelNew.__init__ (the reference's, renamed), indented for the class body
+    prelude: str  # imports and module-level definitions __init__ needs
+    forward_params: str  # the forward's parameter list after self
+    input_names: list[str]
+    param_exprs: dict[str, str]  # parameter name -> expression on self

@@ -1,0 +1,61 @@
+"""Loading and tracing the problem: import the user's (trusted) file in-process, build its model
+on the meta device (nothing is allocated whatever the problem's sizes), and trace the forward with
+torch.fx make_fx at the aten level, parameters and buffers as explicit inputs."""
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import sys
+from pathlib import Path
+
+from agent.builtin.ir import FLOAT_DTYPES, Unrecognized
+
+_LOADED = itertools.count()
+
+
+def load(path: Path, entry: str):
+    """(module, model, inputs): the problem's module, its `entry` class built on the meta device
+    from get_init_inputs(), and get_inputs() (meta tensors)."""
+    import torch
+
+    name = f"_ratchet_builtin_problem_{next(_LOADED)}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise Unrecognized(f"{path}: not a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.modules.pop(name, None)
+    cls = getattr(module, entry, None)
+    if cls is None or not hasattr(module, "get_inputs"):
+        raise Unrecognized(f"{path}: no class {entry} or no get_inputs()")
+    with torch.device("meta"):
+        init = list(getattr(module, "get_init_inputs", lambda: [])())
+        torch.manual_seed(0)
+        model = cls(*init)
+        inputs = list(module.get_inputs())
+    return module, model, inputs
+
+
+def trace(model, inputs):
+    """(graph module, parameter and buffer names in placeholder order, number of inputs)."""
+    import torch
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.func import functional_call
+
+    for index, value in enumerate(inputs):
+        if not isinstance(value, torch.Tensor):
+            raise Unrecognized(f"input {index} is not a tensor ({type(value).__name__})")
+        if str(value.dtype) not in FLOAT_DTYPES or value.dtype == torch.float64:
+            raise Unrecognized(f"input {index} is {value.dtype}; the built-in kernels handle float32/16 and bfloat16")
+    state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    names = list(state)
+
+    def run(params, *args):
+        return functional_call(model, params, args)
+
+    with torch.no_grad():
+        graph = make_fx(run)(state, *inputs)
+    return graph, names, len(inputs)
