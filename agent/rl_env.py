@@ -21,8 +21,9 @@ malformed call is a format error that counts as an attempt, and `max_aux_rounds 
 auxiliary-only turns in a row count as a format error too. A source submitted again in the
 same episode is not evaluated again (the agent tells the model so) and earns `repeat_reward`.
 
-Rewards: a submission earns `tools.reward.score_record` of its result (see tools/reward.py for
-the formula and its defaults); format errors earn `format_error_reward` (0); auxiliary calls 0.
+Rewards: a submission earns `tools.reward_score.score_record` of its result (see
+tools/reward_score.py for the formula and its defaults); format errors earn
+`format_error_reward` (0); auxiliary calls 0.
 The episode is done when `max_attempts` attempts are used, or when the policy stops it
 (`step(None)` or `stop()`). Budgets of the agent that are not about the model's behaviour
 (tokens, wall time, patience, roofline target) are left to the trainer.

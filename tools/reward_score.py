@@ -1,0 +1,116 @@
+"""The reward of one evaluator result record: pure arithmetic, nothing is run.
+
+    r = a * compiled + b * correct + c * min(speedup, cap) * correct
+
+with the defaults a = 0.1, b = 0.3, c = 1.0, cap = 10 and the speedup taken against eager
+PyTorch (`baseline="compile"`: against torch.compile). `compiled` means the candidate loaded
+and built in its worker; `correct` means the verdict is ok (every trial passed, every integrity
+check held). Any guard or run-time integrity violation (verdict rejected) scores 0, whatever
+else it did, and the outcome names the rule. Where timing was not measured (no GPU, timing off,
+torch.compile failed for that baseline) the speedup term is 0 and the outcome says why.
+
+`RewardConfig` also holds the settings of the evaluators `tools.reward.KernelReward` keeps warm.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tools.record import Result, Verdict
+
+BASELINES = ("eager", "compile")
+FORMAT_ERROR = "format_error"  # the outcome's verdict when no candidate could be extracted
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    compiled: float = 0.1  # a: the candidate loaded and built
+    correct: float = 0.3  # b: verdict ok
+    speedup: float = 1.0  # c: times min(speedup, cap), for correct candidates only
+    cap: float = 10.0
+    baseline: str = "eager"  # "eager" or "compile" (torch.compile, default mode)
+    problem_column: str = "problem"  # dataset column holding the problem file's path
+    entry_column: str = "entry"  # optional column naming the reference class (default Model)
+    problem_root: str | None = None  # relative problem paths are resolved against it (default: cwd)
+    # the evaluator
+    device: str | None = None  # None: cuda:0 when there is a GPU, else cpu (Triton interpreter)
+    trials: int = 5
+    timing: bool = True
+    spares: int = 2  # warm candidate workers per problem; also the concurrency per problem
+    max_workers: int | None = None  # threads over all problems (None: spares x problems in the batch, at most 32)
+    exclusive_timing: bool = True  # on a GPU with timing on: one evaluation per device at a time
+    eval_options: dict[str, Any] = field(default_factory=dict)  # more EvalOptions fields
+    cache_size: int = 4096  # outcomes kept by (problem, entry, source hash); 0: none
+    log_path: str | None = None  # append every outcome as a JSON line
+
+    def __post_init__(self) -> None:
+        if self.baseline not in BASELINES:
+            raise ValueError(f"baseline must be one of {', '.join(BASELINES)}, not {self.baseline!r}")
+        if self.cap <= 0:
+            raise ValueError("cap must be positive")
+
+
+@dataclass
+class RewardOutcome:
+    """One scored completion: the reward, its components, and why."""
+
+    reward: float
+    verdict: str  # the evaluator's verdict, or "format_error"
+    compiled: bool = False
+    correct: bool = False
+    speedup: float | None = None  # against the configured baseline; None when not measured
+    speedup_term: float = 0.0  # c * min(speedup, cap) when correct, else 0
+    timing_measured: bool = False
+    baseline: str = "eager"
+    reason: str = ""  # why the reward is what it is (failed check, rejection rule, format problem)
+    note: str = ""  # e.g. why the speedup term is 0
+    problem: str = ""
+    problem_hash: str = ""
+    source_hash: str | None = None
+    cached: bool = False  # scored earlier (same problem and source); not evaluated again
+    record: dict[str, Any] | None = None  # the evaluator's full result record
+
+    def to_dict(self, record: bool = True) -> dict[str, Any]:
+        data = asdict(self)
+        if not record:
+            data.pop("record")
+        return data
+
+
+def score_record(record: Result | dict[str, Any], config: RewardConfig | None = None) -> RewardOutcome:
+    """The reward of one evaluator result record (pure arithmetic; nothing is run)."""
+    config = config or RewardConfig()
+    data = record.to_dict() if isinstance(record, Result) else record
+    verdict = data["verdict"]
+    checks = data.get("checks") or []
+    failed = next((c for c in checks if not c.get("passed")), None)
+    base = dict(verdict=verdict, baseline=config.baseline, problem=data.get("problem", ""),
+                problem_hash=data.get("problem_hash", ""), source_hash=data.get("source_hash"), record=data)
+    compiled = any(c.get("name") == "build" and c.get("passed") for c in checks)
+    if verdict == Verdict.REJECTED.value:
+        rule = failed["name"] if failed else "rejected"
+        return RewardOutcome(reward=0.0, compiled=compiled, reason=f"{rule}: {_first_line(data.get('message'))}",
+                             note="guard or integrity violation: reward 0", **base)
+    correct = verdict == Verdict.OK.value
+    timing = data.get("candidate_time") or {}
+    measured = bool(timing.get("measured"))
+    speedup = data.get("speedup_vs_eager" if config.baseline == "eager" else "speedup_vs_compile")
+    speedup = float(speedup) if isinstance(speedup, (int, float)) and speedup == speedup and speedup > 0 else None
+    term, note = 0.0, ""
+    if correct:
+        if not measured:
+            note = f"speedup term 0: timing {timing.get('note') or 'not measured'}"
+        elif speedup is None:
+            other = data.get("compile_time" if config.baseline == "compile" else "eager_time") or {}
+            note = f"speedup term 0: no {config.baseline} baseline ({other.get('note') or 'not measured'})"
+        else:
+            term = config.speedup * min(speedup, config.cap)
+    reward = config.compiled * compiled + config.correct * correct + term
+    reason = "" if correct else f"{failed['name'] if failed else verdict}: {_first_line(data.get('message'))}"
+    return RewardOutcome(reward=float(reward), compiled=compiled, correct=correct, speedup=speedup if measured else None,
+                         speedup_term=term, timing_measured=measured, reason=reason, note=note, **base)
+
+
+def _first_line(text: str | None, limit: int = 300) -> str:
+    line = next((l.strip() for l in (text or "").splitlines() if l.strip()), "")
+    return line if len(line) <= limit else line[: limit - 3] + "..."
