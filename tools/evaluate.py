@@ -76,6 +76,7 @@ class Evaluator:
         self._spares: collections.deque[WorkerProcess] = collections.deque()
         self._prebuilds: dict[str, WorkerProcess] = {}
         self._baseline: dict[str, Any] | None = None
+        self.reference_warmed = False  # the reference's eager model had its full timing warm-up
         self._count = 0
         self.distributions = ["problem", "shifted"]
         # evaluate() may run in several threads at once (RL rewards): this guards what they share,

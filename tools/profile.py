@@ -22,6 +22,7 @@ from tools.process import WorkerProcess
 from tools.record import Check, Result, TimeStats, Verdict
 from tools.roofline import Ceilings, build_roofline, impossible
 from tools.stats import SampleCollector, speedup, to_time_stats
+from tools.timing import WARMUP_SECONDS
 
 if TYPE_CHECKING:
     from tools.evaluate import Evaluator
@@ -59,27 +60,42 @@ def ev_env(ev: "Evaluator") -> dict[str, Any]:
 
 
 def measure(ev: "Evaluator", worker: WorkerProcess, result: Result) -> None:
-    """Fill the timing, baseline and roofline fields of an already-correct result."""
+    """Fill the timing, baseline and roofline fields of an already-correct result.
+
+    Blocks alternate the arms (ABBA). Each arm stops sampling when its own median is known to
+    +-1% (or its limit is reached); while the candidate still samples, the eager reference
+    keeps running the same calls untimed, so every timed candidate output is still verified."""
     p = plan(ev)
     timeout = ev.options.trial_timeout
     arms = {"candidate": worker, "eager": ev.reference}
     collectors = {a: SampleCollector(budget_s=p.budget_s, max_samples=ev.options.timing_max_samples) for a in arms}
     gaps: dict[str, list[float]] = {a: [] for a in arms}
-    warm = {a: p.call(10**9)[1] for a in arms}
+    # the reference worker lives as long as the evaluator: its first evaluation warms it fully;
+    # later ones take the minimum call count, right after the candidate's full warm-up
+    warm = {"candidate": (p.call(10**9)[1], WARMUP_SECONDS),
+            "eager": (p.call(10**9)[1], 0.0 if ev.reference_warmed else WARMUP_SECONDS)}
     n, block = 0, 0
     while not all(c.done() for c in collectors.values()):
         calls = [p.call(n + i) for i in range(p.block)]
+        candidate_timed = not collectors["candidate"].done()
         replies = {}
         for arm in block_order(block, tuple(arms)):
-            header, payload = arms[arm].request({"op": "time", "calls": calls, "keep_outputs": True,
-                                                 "warmup_seed": warm.pop(arm, None),
+            timed = not collectors[arm].done()
+            if not timed and not (arm == "eager" and candidate_timed):
+                continue
+            seed, warm_s = warm.pop(arm, (None, 0.0))
+            header, payload = arms[arm].request({"op": "time", "calls": calls, "keep_outputs": candidate_timed,
+                                                 "untimed": not timed, "warmup_seed": seed, "warmup_s": warm_s,
                                                  "arena_cap": ev.arena_cap(2 * p.block, outputs_only=True)}, timeout)
             if not ev.verdict_from_reply(header, "timing", result):
                 return
+            if arm == "eager" and seed is not None:
+                ev.reference_warmed = True
             collectors[arm].extend(header["samples"])
             gaps[arm].extend(s - e for s, e in zip(header["synced"], header["samples"]))
-            replies[arm] = arms[arm].outputs(header, payload)
-        if not _verify(ev, replies, n, result):
+            if candidate_timed:
+                replies[arm] = arms[arm].outputs(header, payload)
+        if candidate_timed and not _verify(ev, replies, n, result):
             return
         n += p.block
         block += 1
@@ -131,6 +147,8 @@ def time_reference(ev: "Evaluator", p: TimingPlan, fn: str) -> TimeStats:
                                          max(ev.options.trial_timeout, ev.options.compile_timeout))
         if header.get("op") == "error":
             return TimeStats(note=f"{'torch.compile' if fn == 'compiled' else 'eager'} failed: {header.get('message', '')[:300]}")
+        if fn == "model" and warm is not None:
+            ev.reference_warmed = True
         warm = None
         collector.extend(header["samples"])
         n += p.block

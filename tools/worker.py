@@ -59,6 +59,8 @@ class Worker:
             hidden=[Path(p).resolve() for p in config["hidden"]],
             toolchains=toolchain_dirs(),
         )
+        if config["role"] == "candidate":
+            prewarm(self.device)
         self.model: Any = None
         self.source_name: str | None = None
         self.arena: Any = None  # the exchange buffer for CUDA outputs (tools.transport.Arena)
@@ -174,7 +176,7 @@ class Worker:
         import torch
 
         from tools.inputs import generate
-        from tools.timing import InputPool, Timer
+        from tools.timing import WARMUP_SECONDS, InputPool, Timer
 
         if self.timer is None:
             l2 = torch.cuda.get_device_properties(self.device).L2_cache_size
@@ -183,12 +185,18 @@ class Worker:
         fn = self._compiled() if msg.get("fn") == "compiled" else self.model
         warm = 0
         if msg.get("warmup_seed") is not None:
-            warm = self.timer.warm_up(fn, generate(self.get_inputs, int(msg["warmup_seed"]), "problem", self.device))
+            warm = self.timer.warm_up(fn, generate(self.get_inputs, int(msg["warmup_seed"]), "problem", self.device),
+                                      min_seconds=float(msg.get("warmup_s", WARMUP_SECONDS)))
         samples, synced, outputs = [], [], []
         for slot, seed in msg["calls"]:
-            ms, ms_synced, out = self.timer.time_call(fn, self.pool.get(int(slot), int(seed)))
-            samples.append(ms)
-            synced.append(ms_synced)
+            inputs = self.pool.get(int(slot), int(seed))
+            if msg.get("untimed"):  # outputs only: the reference for timed candidate calls
+                with torch.no_grad():
+                    out = fn(*inputs)
+            else:
+                ms, ms_synced, out = self.timer.time_call(fn, inputs)
+                samples.append(ms)
+                synced.append(ms_synced)
             if msg.get("keep_outputs"):
                 outputs.append(out)
         reply: dict[str, Any] = {"op": "timed", "samples": samples, "synced": synced, "warmup_calls": warm}
@@ -262,6 +270,26 @@ class Worker:
             "flops": flops,
             "dtype": dtype_key(problem_dtype(tensors)),
         }
+
+
+def prewarm(device: Any) -> None:
+    """Pay a candidate worker's one-time costs before it is handed a candidate (spare workers
+    start ahead of need): the C++ extension machinery that load_inline needs, and on a GPU,
+    Triton's driver and launcher set-up, by launching one of the evaluator's own kernels."""
+    import torch
+    import torch.utils.cpp_extension  # noqa: F401 - ~0.1 s of imports (setuptools) otherwise paid in build
+
+    import tools.cuda_build  # noqa: F401
+    import tools.inputs  # noqa: F401
+    import tools.timing  # noqa: F401
+    import tools.transport  # noqa: F401
+
+    if device.type == "cuda":
+        from tools.compare import Tolerance
+        from tools.compare_gpu import float_summary
+
+        x = torch.ones(16, device=device)
+        float_summary(x, x, Tolerance(atol=0.0, rtol=0.0, norm_rtol=0.0))
 
 
 @contextlib.contextmanager
