@@ -30,28 +30,24 @@
 
 Severity "info" never counts as a problem with the suite; `ratchet suite check` exits 1 when
 any error or warning was found.
+
+This module probes problems and turns findings into flags; what the reference's outputs say is
+agent/suite_degenerate.py, the code comparison agent/suite_duplicates.py.
 """
 from __future__ import annotations
 
-import ast
-import builtins
-import difflib
-import io
-import itertools
-import re
-import tokenize
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent.suite_degenerate import degenerate_kinds
+from agent.suite_duplicates import DEFAULT_SIMILARITY, near_duplicates
+
 PROBE_SEEDS = (0x5EED01, 0x5EED02, 0x5EED03)  # fixed: curation needs reproducible draws, not secrecy
 DISTRIBUTIONS = ("problem", "shifted")
-MOSTLY_CONSTANT = 0.99
-SAMPLE = 1 << 20  # elements looked at first (or only, for the mode) in large tensors
 DEFAULT_MIN_EAGER_MS = 0.02
-DEFAULT_SIMILARITY = 0.9
 SEVERITIES = ("error", "warning", "info")
 
 
@@ -180,7 +176,7 @@ def _draws(ev: Any, dist: str) -> Iterable[tuple[Any, Any]]:
 def degeneracy_flags(draws: dict[str, Iterable[tuple[Any, Any]]]) -> list[Flag]:
     """Flags from (outputs, inputs after forward) per draw, per distribution (see the module docstring).
     Each distribution's draws may be a generator: only one draw's tensors are held at a time."""
-    found: dict[str, dict[tuple[str, int], str]] = {dist: _degenerate(pairs) for dist, pairs in draws.items()}
+    found: dict[str, dict[tuple[str, int], str]] = {dist: degenerate_kinds(pairs) for dist, pairs in draws.items()}
     own, shifted = found.get("problem", {}), found.get("shifted", {})
     flags = []
     for (kind, index), detail in own.items():
@@ -191,130 +187,6 @@ def degeneracy_flags(draws: dict[str, Iterable[tuple[Any, Any]]]) -> list[Flag]:
         else:
             flags.append(Flag(kind, "warning", f"{detail} on the problem's own inputs (not on shifted ones, which half the trials use)"))
     return flags
-
-
-@dataclass
-class _Draw:
-    """What one draw says, kept instead of its tensors (outputs can be GBs)."""
-
-    out_digests: list[str | None]  # per output leaf; None for a non-tensor
-    in_digests: list[str]
-    constant: dict[int, float]  # output -> its single value
-    mode_share: dict[int, float]  # output -> share of its most common value
-    nonfinite: set[int]
-    equals_input: dict[int, set[int]]  # output -> inputs it equals
-
-
-def _facts(outputs: Any, inputs: Any) -> _Draw:
-    import torch
-
-    outs = _leaves(outputs)
-    ins = [x for x in _leaves(inputs) if isinstance(x, torch.Tensor)]
-    draw = _Draw([_digest(o) if isinstance(o, torch.Tensor) else None for o in outs], [_digest(i) for i in ins],
-                 {}, {}, set(), {})
-    for j, out in enumerate(outs):
-        if not isinstance(out, torch.Tensor):
-            continue
-        if out.is_floating_point() and not bool(torch.isfinite(out).all()):
-            draw.nonfinite.add(j)
-        if out.numel() > 1:
-            value = _constant_value(out)
-            if value is not None:
-                draw.constant[j] = value
-            else:
-                draw.mode_share[j] = _mode_share(out)
-        draw.equals_input[j] = {k for k, inp in enumerate(ins) if _same(out, inp)}
-    return draw
-
-
-def _digest(t: Any) -> str:
-    """The tensor's shape, dtype and a hash of its bytes."""
-    import hashlib
-
-    import torch
-
-    raw = t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
-    return f"{tuple(t.shape)}:{t.dtype}:{hashlib.sha256(raw).hexdigest()}"
-
-
-def _degenerate(pairs: Any) -> dict[tuple[str, int], str]:
-    """Degenerate kinds over draws of (outputs, inputs after forward), one draw in memory at a time."""
-    draws = [_facts(o, i) for o, i in pairs]
-    if not draws:
-        return {}
-    found: dict[tuple[str, int], str] = {}
-    inputs_vary = any(d.in_digests != draws[0].in_digests for d in draws[1:])
-    if draws[0].in_digests and not inputs_vary:
-        found[("constant-inputs", -1)] = "get_inputs() gives the same values for every seed"
-    n_out = min(len(d.out_digests) for d in draws)
-    for j in range(n_out):
-        label = f"output {j}" if n_out > 1 else "the output"
-        if any(d.out_digests[j] is None for d in draws):
-            continue  # scalars: nothing to say about their elements
-        if any(j in d.nonfinite for d in draws):
-            found[("non-finite", j)] = f"{label} holds NaN or Inf"
-        if all(j in d.constant for d in draws):
-            found[("constant-output", j)] = f"{label} is constant (every element {draws[0].constant[j]:.6g})"
-            continue
-        shares = [d.mode_share.get(j, 1.0) for d in draws]
-        if all(j in d.mode_share or j in d.constant for d in draws) and min(shares) >= MOSTLY_CONSTANT:
-            found[("mostly-constant", j)] = f"{label} is {min(shares):.1%} one value"
-        if inputs_vary and all(d.out_digests[j] == draws[0].out_digests[j] for d in draws[1:]):
-            found[("input-independent", j)] = f"{label} does not change when the inputs are re-drawn"
-            continue
-        common = set.intersection(*(d.equals_input.get(j, set()) for d in draws))
-        if common:
-            found[("identity", j)] = (f"{label} equals input {min(common)}: the op is trivial on these inputs "
-                                      "(e.g. ReLU of non-negative values)")
-    return found
-
-
-def _leaves(tree: Any) -> list[Any]:
-    if isinstance(tree, (list, tuple)):
-        return [x for item in tree for x in _leaves(item)]
-    return [tree]
-
-
-def _same(a: Any, b: Any) -> bool:
-    import torch
-
-    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
-        return False
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    fa, fb = a.reshape(-1), b.reshape(-1)
-    step = max(1, fa.numel() // SAMPLE)
-    if not _close(fa[::step], fb[::step]):  # most outputs differ from the inputs: a sample says so cheaply
-        return False
-    return _close(fa, fb)
-
-
-def _close(a: Any, b: Any) -> bool:
-    import torch
-
-    if a.is_floating_point() or a.is_complex():
-        return bool(torch.allclose(a, b, rtol=1e-6, atol=0.0, equal_nan=True))
-    return bool(torch.equal(a, b))
-
-
-def _constant_value(t: Any) -> float | None:
-    flat = t.reshape(-1)
-    first = flat[0]
-    if bool((flat == first).all()):
-        return float(first.real if flat.is_complex() else first)
-    return None
-
-
-def _mode_share(t: Any) -> float:
-    """The share of the most common value (estimated on an evenly strided sample of large tensors)."""
-    import torch
-
-    flat = t.reshape(-1)
-    if flat.is_complex():
-        return 0.0
-    flat = flat[:: max(1, flat.numel() // SAMPLE)]
-    _, counts = torch.unique(flat, return_counts=True)
-    return float(counts.max()) / flat.numel()
 
 
 def _timing_flags(ev: Any, report: ProblemReport, min_eager_ms: float) -> list[Flag]:
@@ -351,103 +223,3 @@ def eager_time(ev: Any, budget_s: float = 1.0):
         collector.extend(header["samples"])
         n += plan.block
     return to_time_stats(collector)
-
-
-# --- near-duplicates ---------------------------------------------------------------------------------
-
-_KEEP = set(dir(builtins)) | {"self", "Model", "forward", "get_inputs", "get_init_inputs", "__init__", "super"}
-_TOKEN = re.compile(r"\w+|[^\s\w]")
-
-
-def normalized(source: str, *, constants: bool = True) -> ast.Module | None:
-    """The code's AST with docstrings dropped and local names renamed canonically (imports,
-    builtins and the problem contract's names kept); numbers masked unless `constants`."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return None
-    imported = {(a.asname or a.name).split(".")[0] for node in ast.walk(tree)
-                if isinstance(node, (ast.Import, ast.ImportFrom)) for a in node.names}
-    keep = _KEEP | imported
-    names: dict[str, str] = {}
-
-    def rename(name: str) -> str:
-        if name in keep:
-            return name
-        return names.setdefault(name, f"v{len(names)}")
-
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body:
-            if isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
-                    and isinstance(body[0].value.value, str):
-                node.body = body[1:] or [ast.Pass()]
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name):
-            node.id = rename(node.id)
-        elif isinstance(node, ast.arg):
-            node.arg = rename(node.arg)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            node.name = rename(node.name)
-        elif not constants and isinstance(node, ast.Constant) and isinstance(node.value, (int, float, complex)) \
-                and not isinstance(node.value, bool):
-            node.value = 0
-    return tree
-
-
-def computation(tree: ast.Module) -> ast.Module:
-    """The part of a problem that computes: no imports, no get_inputs / get_init_inputs."""
-    body = [n for n in tree.body if not isinstance(n, (ast.Import, ast.ImportFrom))
-            and not (isinstance(n, ast.FunctionDef) and n.name in ("get_inputs", "get_init_inputs"))]
-    return ast.Module(body=body, type_ignores=[])
-
-
-def operations(tree: ast.AST) -> list[str]:
-    """The ops a computation uses: called names (torch.relu, F.softplus, nn.Conv2d) and operators."""
-    ops = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call):
-            func = node.func
-            ops.append(func.attr if isinstance(func, ast.Attribute) else ast.unparse(func))
-        elif isinstance(node, (ast.BinOp, ast.UnaryOp, ast.AugAssign)):
-            ops.append(type(node.op).__name__)
-        elif isinstance(node, ast.Compare):
-            ops.extend(type(op).__name__ for op in node.ops)
-        elif isinstance(node, ast.Subscript):
-            ops.append("Subscript")
-    return sorted(ops)
-
-
-def _tokens(text: str) -> list[str]:
-    try:
-        return [t.string for t in tokenize.generate_tokens(io.StringIO(text).readline)
-                if t.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER)]
-    except (tokenize.TokenError, SyntaxError):
-        return _TOKEN.findall(text)
-
-
-def near_duplicates(sources: dict[str, str], threshold: float = DEFAULT_SIMILARITY) -> list[tuple[str, str, str, str, str]]:
-    """(a, b, kind, severity, detail) for each pair of similar problems:
-    - duplicate: the same normalized code;
-    - near-duplicate: the same normalized code up to numeric constants, or the same operations
-      and a computation (inputs aside, constants masked) at least `threshold` similar."""
-    forms = {}
-    for path, source in sources.items():
-        exact, masked = normalized(source), normalized(source, constants=False)
-        if exact is not None and masked is not None:
-            comp = computation(masked)
-            forms[path] = (ast.unparse(exact), ast.unparse(masked), _tokens(ast.unparse(comp)), operations(comp))
-    pairs = []
-    for a, b in itertools.combinations(sorted(forms), 2):
-        (ea, ma, ta, oa), (eb, mb, tb, ob) = forms[a], forms[b]
-        if ea == eb:
-            pairs.append((a, b, "duplicate", "error", "the same code (up to names, comments and docstrings)"))
-        elif ma == mb:
-            pairs.append((a, b, "near-duplicate", "warning", "the same code up to numeric constants (sizes, parameters)"))
-        elif oa == ob:
-            matcher = difflib.SequenceMatcher(None, ta, tb, autojunk=False)
-            if matcher.real_quick_ratio() >= threshold and matcher.quick_ratio() >= threshold:
-                ratio = matcher.ratio()
-                if ratio >= threshold:
-                    pairs.append((a, b, "near-duplicate", "warning", f"the same operations, {ratio:.0%} similar code"))
-    return pairs

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from agent.cli import main
-from agent.suite_check import degeneracy_flags, near_duplicates
+from agent.suite_check import degeneracy_flags
+from agent.suite_duplicates import near_duplicates
 
 SUITE = Path(__file__).parent / "rl_problems" / "suite"
 
