@@ -25,9 +25,10 @@ import sys
 import time
 from pathlib import Path
 
-from agent.batch import (FINAL, LOGS, RESULTS, RUN_META, RunLog, discover, make_spec, pending, problem_key,
-                         run_batch)
+from agent.batch import discover, pending, run_batch
 from agent.batch_local import LocalScheduler, Slot
+from agent.batch_log import FINAL, LOGS, RESULTS, RUN_META, RunLog
+from agent.batch_problem import make_spec, problem_key
 from agent.cli import UsageError
 
 # flag -> AgentConfig field: the agent settings a batch passes to every problem

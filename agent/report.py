@@ -25,7 +25,7 @@ from typing import Any
 
 import jinja2
 
-from agent.batch import RESULTS, RUN_META, RunLog
+from agent.batch_log import RESULTS, RUN_META, RunLog
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 NOT_MEASURED = "not measured"

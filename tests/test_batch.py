@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from agent.batch import (ExecutorScheduler, RunLog, crashed_row, discover, make_spec, pending, problem_key,
-                         run_batch)
+from agent.batch import ExecutorScheduler, discover, pending, run_batch
+from agent.batch_log import RunLog
+from agent.batch_problem import crashed_row, make_spec, problem_key
 from agent.cli import main
 from agent.workspace import Workspace
 from helpers_batch import SUITE, SuiteLoopback, candidate

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.batch import RunLog
+from agent.batch_log import RunLog
 from agent.cli import main
 from agent.report import headline, load_run, render_html
 

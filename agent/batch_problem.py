@@ -1,0 +1,175 @@
+"""The unit of work of a batch: one agent run on one problem, from a JSON spec to a JSON row.
+
+`run_problem(spec) -> row` is a plain module-level function: it pickles by reference, holds no
+state between calls, and reads only its spec, the environment (the API key,
+CUDA_VISIBLE_DEVICES) and the problem's workspace. It is what any executor runs (see
+agent/batch.py for the driver and the schedulers). Every row carries every field.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROW_SCHEMA = 1
+
+
+def problem_key(path: Path) -> str:
+    """How a row names its problem: the file's stem (unique within one suite directory)."""
+    return path.stem
+
+
+def make_spec(problem: Path, *, device: str = "cpu", settings: dict[str, Any] | None = None,
+              config_file: str | None = None, resume: bool = False, since: float | None = None,
+              log: Path | None = None) -> dict[str, Any]:
+    """A problem's spec: plain JSON. `settings` are the agent settings given on the command line
+    (AgentConfig field names, no secrets: the worker reads the API key from its environment or
+    the config file); `device` is as the worker sees it (`cuda:0` once CUDA_VISIBLE_DEVICES
+    narrowed it to one GPU). With `resume`, an unfinished agent run of this problem started at or
+    after `since` (unix seconds) is continued instead of starting a new one."""
+    return {"problem": str(problem.resolve()), "key": problem_key(problem), "device": device,
+            "settings": dict(settings or {}), "config_file": config_file, "resume": resume,
+            "since": since, "log": str(log) if log else None}
+
+
+def run_problem(spec: dict[str, Any]) -> dict[str, Any]:
+    """Run (or continue) the agent on one problem; return its row. Never raises for what the
+    problem, the model or the workspace does: those end as a row with a status."""
+    started, started_wall = time.monotonic(), time.time()
+    log_file = open(spec["log"], "a", buffering=1) if spec.get("log") else None  # noqa: SIM115
+
+    def log(line: str) -> None:
+        print(line, file=log_file or sys.stderr, flush=True)
+
+    row: dict[str, Any] = {
+        "schema": ROW_SCHEMA, "problem": spec["key"], "path": spec["problem"], "device": spec["device"],
+        "gpu": os.environ.get("CUDA_VISIBLE_DEVICES") if spec["device"].startswith("cuda") else None,
+        "host": socket.gethostname(), "started_at": round(started_wall, 3),
+    }
+    try:
+        row.update(_run_agent(spec, log))
+    except Exception as exc:  # noqa: BLE001 - one problem's bug must not end the batch; the row says what
+        log(f"batch: {type(exc).__name__}: {exc}")
+        row.update(status="error", verdict="error", error=_one_line(f"{type(exc).__name__}: {exc}"))
+    finally:
+        if log_file:
+            log_file.close()
+    row["device_s"] = round(time.monotonic() - started, 3)
+    row["finished_at"] = round(time.time(), 3)
+    return _complete_row(row)
+
+
+def _run_agent(spec: dict[str, Any], log: Callable[[str], None]) -> dict[str, Any]:
+    from agent.cmd_optimize import model_client
+    from agent.config import load_config
+    from agent.runner import NothingToResume, optimize
+    from agent.workspace import WorkspaceError
+    from tools import ProblemError
+
+    problem = Path(spec["problem"])
+    config = load_config({**spec["settings"], "device": spec["device"]}, config_file=spec.get("config_file"))
+    client = model_client(config)
+    resume = bool(spec.get("resume")) and _has_unfinished_run(problem, config, spec.get("since"))
+    try:
+        try:
+            result = optimize(problem, config, client, resume=resume, log=log)
+        except NothingToResume as exc:  # the run finished or vanished since we looked: start afresh
+            log(f"batch: {exc}; starting a new run")
+            result = optimize(problem, config, client, resume=False, log=log)
+    except ProblemError as exc:
+        return {"status": "invalid_problem", "verdict": "invalid_problem", "error": _one_line(str(exc))}
+    except WorkspaceError as exc:
+        return {"status": "error", "verdict": "error", "error": _one_line(str(exc))}
+    finally:
+        close = getattr(client, "close", None)
+        if close:
+            close()
+    s = result.summary
+    best = s.get("best") or {}
+    row = {
+        "status": s["status"], "resumed": resume, "exit_code": result.exit_code,
+        "verdict": "ok" if best else (s["verdicts"][-1] if s["verdicts"] else "no_attempt"),
+        "correct": bool(best), "timing_measured": bool(best.get("timing_measured")),
+        "speedup_vs_eager": best.get("speedup_vs_eager"), "speedup_vs_compile": best.get("speedup_vs_compile"),
+        "roofline_fraction": best.get("roofline_fraction"), "candidate_ms": best.get("median_ms"),
+        "best_attempt": best.get("attempt"), "attempts": s["attempts"], "attempts_used": s["attempts_used"],
+        "correct_attempts": s["correct"], "format_errors": s["format_errors"], "tokens": s["tokens_used"],
+        "model_calls": s["model_calls"], "agent_wall_s": s["wall_s"], "model": s["model"], "run_id": s["run_id"],
+        "stop_reason": s["stop_reason"], "error": s["error"], "workspace": s["workspace"], "best_path": s["best_path"],
+    }
+    row.update(_baseline_times(Path(s["workspace"]), best.get("attempt")))
+    return row
+
+
+def _has_unfinished_run(problem: Path, config: Any, since: float | None) -> bool:
+    """Whether the problem's workspace holds an unfinished agent run started at or after `since`."""
+    from agent.runner import STATE_DIR
+    from agent.workspace import Workspace, WorkspaceError
+
+    try:
+        with Workspace(config.workspace).open_existing(problem) as repo:
+            pointer_path = repo.path.parent / STATE_DIR / f"{repo.name}.run.json"
+    except (WorkspaceError, OSError):
+        return False
+    try:
+        pointer = json.loads(pointer_path.read_text())
+        begun = time.mktime(time.strptime(pointer["started_at"][:19], "%Y-%m-%dT%H:%M:%S"))
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return not pointer.get("finished") and (since is None or begun >= math.floor(since) - 1)
+
+
+def _baseline_times(workspace: Path, attempt: int | None) -> dict[str, Any]:
+    """Eager and torch.compile medians and the roofline floor, from the best attempt's record
+    (else the latest attempt's): what the report's chart is drawn against."""
+    from agent.workspace import Workspace, WorkspaceError
+
+    out: dict[str, Any] = {"eager_ms": None, "compile_ms": None, "floor_ms": None}
+    try:
+        with Workspace(workspace.parent).open_existing(workspace.name) as repo:
+            chosen = repo.attempt(attempt) if attempt else repo.latest()
+            record = repo.record(chosen) if chosen else None
+    except (WorkspaceError, OSError, ValueError):
+        return out
+    if not record:
+        return out
+    for key, field in (("eager_ms", "eager_time"), ("compile_ms", "compile_time")):
+        stats = record.get(field) or {}
+        out[key] = stats.get("median_ms") if stats.get("measured") else None
+    roofline = record.get("roofline") or {}
+    out["floor_ms"] = roofline.get("floor_ms") if roofline.get("measured") else None
+    return out
+
+
+def _complete_row(row: dict[str, Any]) -> dict[str, Any]:
+    """Every row carries every field (None where unknown), so readers need no special cases."""
+    for key in ("status", "verdict", "error", "resumed", "exit_code", "correct", "timing_measured",
+                "speedup_vs_eager", "speedup_vs_compile", "roofline_fraction", "candidate_ms", "eager_ms",
+                "compile_ms", "floor_ms", "best_attempt", "attempts", "attempts_used", "correct_attempts",
+                "format_errors", "tokens", "model_calls", "agent_wall_s", "model", "run_id", "stop_reason",
+                "workspace", "best_path", "device_s"):
+        row.setdefault(key, None)
+    for key in ("attempts", "attempts_used", "correct_attempts", "format_errors", "tokens", "model_calls"):
+        row[key] = row[key] or 0
+    row["correct"] = bool(row["correct"])
+    row["timing_measured"] = bool(row["timing_measured"])
+    return row
+
+
+def crashed_row(spec: dict[str, Any], message: str, seconds: float) -> dict[str, Any]:
+    """The row of a problem whose worker died without answering."""
+    return _complete_row({"schema": ROW_SCHEMA, "problem": spec["key"], "path": spec["problem"],
+                          "device": spec["device"], "status": "crashed", "verdict": "crashed",
+                          "error": _one_line(message), "device_s": round(seconds, 3),
+                          "finished_at": round(time.time(), 3)})
+
+
+def _one_line(text: str, limit: int = 400) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
