@@ -15,7 +15,7 @@ RESULTS = "results.jsonl"
 RUN_META = "run.json"
 LOGS = "logs"
 # Row statuses. A problem whose latest row has one of FINAL is done; --resume retries the others.
-FINAL = frozenset({"finished", "invalid_problem"})
+FINAL = frozenset({"finished", "invalid_problem", "unrecognized"})  # unrecognized: by the built-in policy
 RETRY = frozenset({"stopped", "model_error", "error", "crashed"})
 
 

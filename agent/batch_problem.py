@@ -74,7 +74,12 @@ def _run_agent(spec: dict[str, Any], log: Callable[[str], None]) -> dict[str, An
 
     problem = Path(spec["problem"])
     config = load_config({**spec["settings"], "device": spec["device"]}, config_file=spec.get("config_file"))
-    client = model_client(config)
+    client = model_client(config, problem)
+    unrecognized = getattr(client, "unrecognized", None)
+    if unrecognized:  # the built-in policy has no kernel for it: no attempt, as `ratchet optimize` does
+        log(f"batch: {unrecognized}")
+        return {"status": "unrecognized", "verdict": "unrecognized", "error": _one_line(unrecognized),
+                "correct": False, "attempts": 0, "model": "builtin"}
     resume = bool(spec.get("resume")) and _has_unfinished_run(problem, config, spec.get("since"))
     try:
         try:

@@ -98,7 +98,7 @@ def _visible_gpus() -> list[str]:
 
 
 def settings_from(args: argparse.Namespace) -> dict:
-    from agent.cmd_optimize import model_client
+    from agent.cmd_optimize import endpoint_client, uses_builtin
     from agent.config import ConfigError, load_config
     from agent.workspace import resolve_root
 
@@ -107,9 +107,8 @@ def settings_from(args: argparse.Namespace) -> dict:
         config = load_config(given, config_file=args.config)
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
-    close = getattr(model_client(config), "close", None)  # UsageError when no model is configured
-    if close:
-        close()
+    if not uses_builtin(config):  # the built-in policy is made per problem, by each worker
+        endpoint_client(config).close()  # UsageError when no model is configured
     given["workspace"] = str(resolve_root(config.workspace).resolve())  # the same root for every worker
     return given
 

@@ -68,16 +68,23 @@ def settings(args: argparse.Namespace) -> AgentConfig:
         raise UsageError(str(exc)) from None
 
 
-def model_client(config: AgentConfig, module: Path | None = None) -> ModelClient:
-    """The model: `--model builtin`, or no endpoint and no model at all, is the built-in offline
-    policy (agent/builtin; it works per problem, so it needs the module)."""
-    if config.model == "builtin" or (not config.model and not (config.base_url or config.api_key)):
-        if module is not None:
-            from agent.builtin import BuiltinPolicy
+def uses_builtin(config: AgentConfig) -> bool:
+    """`--model builtin`, or no endpoint and no model at all: the built-in offline policy."""
+    return config.model == "builtin" or (not config.model and not (config.base_url or config.api_key))
 
-            return BuiltinPolicy(module, entry=config.entry)
-        if config.model == "builtin":
-            raise UsageError("the built-in policy runs one problem at a time: use ratchet optimize MODULE.py")
+
+def model_client(config: AgentConfig, module: Path) -> ModelClient:
+    """The model for one problem: an OpenAI-compatible endpoint, or the built-in offline policy
+    (agent/builtin; it reads the problem module to recognize what it can write)."""
+    if uses_builtin(config):
+        from agent.builtin import BuiltinPolicy
+
+        return BuiltinPolicy(module, entry=config.entry)
+    return endpoint_client(config)
+
+
+def endpoint_client(config: AgentConfig) -> OpenAIChatClient:
+    """The configured OpenAI-compatible endpoint; a usage error when none is configured."""
     if not config.model or not (config.base_url or config.api_key):
         raise UsageError("no model configured: pass --model NAME --base-url URL (or set RATCHET_MODEL with "
                          "OPENAI_BASE_URL / OPENAI_API_KEY)")

@@ -75,10 +75,23 @@ def test_unrecognized_problem_is_one_line_and_no_attempt(tmp_path, capsys):
     assert not any(tmp_path.iterdir())  # no workspace, no attempt
 
 
-def test_builtin_with_a_batch_style_call_needs_a_module():
-    from agent.cli import UsageError
-    from agent.cmd_optimize import model_client
-    from agent.config import AgentConfig
-
-    with pytest.raises(UsageError, match="one problem at a time"):
-        model_client(AgentConfig(model="builtin"))
+def test_builtin_runs_a_batch_and_skips_what_it_does_not_recognize(tmp_path, capsys, monkeypatch):
+    """`ratchet batch --model builtin`: each problem gets its own policy; a problem it recognizes
+    nothing in ends at once as "unrecognized" with no attempt and no workspace."""
+    monkeypatch.delenv("RATCHET_DEVICE")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    out, ws = tmp_path / "run", tmp_path / "ws"
+    code = main(["batch", str(PROBLEMS), "--filter", "^(rmsnorm|cumsum)$", "--model", "builtin", "--cpu-workers", "1",
+                 "--max-attempts", "1", "--out", str(out), "--workspace", str(ws)])
+    _, err = capsys.readouterr()
+    assert code == 0, err
+    rows = {r["problem"]: r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
+    assert sorted(rows) == ["cumsum", "rmsnorm"]
+    assert rows["rmsnorm"]["status"] == "finished" and rows["rmsnorm"]["correct"] and rows["rmsnorm"]["model"] == "builtin"
+    cumsum = rows["cumsum"]
+    assert cumsum["status"] == "unrecognized" and cumsum["attempts"] == 0 and not cumsum["correct"]
+    assert "recognizes no pattern" in cumsum["error"]
+    assert not (ws / "cumsum").exists()
+    assert main(["report", str(out), "--no-html"]) == 0
+    report = capsys.readouterr().out
+    assert "unrecognized" in report
