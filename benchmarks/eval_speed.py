@@ -126,7 +126,7 @@ def run_ratchet(name: str, device: str, evals: int, spares: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--evals", type=int, default=3)
-    parser.add_argument("--spares", type=int, default=2, help="candidate workers kept started (default 2)")
+    parser.add_argument("--spares", type=int, default=4, help="candidate workers kept started (default 4: a worker takes ~1.5 s to start, a steady-state evaluation well under that)")
     parser.add_argument("--only", action="append", choices=sorted(CASES))
     parser.add_argument("--device", default="cuda:0")
     parser.add_argument("--json", type=Path)
