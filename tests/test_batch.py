@@ -204,7 +204,8 @@ def test_usage_errors(batch_env, tmp_path, capsys):
     (tmp_path / "old" / "results.jsonl").write_text("")
     assert main(["batch", str(SUITE), *base, "--out", str(tmp_path / "old")]) == 2
     assert "--resume" in capsys.readouterr().err
-    assert main(["batch", str(SUITE), "--cpu-workers", "1"]) == 2
+    # a model name with no endpoint is an error; with neither, the built-in policy runs (tests/test_builtin_e2e.py)
+    assert main(["batch", str(SUITE), "--model", "m", "--cpu-workers", "1", "--out", str(tmp_path / "m")]) == 2
     assert "no model configured" in capsys.readouterr().err
     assert main(["batch", str(SUITE), *base, "--resume"]) == 2
     assert "--resume needs --out" in capsys.readouterr().err
