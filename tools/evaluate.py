@@ -28,8 +28,9 @@ from tools.baseline_cache import default_cache_dir
 from tools.compare import Stats, Tolerance, compare_trees
 from tools.env import environment, resolve_device
 from tools.instrument import compute_ops
-from tools.problem import ProblemError, ProblemInfo, apply_description, candidate_problems, read_problem
+from tools.problem import ProblemError, ProblemInfo, candidate_problems, read_problem
 from tools.process import Limits, WorkerGone, WorkerProcess, worker_env
+from tools.reference import Reference, ReferenceLost
 from tools.record import Check, Errors, Result, Verdict
 from tools.transport import TransportError, tensor_nodes
 
@@ -72,24 +73,21 @@ class Evaluator:
         for sub in ("cuda", "triton/shared", "baselines"):  # workers may write only inside these
             (self.cache_dir / sub).mkdir(parents=True, exist_ok=True)
         self.root = Path(tempfile.mkdtemp(prefix="ratchet-eval-")).resolve()
-        self._ref_cache: dict[tuple[int, str], Any] = {}
         self._spares: collections.deque[WorkerProcess] = collections.deque()
         self._prebuilds: dict[str, WorkerProcess] = {}
         self._baseline: dict[str, Any] | None = None
-        self.reference_warmed = False  # the reference's eager model had its full timing warm-up
         self._count = 0
         self.distributions = ["problem", "shifted"]
         # evaluate() may run in several threads at once (RL rewards): this guards what they share,
         # the reference worker (and its output cache) and the pool of spare candidate workers
         self._lock = threading.RLock()
         try:
-            self.reference = self._spawn("reference")
+            self.reference = Reference(self.problem, lambda: self._spawn("reference"), self._start,
+                                       self.options.build_timeout)
             for _ in range(self.options.spares):  # they start while the reference loads
                 self._spares.append(self._spawn("candidate"))
-            self._start(self.reference)
-            built, _ = self._request(self.reference, {"op": "build"}, self.options.build_timeout)
-            apply_description(self.problem, built["problem"])
-        except WorkerGone as exc:
+            self.reference.build()
+        except (WorkerGone, ReferenceLost) as exc:
             self.close()
             raise ProblemError(f"{self.problem.path.name}: {exc}") from None
         except ProblemError:
@@ -109,7 +107,6 @@ class Evaluator:
                 proc.close()
         self._prebuilds.clear()
         self._spares.clear()
-        self._ref_cache.clear()
         shutil.rmtree(self.root, ignore_errors=True)
 
     def baseline(self) -> dict[str, Any]:
@@ -183,15 +180,27 @@ class Evaluator:
         if ready.get("op") != "ready":
             raise ProblemError(f"{self.problem.path.name}: {ready.get('message', 'the worker did not start')}".splitlines()[0])
 
-    def _request(self, proc: WorkerProcess, msg: dict[str, Any], timeout: float) -> tuple[dict[str, Any], bytes]:
-        header, payload = proc.request(msg, timeout)
-        if header.get("op") == "error" and proc is self.reference:
-            raise ProblemError(f"{self.problem.path.name}: {_one_line(header.get('message') or 'the reference failed')}")
-        return header, payload
-
     # evaluation ---------------------------------------------------------------------------
     def evaluate(self, source: str) -> Result:
-        """Evaluate one candidate source. Never raises for anything the candidate does."""
+        """Evaluate one candidate source. Never raises for anything the candidate does. A
+        reference worker that died is restarted first; one that dies during the evaluation is
+        restarted and the candidate evaluated once more, in a fresh worker (a second loss raises
+        ReferenceLost: something kills it, and the candidate may be the cause)."""
+        with self._lock:
+            restarted = self.reference.ensure_alive()
+        try:
+            result = self._evaluate_once(source)
+        except ReferenceLost as exc:
+            with self._lock:
+                self.reference.ensure_alive()
+            result = self._evaluate_once(source)
+            result.checks.append(Check("reference", True, f"{exc}; restarted, and the candidate evaluated again"))
+            return result
+        if restarted:
+            result.checks.append(Check("reference", True, "the reference worker had died; restarted before this evaluation"))
+        return result
+
+    def _evaluate_once(self, source: str) -> Result:
         started = time.monotonic()
         result = Result(verdict=Verdict.OK, message="", problem=str(self.problem.path),
                         problem_hash=self.problem.hash,
@@ -368,40 +377,15 @@ class Evaluator:
             return self._reference_outputs(seed, dist)
 
     def _reference_outputs(self, seed: int, dist: str) -> Any:
-        key = (seed, dist)
-        if key not in self._ref_cache:
-            size = self.problem.input_bytes + self.problem.output_bytes
-            budget = self.options.reference_cache_mb << 20
-            while self._ref_cache and size * (len(self._ref_cache) + 1) > budget:
-                del self._ref_cache[next(iter(self._ref_cache))]
-            header, payload = self._request(self.reference, {"op": "trial", "seed": seed, "distribution": dist,
-                                                             "poison": False, "record": False,
-                                                             "arena_cap": self.arena_cap(2)}, self.options.trial_timeout)
-            self._ref_cache[key] = _clone(self.reference.outputs(header, payload))  # out of the arena
-        return self._ref_cache[key]
+        return self.reference.outputs_for(seed, dist, timeout=self.options.trial_timeout,
+                                          arena_cap=self.arena_cap(2),
+                                          keep_bytes=self.options.reference_cache_mb << 20)
 
     def arena_cap(self, copies: int, outputs_only: bool = False) -> int:
         """Bytes a worker's arena may grow to for a reply holding `copies` times the
         reference's outputs (and inputs): room for honest answers, not for runaway ones."""
         size = self.problem.output_bytes + (0 if outputs_only else self.problem.input_bytes)
         return copies * size + (64 << 20)
-
-
-def _one_line(message: str) -> str:
-    """The error and the problem file's innermost line it came from (which function failed)."""
-    lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
-    where = [ln for ln in lines[:-1] if ln.startswith("line ")]
-    return f"{where[-1].split(':', 1)[0]}: {lines[-1]}" if where else lines[-1]
-
-
-def _clone(tree: Any) -> Any:
-    import torch
-
-    if isinstance(tree, torch.Tensor):
-        return tree.clone()
-    if isinstance(tree, (list, tuple)):
-        return type(tree)(_clone(x) for x in tree)
-    return tree
 
 
 def _fail(result: Result, verdict: Verdict, check: Check | None, message: str) -> bool:

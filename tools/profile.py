@@ -73,7 +73,7 @@ def measure(ev: "Evaluator", worker: WorkerProcess, result: Result) -> None:
     # the reference worker lives as long as the evaluator: its first evaluation warms it fully;
     # later ones take the minimum call count, right after the candidate's full warm-up
     warm = {"candidate": (p.call(10**9)[1], WARMUP_SECONDS),
-            "eager": (p.call(10**9)[1], 0.0 if ev.reference_warmed else WARMUP_SECONDS)}
+            "eager": (p.call(10**9)[1], 0.0 if ev.reference.warmed else WARMUP_SECONDS)}
     n, block = 0, 0
     while not all(c.done() for c in collectors.values()):
         calls = [p.call(n + i) for i in range(p.block)]
@@ -90,7 +90,7 @@ def measure(ev: "Evaluator", worker: WorkerProcess, result: Result) -> None:
             if not ev.verdict_from_reply(header, "timing", result):
                 return
             if arm == "eager" and seed is not None:
-                ev.reference_warmed = True
+                ev.reference.warmed = True
             collectors[arm].extend(header["samples"])
             gaps[arm].extend(s - e for s, e in zip(header["synced"], header["samples"]))
             if candidate_timed:
@@ -148,7 +148,7 @@ def time_reference(ev: "Evaluator", p: TimingPlan, fn: str) -> TimeStats:
         if header.get("op") == "error":
             return TimeStats(note=f"{'torch.compile' if fn == 'compiled' else 'eager'} failed: {header.get('message', '')[:300]}")
         if fn == "model" and warm is not None:
-            ev.reference_warmed = True
+            ev.reference.warmed = True
         warm = None
         collector.extend(header["samples"])
         n += p.block

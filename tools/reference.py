@@ -1,0 +1,115 @@
+"""The reference worker: the problem's own Model in one long-lived worker per evaluator, its
+outputs cached per (seed, distribution), and restarted when it dies.
+
+Batch and RL runs evaluate thousands of candidates against one reference worker, so its death
+(the OOM killer, a device reset, a bug of ours) must neither end the evaluator nor be charged to
+the candidate that happened to be running: a death between evaluations is repaired before the
+next one starts; a death during one raises `ReferenceLost`, which the evaluator answers by
+restarting the reference and evaluating that candidate once more, from a fresh worker.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from tools.problem import ProblemError, ProblemInfo, apply_description
+from tools.process import WorkerGone, WorkerProcess
+
+
+class ReferenceLost(Exception):
+    """The reference worker died or stopped answering during a request."""
+
+
+class Reference:
+    """The reference worker and what it has computed. Not thread-safe: the evaluator's lock
+    guards it."""
+
+    def __init__(self, problem: ProblemInfo, spawn: Callable[[], WorkerProcess],
+                 start: Callable[[WorkerProcess], None], build_timeout: float) -> None:
+        self.problem = problem
+        self._spawn, self._start, self._build_timeout = spawn, start, build_timeout
+        self.proc = spawn()  # starts loading now; build() waits for it
+        self.warmed = False  # its eager model had the full timing warm-up
+        self.restarts = 0
+        self.cache: dict[tuple[int, str], Any] = {}
+
+    # the worker -----------------------------------------------------------------------
+    def build(self) -> None:
+        """Wait for the worker, build the problem's Model, and read the problem's description."""
+        self._start(self.proc)
+        built, _ = self.checked({"op": "build"}, self._build_timeout)
+        apply_description(self.problem, built["problem"])
+
+    def ensure_alive(self) -> bool:
+        """Restart the worker if it has died since its last request; True if it was restarted.
+        Its cached outputs stay: they are a function of the problem and the seed."""
+        if self.proc.alive():
+            return False
+        self.restart()
+        return True
+
+    def restart(self) -> None:
+        self.proc.close()
+        self.proc = self._spawn()
+        self.warmed = False
+        self.restarts += 1
+        try:
+            self.build()
+        except ReferenceLost as exc:
+            raise ProblemError(f"{self.problem.path.name}: the reference worker died again while restarting: {exc}") from None
+
+    def alive(self) -> bool:
+        return self.proc.alive()
+
+    def close(self) -> None:
+        self.proc.close()
+        self.cache.clear()
+
+    # requests ---------------------------------------------------------------------------
+    def request(self, msg: dict[str, Any], timeout: float) -> tuple[dict[str, Any], bytes]:
+        """A request whose error replies come back as they are (timing, compile baselines)."""
+        try:
+            return self.proc.request(msg, timeout)
+        except WorkerGone as exc:  # dead, stuck or out of step: ensure_alive() starts a new one
+            self.proc.kill()
+            raise ReferenceLost(f"the reference worker ({self.problem.path.name}) is gone: {exc}") from None
+
+    def checked(self, msg: dict[str, Any], timeout: float) -> tuple[dict[str, Any], bytes]:
+        """A request whose error reply is the problem's fault: a ProblemError naming the file."""
+        header, payload = self.request(msg, timeout)
+        if header.get("op") == "error":
+            raise ProblemError(f"{self.problem.path.name}: {one_line(header.get('message') or 'the reference failed')}")
+        return header, payload
+
+    def outputs(self, header: dict[str, Any], payload: bytes) -> Any:
+        return self.proc.outputs(header, payload)
+
+    def outputs_for(self, seed: int, dist: str, *, timeout: float, arena_cap: int, keep_bytes: int) -> Any:
+        """[outputs, inputs] of the reference on the inputs of (seed, distribution), computed
+        once and kept (oldest dropped first) while they fit in `keep_bytes`."""
+        key = (seed, dist)
+        if key not in self.cache:
+            size = self.problem.input_bytes + self.problem.output_bytes
+            while self.cache and size * (len(self.cache) + 1) > keep_bytes:
+                del self.cache[next(iter(self.cache))]
+            header, payload = self.checked({"op": "trial", "seed": seed, "distribution": dist, "poison": False,
+                                            "record": False, "arena_cap": arena_cap}, timeout)
+            self.cache[key] = _clone(self.outputs(header, payload))  # out of the arena: it is reused
+        return self.cache[key]
+
+
+def one_line(message: str) -> str:
+    """The error and the problem file's innermost line it came from (which function failed)."""
+    lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
+    where = [ln for ln in lines[:-1] if ln.startswith("line ")]
+    return f"{where[-1].split(':', 1)[0]}: {lines[-1]}" if where else lines[-1]
+
+
+def _clone(tree: Any) -> Any:
+    import torch
+
+    if isinstance(tree, torch.Tensor):
+        return tree.clone()
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_clone(x) for x in tree)
+    return tree
