@@ -22,7 +22,6 @@ from tools.process import WorkerProcess
 from tools.record import Check, Result, TimeStats, Verdict
 from tools.roofline import Ceilings, build_roofline, impossible
 from tools.stats import SampleCollector, speedup, to_time_stats
-from tools.timing import WARMUP_SECONDS
 
 if TYPE_CHECKING:
     from tools.evaluate import Evaluator
@@ -70,10 +69,7 @@ def measure(ev: "Evaluator", worker: WorkerProcess, result: Result) -> None:
     arms = {"candidate": worker, "eager": ev.reference}
     collectors = {a: SampleCollector(budget_s=p.budget_s, max_samples=ev.options.timing_max_samples) for a in arms}
     gaps: dict[str, list[float]] = {a: [] for a in arms}
-    # the reference worker lives as long as the evaluator: its first evaluation warms it fully;
-    # later ones take the minimum call count, right after the candidate's full warm-up
-    warm = {"candidate": (p.call(10**9)[1], WARMUP_SECONDS),
-            "eager": (p.call(10**9)[1], 0.0 if ev.reference.warmed else WARMUP_SECONDS)}
+    unwarmed = set(arms)  # each arm warms up on its first request, on inputs not used for timing
     n, block = 0, 0
     while not all(c.done() for c in collectors.values()):
         calls = [p.call(n + i) for i in range(p.block)]
@@ -83,14 +79,13 @@ def measure(ev: "Evaluator", worker: WorkerProcess, result: Result) -> None:
             timed = not collectors[arm].done()
             if not timed and not (arm == "eager" and candidate_timed):
                 continue
-            seed, warm_s = warm.pop(arm, (None, 0.0))
+            warmup_seed = p.call(10**9)[1] if arm in unwarmed else None
+            unwarmed.discard(arm)
             header, payload = arms[arm].request({"op": "time", "calls": calls, "keep_outputs": candidate_timed,
-                                                 "untimed": not timed, "warmup_seed": seed, "warmup_s": warm_s,
+                                                 "untimed": not timed, "warmup_seed": warmup_seed,
                                                  "arena_cap": ev.arena_cap(2 * p.block, outputs_only=True)}, timeout)
             if not ev.verdict_from_reply(header, "timing", result):
                 return
-            if arm == "eager" and seed is not None:
-                ev.reference.warmed = True
             collectors[arm].extend(header["samples"])
             gaps[arm].extend(s - e for s, e in zip(header["synced"], header["samples"]))
             if candidate_timed:
@@ -147,8 +142,6 @@ def time_reference(ev: "Evaluator", p: TimingPlan, fn: str) -> TimeStats:
                                          max(ev.options.trial_timeout, ev.options.compile_timeout))
         if header.get("op") == "error":
             return TimeStats(note=f"{'torch.compile' if fn == 'compiled' else 'eager'} failed: {header.get('message', '')[:300]}")
-        if fn == "model" and warm is not None:
-            ev.reference.warmed = True
         warm = None
         collector.extend(header["samples"])
         n += p.block

@@ -29,7 +29,6 @@ class Reference:
         self.problem = problem
         self._spawn, self._start, self._build_timeout = spawn, start, build_timeout
         self.proc = spawn()  # starts loading now; build() waits for it
-        self.warmed = False  # its eager model had the full timing warm-up
         self.restarts = 0
         self.cache: dict[tuple[int, str], Any] = {}
 
@@ -51,7 +50,6 @@ class Reference:
     def restart(self) -> None:
         self.proc.close()
         self.proc = self._spawn()
-        self.warmed = False
         self.restarts += 1
         try:
             self.build()
