@@ -25,14 +25,15 @@ from typing import Any
 from tools import guard as guard_mod
 from tools import profile
 from tools.baseline_cache import default_cache_dir
-from tools.compare import Stats, Tolerance, compare_trees
+from tools.compare import Stats, Tolerance
 from tools.env import environment, resolve_device
 from tools.instrument import compute_ops
 from tools.problem import ProblemError, ProblemInfo, candidate_problems, read_problem
 from tools.process import Limits, WorkerGone, WorkerProcess, worker_env
 from tools.reference import Reference, ReferenceLost
 from tools.record import Check, Errors, Result, Verdict
-from tools.transport import TransportError, tensor_nodes
+from tools.transport import TransportError
+from tools.trial_checks import aliasing, fail, mismatch, nonfinite
 
 INIT_SEED = 42  # both models are built after torch.manual_seed(INIT_SEED), so weights match
 PROBE_SEED = 1234  # inputs of the one descriptive reference run (shapes, ops); not a trial seed
@@ -225,7 +226,7 @@ class Evaluator:
         t0 = time.monotonic()
         problem = candidate_problems(source)
         if problem:
-            _fail(result, Verdict.COMPILE_ERROR, Check("parse", False, problem), problem)
+            fail(result, Verdict.COMPILE_ERROR, Check("parse", False, problem), problem)
             return None
         result.checks.append(Check("parse", True))
         policy = guard_mod.GuardPolicy(disabled=self.options.disabled_rules, single_op=self.problem.single_op_family)
@@ -271,7 +272,7 @@ class Evaluator:
             if result.ok:
                 self._profile(worker, result, kernel_names)
         except WorkerGone as exc:
-            _fail(result, Verdict(exc.verdict), Check("worker", False, str(exc)), str(exc))
+            fail(result, Verdict(exc.verdict), Check("worker", False, str(exc)), str(exc))
 
     def _profile(self, worker: WorkerProcess, result: Result, kernel_names: list[str]) -> None:
         if not self.options.timing:
@@ -293,10 +294,10 @@ class Evaluator:
         if violations:
             for v in violations:
                 result.checks.append(Check(f"sandbox:{v.split(':')[0]}", False, v))
-            return _fail(result, Verdict.REJECTED, None, f"Rejected at run time during {step}: {violations[0]}")
+            return fail(result, Verdict.REJECTED, None, f"Rejected at run time during {step}: {violations[0]}")
         if reply.get("op") == "error":
             verdict = Verdict(reply["kind"]) if reply.get("kind") in Verdict._value2member_map_ else Verdict.RUNTIME_ERROR
-            return _fail(result, verdict, Check(step, False, reply.get("message", "")), reply.get("message", ""))
+            return fail(result, verdict, Check(step, False, reply.get("message", "")), reply.get("message", ""))
         return True
 
     def _trials(self, worker: WorkerProcess, result: Result) -> None:
@@ -323,16 +324,16 @@ class Evaluator:
             try:
                 cand_out, cand_in = worker.outputs(header, payload)
             except (TransportError, KeyError, TypeError, ValueError) as exc:
-                _fail(result, Verdict.REJECTED, Check(name, False, f"malformed output: {exc}"), f"The worker sent malformed outputs ({exc}).")
+                fail(result, Verdict.REJECTED, Check(name, False, f"malformed output: {exc}"), f"The worker sent malformed outputs ({exc}).")
                 return
-            problem = (_aliasing(header["tree"]) or self._mismatch(ref_out, cand_out, stats, "output")
-                       or self._mismatch(ref_in, cand_in, Stats(), "input", what="inputs after forward"))
+            problem = (aliasing(header["tree"]) or mismatch(ref_out, cand_out, stats, self.options.tolerances, "output")
+                       or mismatch(ref_in, cand_in, Stats(), self.options.tolerances, "input", what="inputs after forward"))
             del cand_out, cand_in  # the worker frees its side at its next request
             result.errors = Errors(max_abs=stats.max_abs, max_rel=stats.max_rel, norm_rel=stats.norm_rel)
             if problem:
                 check, verdict, message = problem
-                _fail(result, verdict, Check(f"{name}:{check}", False, message),
-                      f"Trial {i + 1} of {len(self.seeds)} ({dist} inputs): {message}")
+                fail(result, verdict, Check(f"{name}:{check}", False, message),
+                     f"Trial {i + 1} of {len(self.seeds)} ({dist} inputs): {message}")
                 return
             result.checks.append(Check(name, True))
             result.trials = i + 1
@@ -340,26 +341,17 @@ class Evaluator:
 
     def _integrity(self, result: Result, launched: int) -> None:
         if launched == 0:
-            _fail(result, Verdict.REJECTED, Check("kernel-launched", False, "a forward() with no launch of the candidate's own kernels"),
-                  "Rejected: the candidate defines a kernel but did not launch it in every forward() call; the work must run in your own kernel.")
+            fail(result, Verdict.REJECTED, Check("kernel-launched", False, "a forward() with no launch of the candidate's own kernels"),
+                 "Rejected: the candidate defines a kernel but did not launch it in every forward() call; the work must run in your own kernel.")
             return
         result.checks.append(Check("kernel-launched", True, f"{launched} launches in one forward"))
         if self.problem.single_op and result.torch_ops:
             ops = ", ".join(result.torch_ops)
-            _fail(result, Verdict.REJECTED, Check("single-op", False, ops),
-                  f"Rejected (rule single-op): this problem is the single op {self.problem.single_op}, and forward() left {ops} to torch; compute it in your kernel.")
+            fail(result, Verdict.REJECTED, Check("single-op", False, ops),
+                 f"Rejected (rule single-op): this problem is the single op {self.problem.single_op}, and forward() left {ops} to torch; compute it in your kernel.")
             return
         result.verdict = Verdict.OK
         result.message = f"Correct on {result.trials} trials (max abs error {result.errors.max_abs:.3g}, relative norm error {result.errors.norm_rel:.3g})."
-
-    def _mismatch(self, ref: Any, cand: Any, stats: Stats, path: str, what: str = "") -> tuple[str, Verdict, str] | None:
-        found = compare_trees(ref, cand, stats, self.options.tolerances, path)
-        if found is None:
-            return None
-        verdict = Verdict.REJECTED if found.check == "output-type" and path == "output" else Verdict.INCORRECT
-        label = f"inputs-unchanged:{found.check}" if what else found.check
-        prefix = "the inputs after forward() differ from the reference's (a kernel wrote into its inputs): " if what else ""
-        return label, verdict, prefix + found.message
 
     def _distribution(self, i: int, seed: int) -> str:
         with self._lock:
@@ -367,7 +359,7 @@ class Evaluator:
             if dist == "shifted":
                 out, _ = self.reference_outputs(seed, "shifted")
                 base, _ = self.reference_outputs(seed, "problem")
-                if _nonfinite(out) and not _nonfinite(base):
+                if nonfinite(out) and not nonfinite(base):
                     self.distributions = ["problem"]  # the problem does not allow it
                     return "problem"
             return dist
@@ -386,40 +378,6 @@ class Evaluator:
         reference's outputs (and inputs): room for honest answers, not for runaway ones."""
         size = self.problem.output_bytes + (0 if outputs_only else self.problem.input_bytes)
         return copies * size + (64 << 20)
-
-
-def _fail(result: Result, verdict: Verdict, check: Check | None, message: str) -> bool:
-    if check is not None:
-        result.checks.append(check)
-    result.verdict = verdict
-    result.message = message
-    return False
-
-
-def _aliasing(tree: dict[str, Any]) -> tuple[str, Verdict, str] | None:
-    """An output that shares memory with an input (as the worker saw its storages)."""
-    items = tree.get("items") if isinstance(tree, dict) else None
-    if not isinstance(items, list) or len(items) != 2:
-        return None
-    inputs = [n.get("ptr") for n in tensor_nodes(items[1]) if n.get("ptr")]
-    for node in tensor_nodes(items[0]):
-        ptr = node.get("ptr")
-        if not ptr or not ptr[1]:
-            continue
-        for other in inputs:
-            if other[1] and ptr[0] < other[0] + other[1] and other[0] < ptr[0] + ptr[1]:
-                return "output-alias", Verdict.REJECTED, "an output shares memory with an input; return a new tensor"
-    return None
-
-
-def _nonfinite(tree: Any) -> bool:
-    import torch
-
-    if isinstance(tree, torch.Tensor):
-        return bool(tree.is_floating_point() and not torch.isfinite(tree).all())
-    if isinstance(tree, (list, tuple)):
-        return any(_nonfinite(x) for x in tree)
-    return False
 
 
 def evaluate(problem_path: Path | str, source: str, options: EvalOptions | None = None, entry: str = "Model") -> Result:

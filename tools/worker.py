@@ -10,24 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib.util
 import inspect
 import os
 import sys
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
 from tools.protocol import FrameReader, write_frame
-
-
-class Failure(Exception):
-    """A reportable failure of the model under test: kind is a verdict name."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
+from tools.worker_errors import Failure, describe_exception, load_module
 
 
 class Worker:
@@ -317,56 +308,11 @@ def poisoned_memory(on: bool):
         torch.utils.deterministic.fill_uninitialized_memory = previous[2]
 
 
-def load_module(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise Failure("compile_error", f"cannot load {path.name}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def toolchain_dirs() -> tuple[str, ...]:
     import torch
     import triton
 
     return (str(Path(triton.__file__).parent), str(Path(torch.__file__).parent))
-
-
-def describe_exception(exc: BaseException, source_name: str | None) -> tuple[str, str]:
-    """(verdict kind, message for the model): the exception and the candidate's own frames."""
-    import torch
-
-    from tools.cuda_build import BuildError
-
-    name = type(exc).__name__
-    if isinstance(exc, Failure):
-        return exc.kind, str(exc)
-    if isinstance(exc, BuildError):
-        return "compile_error", f"CUDA build failed:\n{exc}"
-    if isinstance(exc, SyntaxError):
-        return "compile_error", f"SyntaxError at line {exc.lineno}: {exc.msg}"
-    if name in ("CompilationError", "CompileTimeAssertionFailure") or type(exc).__module__.startswith("triton.compiler"):
-        return "compile_error", f"Triton compilation failed: {str(exc)[-1500:]}"
-    cause = exc.__cause__
-    if name == "InterpreterError" and cause is not None and not isinstance(cause, AssertionError):
-        # TRITON_INTERPRET=1 runs a kernel's body as Python: what fails there (shapes, types, a
-        # non-power-of-two arange) is what the compiler rejects on a GPU; a device_assert is not
-        own = [f for f in traceback.extract_tb(cause.__traceback__) if source_name and Path(f.filename).name == source_name]
-        where = "".join(f"  line {f.lineno}, in {f.name}: {f.line}\n" for f in own[-3:])
-        return "compile_error", f"Triton compilation failed:\n{where}{type(cause).__name__}: {str(cause)[:1500]}"
-    if isinstance(exc, SystemExit):
-        return "crashed", f"the candidate called sys.exit({exc.code!r})"
-    if isinstance(exc, torch.OutOfMemoryError):
-        return "runtime_error", f"out of GPU memory: {str(exc).splitlines()[0]}"
-    if isinstance(exc, MemoryError):
-        return "runtime_error", "out of host memory (MemoryError)"
-    frames = traceback.extract_tb(exc.__traceback__)
-    own = [f for f in frames if source_name and Path(f.filename).name == source_name]
-    where = "".join(f"  line {f.lineno}, in {f.name}: {f.line}\n" for f in own[-3:])
-    kind = "compile_error" if isinstance(exc, (ImportError, NameError)) and not own else "runtime_error"
-    return kind, f"{where}{name}: {str(exc)[:1500]}".strip()
 
 
 def serve(in_fd: int, out_fd: int) -> None:
