@@ -70,3 +70,15 @@ def test_host_out_of_memory(cache_dir):
         result = ev.evaluate(source("host_oom"))
         assert_verdict(result, Verdict.RUNTIME_ERROR, "trial-0:problem", "can't allocate memory")
         assert_ok(ev.evaluate(source("elementwise_ok")))
+
+
+def test_output_flood_is_capped(cache_dir):
+    """Every file a worker writes, its output log included, is capped (RLIMIT_FSIZE; Python
+    ignores SIGXFSZ, so the write fails): a candidate printing 64 MB per call stops at the cap
+    with "File too large" instead of filling the disk, and the next candidate passes."""
+    with evaluator("elementwise", cache_dir, file_mb=1) as ev:
+        result = ev.evaluate(source("floods_output"))
+        assert_verdict(result, Verdict.RUNTIME_ERROR, "trial-0:problem", "File too large", "capped at 1 MiB")
+        logs = list(ev.root.glob("candidate-*/output.log"))
+        assert logs and max(log.stat().st_size for log in logs) <= 1 << 20
+        assert_ok(ev.evaluate(source("elementwise_ok")))

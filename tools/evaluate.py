@@ -54,6 +54,7 @@ class EvalOptions:
     timing_max_samples: int = 300  # per arm; tiny kernels rarely reach +-1%, so this bounds them
     compile_timeout: float = 900.0  # torch.compile's first call, once per problem and environment
     host_memory_mb: int | None = 16384
+    file_mb: int | None = 1024  # largest file a worker may write, its output log included (None: no cap)
     gpu_memory_fraction: float | None = None
     cache_dir: Path | None = None
     reference_cache_mb: int = 4096  # reference outputs kept per seed up to this size
@@ -162,7 +163,8 @@ class Evaluator:
         }
         device = "cpu" if build_only else self.device
         mb = self.options.host_memory_mb
-        limits = Limits(host_memory_bytes=mb << 20 if mb else None)
+        limits = Limits(host_memory_bytes=mb << 20 if mb else None,
+                        file_bytes=self.options.file_mb << 20 if self.options.file_mb else None)
         # triton reads its cache location when imported, before a candidate's source is known:
         # a shared, content-addressed cache that the build step narrows to the source's own dir
         extra = {"TMPDIR": str(scratch / "tmp"), "TRITON_HOME": str(scratch),

@@ -33,6 +33,7 @@ class WorkerGone(Exception):
 class Limits:
     host_memory_bytes: int | None = None  # address-space limit (CPU devices) / RSS watchdog (CUDA)
     cpu_seconds: int | None = None
+    file_bytes: int | None = None  # largest file the worker may write (its output log included)
 
 
 class WorkerProcess:
@@ -63,6 +64,10 @@ class WorkerProcess:
             resource.setrlimit(resource.RLIMIT_AS, (self.limits.host_memory_bytes, self.limits.host_memory_bytes))
         if self.limits.cpu_seconds:
             resource.setrlimit(resource.RLIMIT_CPU, (self.limits.cpu_seconds, self.limits.cpu_seconds + 5))
+        if self.limits.file_bytes:
+            # Python ignores SIGXFSZ, so a write past the limit fails with EFBIG ("File too large")
+            # in the candidate's own code; a compiler it runs is killed by SIGXFSZ instead
+            resource.setrlimit(resource.RLIMIT_FSIZE, (self.limits.file_bytes, self.limits.file_bytes))
 
     @property
     def pid(self) -> int:
@@ -145,6 +150,8 @@ class WorkerProcess:
                 how = "killed by SIGKILL (often: out of memory)"
             elif -code == signal.SIGXCPU:
                 how = "ran past its CPU-time limit (SIGXCPU)"
+            elif -code == signal.SIGXFSZ:
+                how = "wrote a file past its size limit (SIGXFSZ)"
         else:
             how = f"exited with status {code} (os._exit or a fatal error)"
         message = f"the worker process died: {how}"

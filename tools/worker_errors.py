@@ -7,7 +7,9 @@ or the candidate's source file, raising Failure when it cannot be loaded at all.
 """
 from __future__ import annotations
 
+import errno
 import importlib.util
+import resource
 import sys
 import traceback
 from pathlib import Path
@@ -63,5 +65,9 @@ def describe_exception(exc: BaseException, source_name: str | None) -> tuple[str
     own = [f for f in frames if source_name and Path(f.filename).name == source_name]
     where = "".join(f"  line {f.lineno}, in {f.name}: {f.line}\n" for f in own[-3:])
     kind = "compile_error" if isinstance(exc, (ImportError, NameError)) and not own else "runtime_error"
+    if isinstance(exc, OSError) and exc.errno == errno.EFBIG:
+        cap = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        if cap != resource.RLIM_INFINITY:
+            return kind, f"{where}{name}: {exc} (every file a worker writes, its printed output included, is capped at {cap >> 20} MiB)"
     return kind, f"{where}{name}: {str(exc)[:1500]}".strip()
 
