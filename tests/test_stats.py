@@ -142,6 +142,7 @@ def test_faster_beyond_noise_needs_disjoint_intervals():
     assert faster_beyond_noise(_ts(1.0, 0.98, 1.02), _ts(1.1, 1.05, 1.15))
     assert not faster_beyond_noise(_ts(1.0, 0.98, 1.06), _ts(1.1, 1.05, 1.15))  # overlap
     assert not faster_beyond_noise(_ts(1.1, 1.05, 1.15), _ts(1.0, 0.98, 1.02))  # slower
+    assert not faster_beyond_noise(_ts(0.0042, 0.00418, 0.0042), _ts(0.00435, 0.00432, 0.00436))  # within a process's offset
 
 
 # ---------------------------------------------------------------------------- interleave

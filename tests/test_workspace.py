@@ -164,7 +164,10 @@ def _att(verdict: Verdict = Verdict.OK, median: float | None = None, low=None, h
     (_att(median=1.0), _att(median=1.0), False),                  # tie keeps incumbent
     (_att(median=0.97), _att(median=1.0), False),                 # overlap (noise) keeps incumbent
     (_att(median=0.9, low=0.89, high=0.95), _att(median=1.0, low=0.95, high=1.1), False),  # touching
-    (_att(median=0.9, low=0.89, high=0.9499), _att(median=1.0, low=0.95, high=1.1), True),
+    (_att(median=0.9, low=0.89, high=0.9497), _att(median=1.0, low=0.95, high=1.1), True),
+    # a 4 us kernel: intervals apart by 0.12 us, within a fresh process's own offset
+    (_att(median=0.0042, low=0.00418, high=0.0042), _att(median=0.00435, low=0.00432, high=0.00436), False),
+    (_att(median=0.0040, low=0.00398, high=0.0040), _att(median=0.00435, low=0.00432, high=0.00436), True),
     (_att(median=0.5), _att(), True),                             # timed beats untimed
     (_att(), _att(median=9.0), False),                            # untimed never beats
     (_att(), _att(), False),                                      # two untimed: keep incumbent
