@@ -24,12 +24,11 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import math
 from dataclasses import dataclass
 from typing import Any
 
 from tools.record import Result, Verdict
-from tools.stats import PROCESS_OFFSET_MS
+from tools.stats import below_beyond_offset
 
 NA = "n/a"
 KIND_ATTEMPT = "attempt"
@@ -186,8 +185,8 @@ def beats(new: Attempt, incumbent: Attempt | None) -> bool:
     2. The first correct attempt becomes best, timed or not.
     3. A timed attempt beats an untimed incumbent; an untimed one never beats an incumbent.
     4. Two timed attempts: the new one wins only if its 95% interval lies wholly below the
-       incumbent's by more than a fresh process's own timing offset (new.ci_high_ms +
-       PROCESS_OFFSET_MS < incumbent.ci_low_ms; a missing bound falls back to the median).
+       incumbent's by more than a fresh process's own timing offset
+       (tools.stats.below_beyond_offset; a missing bound falls back to the median).
        Overlapping intervals, gaps within that offset, ties and NaNs keep the incumbent: two
        evaluations of one tiny kernel can have disjoint intervals.
     """
@@ -201,4 +200,4 @@ def beats(new: Attempt, incumbent: Attempt | None) -> bool:
         return True
     high = new.ci_high_ms if new.ci_high_ms is not None else new.median_ms
     low = incumbent.ci_low_ms if incumbent.ci_low_ms is not None else incumbent.median_ms
-    return not (math.isnan(high) or math.isnan(low)) and high + PROCESS_OFFSET_MS < low
+    return below_beyond_offset(high, low)

@@ -34,6 +34,14 @@ CASES = {
 }
 
 
+def load(path: Path, name: str):
+    """Import a problem or candidate file as a module, as a plain harness would."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def kernelbench_style(problem: Path, candidate: Path, device: str) -> dict[str, float]:
     """The comparison path: everything in one process, inputs made on the CPU."""
     import torch
@@ -42,12 +50,6 @@ def kernelbench_style(problem: Path, candidate: Path, device: str) -> dict[str, 
     t0 = time.perf_counter()
     torch.empty(1, device=device)
     phases["cuda_init"] = time.perf_counter() - t0
-
-    def load(path: Path, name: str):
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
 
     t0 = time.perf_counter()
     ref_mod, cand_mod = load(problem, "kb_ref"), load(candidate, "kb_cand")

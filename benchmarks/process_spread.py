@@ -4,7 +4,7 @@
 
 Every evaluation times its candidate in a fresh worker process. This script separates what a
 fresh process changes from sampling noise: for each case it times the same candidate and its
-eager reference with the evaluator's own timed-call protocol (tools.timing: rotating input pool,
+eager reference with the evaluator's own timed-call protocol (tools.timing: rotating input pool sized as an evaluation's,
 L2 flush, GPU preroll, CUDA events; blocks of calls alternating the two) in --processes fresh
 processes, and --repeats times inside one process, each time with a new input pool. It prints
 each process's median and the spread (max - min) / min across processes and within the one
@@ -15,7 +15,6 @@ CUDA GPU.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import random
 import statistics
@@ -28,36 +27,30 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
-from eval_speed import CASES  # noqa: E402  (the same problems and candidates as the speed benchmark)
+from eval_speed import CASES, load  # noqa: E402  (the same problems and candidates as the speed benchmark)
 
 CALLS = 256  # timed calls per arm and round
 BLOCK = 16  # calls per block; blocks alternate the arms (ABBA)
-
-
-def _load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def time_in_this_process(name: str, rounds: int, device: str) -> list[dict[str, float]]:
     """Median microseconds per arm for each round; each round times on a new input pool."""
     import torch
 
-    from tools.inputs import generate
+    from tools.inputs import generate, tensor_bytes
+    from tools.interleave import block_order
+    from tools.profile import pool_slots
     from tools.timing import InputPool, Timer
 
     problem, candidate = CASES[name]
-    ref_mod, cand_mod = _load(problem, "problem"), _load(candidate, "candidate")
+    ref_mod, cand_mod = load(problem, "problem"), load(candidate, "candidate")
     dev = torch.device(device)
     torch.manual_seed(0)
     arms = {"candidate": cand_mod.ModelNew(*ref_mod.get_init_inputs()).to(dev),
             "eager": ref_mod.Model(*ref_mod.get_init_inputs()).to(dev)}
-    timer = Timer(dev, torch.cuda.get_device_properties(dev).L2_cache_size)
-    set_bytes = max(1, sum(x.numel() * x.element_size() for x in generate(ref_mod.get_inputs, 0, "problem", dev)
-                           if isinstance(x, torch.Tensor)))
-    slots = max(2, min(64, 2 * torch.cuda.get_device_properties(dev).L2_cache_size // set_bytes + 1))
+    l2 = torch.cuda.get_device_properties(dev).L2_cache_size
+    timer = Timer(dev, l2)
+    slots = pool_slots(l2, tensor_bytes(generate(ref_mod.get_inputs, 0, "problem", dev)))  # as an evaluation's plan
     for fn in arms.values():
         timer.warm_up(fn, generate(ref_mod.get_inputs, 1, "problem", dev))
     kept, results = [], []
@@ -66,8 +59,7 @@ def time_in_this_process(name: str, rounds: int, device: str) -> list[dict[str, 
         kept.append(pool)  # held, so the next round's pool lands elsewhere
         samples: dict[str, list[float]] = {arm: [] for arm in arms}
         for block in range(CALLS // BLOCK):
-            order = list(arms) if block % 4 in (0, 3) else list(reversed(list(arms)))
-            for arm in order:
+            for arm in block_order(block, tuple(arms)):
                 held = []
                 for i in range(BLOCK):
                     n = block * BLOCK + i

@@ -44,10 +44,14 @@ class TimingPlan:
         return slot, random.Random(f"{self.seed}:{rotation}:{slot}").getrandbits(62)
 
 
+def pool_slots(l2_bytes: int, set_bytes: int) -> int:
+    """Input sets in the rotating pool: together more than twice L2, where memory allows."""
+    return max(2, min(MAX_POOL, math.ceil(2 * l2_bytes / max(set_bytes, 1)) + 1))
+
+
 def plan(ev: "Evaluator") -> TimingPlan:
     l2 = int(ev_env(ev).get("l2_bytes") or 50 << 20)
-    set_bytes = max(ev.problem.input_bytes, 1)
-    pool = max(2, min(MAX_POOL, math.ceil(2 * l2 / set_bytes) + 1))
+    pool = pool_slots(l2, ev.problem.input_bytes)
     block = max(1, min(10, KEEP_BYTES // max(ev.problem.output_bytes, 1)))
     return TimingPlan(pool=pool, block=block, budget_s=ev.options.timing_budget_s, seed=ev.seeds[0] ^ 0x71AE)
 

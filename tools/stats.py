@@ -214,10 +214,16 @@ def speedup_interval(baseline: TimeStats, candidate: TimeStats) -> tuple[float, 
     return low, high
 
 
+def below_beyond_offset(high_ms: float, low_ms: float) -> bool:
+    """Whether an interval ending at `high_ms` lies below one starting at `low_ms` by more than a
+    fresh process's own offset: the one rule for "faster beyond noise" (NaN: never)."""
+    return high_ms + PROCESS_OFFSET_MS < low_ms
+
+
 def faster_beyond_noise(a: TimeStats, b: TimeStats) -> bool:
     """True when `a` is faster than `b` beyond noise: a's high end below b's low end by more
     than a fresh process's own offset (the rule the workspace's best follows)."""
     a, b = _checked(a, "first"), _checked(b, "second")
     if a.ci_high_ms is None or b.ci_low_ms is None:
         return False
-    return a.ci_high_ms + PROCESS_OFFSET_MS < b.ci_low_ms
+    return below_beyond_offset(a.ci_high_ms, b.ci_low_ms)
