@@ -15,7 +15,7 @@
   `non-finite` (warning) NaN or Inf in the reference's outputs;
   `constant-inputs` (warning) `get_inputs()` gives the same values whatever the seed.
   The degenerate kinds are errors when they hold on both input distributions the evaluator
-  uses (the problem's own and the shifted one, tools/inputs.py), warnings when only on the
+  uses (the problem's own and the shifted one, tools/worker/inputs.py), warnings when only on the
   problem's own (the shifted trials still test a candidate).
 - `too-fast`: on a GPU, the eager reference's median time (timed by the reference worker with
   the evaluator's timing protocol) below `min_eager_ms` (default 0.02 ms: launch overhead and

@@ -4,7 +4,7 @@
 
 Every evaluation times its candidate in a fresh worker process. This script separates what a
 fresh process changes from sampling noise: for each case it times the same candidate and its
-eager reference with the evaluator's own timed-call protocol (tools.timing: rotating input pool sized as an evaluation's,
+eager reference with the evaluator's own timed-call protocol (tools.worker.timing: rotating input pool sized as an evaluation's,
 L2 flush, GPU preroll, CUDA events; blocks of calls alternating the two) in --processes fresh
 processes, and --repeats times inside one process, each time with a new input pool. It prints
 each process's median and the spread (max - min) / min across processes and within the one
@@ -37,10 +37,10 @@ def time_in_this_process(name: str, rounds: int, device: str) -> list[dict[str, 
     """Median microseconds per arm for each round; each round times on a new input pool."""
     import torch
 
-    from tools.inputs import generate, tensor_bytes
+    from tools.worker.inputs import generate, tensor_bytes
     from tools.interleave import block_order
     from tools.profile import pool_slots
-    from tools.timing import InputPool, Timer
+    from tools.worker.timing import InputPool, Timer
 
     problem, candidate = CASES[name]
     ref_mod, cand_mod = load(problem, "problem"), load(candidate, "candidate")

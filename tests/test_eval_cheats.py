@@ -53,7 +53,7 @@ STATIC = [  # (candidate, the guard rule that rejects it)
     ("cheat_frames", "dynamic-code"),  # gi_frame / f_back / f_locals with no import at all
     ("patch_torch", "patching"),  # torch.randn = ...
     ("patch_tensor_method", "patching"),  # torch.Tensor.clone = ...
-    ("patch_evaluator", "import"),  # import tools.instrument
+    ("patch_evaluator", "import"),  # import tools.worker.instrument
     ("tensor_subclass", "tensor-subclass"),  # class Liar(torch.Tensor)
     ("try_except", "try-except"),  # a torch fallback
     ("torch_compile", "torch-compile"),
@@ -83,7 +83,7 @@ def test_static_guard_rejects(elementwise, candidate, rule):
 def test_patching_the_evaluator_is_also_rule_patching():
     scan = guard_mod.check(source("patch_evaluator"), guard_mod.GuardPolicy(disabled=frozenset({"import"})))
     assert [v.rule for v in scan.violations] == ["patching"]
-    assert "tools.instrument.LaunchCounter" in scan.violations[0].message
+    assert "tools.worker.instrument.LaunchCounter" in scan.violations[0].message
 
 
 # -- the run-time second line ----------------------------------------------------------------

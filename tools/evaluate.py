@@ -27,7 +27,7 @@ from tools import profile
 from tools.baseline_cache import default_cache_dir
 from tools.compare import Stats, Tolerance
 from tools.env import environment, resolve_device
-from tools.instrument import compute_ops
+from tools.ops import compute_ops
 from tools.problem import ProblemError, ProblemInfo, candidate_problems, read_problem
 from tools.process import Limits, WorkerGone, WorkerProcess, worker_env
 from tools.reference import Reference, ReferenceLost

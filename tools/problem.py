@@ -1,6 +1,6 @@
 """Problem files (the KernelBench contract): `class Model(nn.Module)` (or the class `--entry`
 names), `get_inputs()` and `get_init_inputs()`. The parent checks the file statically here;
-the reference worker then loads it, builds the model and runs it once (tools/worker.py).
+the reference worker then loads it, builds the model and runs it once (tools/worker/).
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.guard import OP_FAMILIES
-from tools.instrument import compute_ops
+from tools.ops import compute_ops
 
 
 class ProblemError(Exception):

@@ -1,5 +1,5 @@
 """Cheat (patching the evaluator): makes the launch counter never reset."""
-import tools.instrument
+import tools.worker.instrument
 import torch
 import torch.nn as nn
 import triton
@@ -21,7 +21,7 @@ def launch(x, y, out, scale):
     return out
 
 
-tools.instrument.LaunchCounter.reset = lambda self: None
+tools.worker.instrument.LaunchCounter.reset = lambda self: None
 
 
 class ModelNew(nn.Module):

@@ -37,7 +37,7 @@ def describe_exception(exc: BaseException, source_name: str | None) -> tuple[str
     """(verdict kind, message for the model): the exception and the candidate's own frames."""
     import torch
 
-    from tools.cuda_build import BuildError
+    from tools.worker.cuda_build import BuildError
 
     name = type(exc).__name__
     if isinstance(exc, Failure):

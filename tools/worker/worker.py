@@ -1,4 +1,4 @@
-"""The worker process: `python -m tools.worker IN_FD OUT_FD`.
+"""The worker: one model per process, answering the parent's requests (tools/worker/__main__.py).
 
 One worker holds one model. The reference role builds the problem's Model; the candidate role
 builds a ModelNew from untrusted source, after arming the sandbox. Both answer the same
@@ -12,13 +12,11 @@ import contextlib
 import hashlib
 import inspect
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from tools.protocol import FrameReader, write_frame
-from tools.worker_errors import Failure, describe_exception, load_module
+from tools.worker.errors import Failure, describe_exception, load_module
 
 
 class Worker:
@@ -28,8 +26,8 @@ class Worker:
         # rebinds torch.manual_seed and would trip the tripwires; loading it here also keeps it
         # off the critical path of a warm worker
 
-        from tools.instrument import LaunchCounter
-        from tools.sandbox import Sandbox, isolate_network
+        from tools.worker.instrument import LaunchCounter
+        from tools.worker.hooks import Sandbox, isolate_network
 
         self.config = config
         self.network = isolate_network() if config["role"] == "candidate" else "n/a"
@@ -65,7 +63,7 @@ class Worker:
         """Build the model: the problem's Model (reference) or ModelNew from source (candidate)."""
         import torch
 
-        from tools.inputs import call_factory
+        from tools.worker.inputs import call_factory
 
         start = time.monotonic()
         role = self.config["role"]
@@ -97,7 +95,7 @@ class Worker:
     def _import_candidate(self, source: str):
         import torch.utils.cpp_extension as cpp_extension
 
-        from tools.cuda_build import CudaBuilder
+        from tools.worker.cuda_build import CudaBuilder
 
         digest = hashlib.sha256(source.encode()).hexdigest()[:16]
         self.source_name = f"candidate_{digest}.py"
@@ -117,9 +115,9 @@ class Worker:
     def trial(self, msg: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
         import torch
 
-        from tools.inputs import generate
-        from tools.instrument import OpRecorder
-        from tools.timing import synchronize
+        from tools.worker.inputs import generate
+        from tools.worker.instrument import OpRecorder
+        from tools.worker.timing import synchronize
         if self.model is None:
             raise Failure("runtime_error", "no model was built")
         inputs = generate(self.get_inputs, int(msg["seed"]), msg["distribution"], self.device)
@@ -148,7 +146,7 @@ class Worker:
     def encode(self, value: Any, cap: int) -> tuple[dict[str, Any], bytes, dict[str, Any] | None]:
         """Encode a reply's tensors; on a GPU into the arena, grown (up to `cap` bytes) when
         needed. Returns the new arena's descriptor when there is one, for the parent to map."""
-        from tools.timing import synchronize
+        from tools.worker.timing import synchronize
         from tools.transport import Arena, encode, needed_bytes
 
         if self.device.type != "cuda":
@@ -167,8 +165,8 @@ class Worker:
         """Timed calls on pool slots [(slot, seed), ...]; outputs handed over when asked."""
         import torch
 
-        from tools.inputs import generate
-        from tools.timing import WARMUP_SECONDS, InputPool, Timer
+        from tools.worker.inputs import generate
+        from tools.worker.timing import WARMUP_SECONDS, InputPool, Timer
 
         if self.timer is None:
             l2 = torch.cuda.get_device_properties(self.device).L2_cache_size
@@ -220,7 +218,7 @@ class Worker:
         import torch
         from torch.profiler import ProfilerActivity, profile
 
-        from tools.inputs import generate
+        from tools.worker.inputs import generate
 
         inputs = generate(self.get_inputs, int(msg["seed"]), "problem", self.device)
         with torch.no_grad():
@@ -243,8 +241,8 @@ class Worker:
         """What the parent needs to know about the problem: inputs, outputs, ops."""
         import torch
 
-        from tools.inputs import describe, generate, tensor_bytes
-        from tools.instrument import OpRecorder
+        from tools.worker.inputs import describe, generate, tensor_bytes
+        from tools.worker.instrument import OpRecorder
 
         inputs = generate(self.get_inputs, self.config["probe_seed"], "problem", self.device)
         with torch.no_grad(), OpRecorder() as rec:
@@ -275,9 +273,9 @@ def prewarm(device: Any) -> None:
     import torch
     import torch.utils.cpp_extension  # noqa: F401 - ~0.1 s of imports (setuptools) otherwise paid in build
 
-    import tools.cuda_build  # noqa: F401
-    import tools.inputs  # noqa: F401
-    import tools.timing  # noqa: F401
+    import tools.worker.cuda_build  # noqa: F401
+    import tools.worker.inputs  # noqa: F401
+    import tools.worker.timing  # noqa: F401
     import tools.transport  # noqa: F401
 
     if device.type == "cuda":
@@ -313,46 +311,3 @@ def toolchain_dirs() -> tuple[str, ...]:
     import triton
 
     return (str(Path(triton.__file__).parent), str(Path(torch.__file__).parent))
-
-
-def serve(in_fd: int, out_fd: int) -> None:
-    reader = FrameReader(in_fd)
-    config, _ = reader.read()
-    worker: Worker | None = None
-    try:
-        worker = Worker(config)
-        write_frame(out_fd, {"op": "ready", "pid": os.getpid(), "network": worker.network})
-    except BaseException as exc:  # noqa: BLE001 - every failure is reported, none swallowed
-        kind, message = describe_exception(exc, Path(config["problem"]).name)
-        write_frame(out_fd, {"op": "error", "kind": "problem", "message": message, "cause": kind})
-        return
-    check_sandbox = worker.sandbox.check  # bound before candidate code loads: patching the class misses it
-    while True:
-        msg, _ = reader.read()
-        op = msg.get("op")
-        if op == "exit":
-            return
-        payload = b""
-        try:
-            if op == "build":
-                reply = worker.build(msg)
-            elif op == "trial":
-                reply, payload = worker.trial(msg)
-            elif op == "time":
-                reply, payload = worker.time(msg)
-            elif op == "ceilings":
-                reply = worker.ceilings()
-            elif op == "profile":
-                reply = worker.profile(msg)
-            else:
-                reply = {"op": "error", "kind": "runtime_error", "message": f"unknown request {op!r}"}
-        except BaseException as exc:  # noqa: BLE001 - the candidate's failure is the answer
-            kind, message = describe_exception(exc, worker.source_name or Path(config["problem"]).name)
-            reply, payload = {"op": "error", "kind": kind, "message": message}, b""
-        reply["nonce"] = msg.get("nonce")
-        reply["violations"] = check_sandbox() if worker.sandbox.armed else []
-        write_frame(out_fd, reply, payload)
-
-
-if __name__ == "__main__":
-    serve(int(sys.argv[1]), int(sys.argv[2]))

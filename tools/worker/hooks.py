@@ -253,16 +253,17 @@ def _evaluator_functions() -> dict[str, int]:
     can be rebound with no audit event at all)."""
     import triton.runtime.jit as jit
 
-    from tools import inputs, instrument, transport
+    from tools import transport
+    from tools.worker import inputs, instrument
 
     watched: dict[str, Any] = {
-        "tools.sandbox.Sandbox.check": Sandbox.check, "tools.sandbox.Sandbox._hook": Sandbox._hook,
-        "tools.sandbox.Sandbox._audit": Sandbox._audit, "tools.sandbox.Sandbox._refuse": Sandbox._refuse,
-        "tools.instrument.LaunchCounter.reset": instrument.LaunchCounter.reset,
-        "tools.instrument.LaunchCounter._counting_run": instrument.LaunchCounter._counting_run,
-        "tools.instrument.LaunchCounter._counted": instrument.LaunchCounter._counted,
-        "tools.instrument.OpRecorder.__torch_dispatch__": instrument.OpRecorder.__torch_dispatch__,
-        "tools.transport.encode": transport.encode, "tools.inputs.generate": inputs.generate,
+        "tools.worker.hooks.Sandbox.check": Sandbox.check, "tools.worker.hooks.Sandbox._hook": Sandbox._hook,
+        "tools.worker.hooks.Sandbox._audit": Sandbox._audit, "tools.worker.hooks.Sandbox._refuse": Sandbox._refuse,
+        "tools.worker.instrument.LaunchCounter.reset": instrument.LaunchCounter.reset,
+        "tools.worker.instrument.LaunchCounter._counting_run": instrument.LaunchCounter._counting_run,
+        "tools.worker.instrument.LaunchCounter._counted": instrument.LaunchCounter._counted,
+        "tools.worker.instrument.OpRecorder.__torch_dispatch__": instrument.OpRecorder.__torch_dispatch__,
+        "tools.transport.encode": transport.encode, "tools.worker.inputs.generate": inputs.generate,
         "triton.JITFunction.run": jit.JITFunction.run,
     }
     try:
