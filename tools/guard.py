@@ -4,6 +4,10 @@ kernel needs. Every rejection names its rule; the rules and their defaults are i
 
 The gate is a first line only: the worker enforces the same classes of rule at run time
 (sandbox.py), and correctness plus timing checks catch what neither can see statically.
+
+The names live in guard_names.py; guard_context.py says where an expression is used (a module as
+a value, a data pointer in an alignment test); guard_calls.py checks calls that reach attributes
+by string or write through a function.
 """
 from __future__ import annotations
 
@@ -11,74 +15,14 @@ import ast
 import re
 from dataclasses import dataclass, field
 
-# Modules (and their submodules) a candidate may import. Everything else is rule `import`.
-ALLOWED_IMPORTS = frozenset({
-    "__future__", "torch", "triton", "math", "typing", "dataclasses", "functools", "itertools",
-    "operator", "collections", "enum", "numbers", "os",
-})
-# Prefixes of dotted names, resolved through import aliases, and the rule each breaks.
-FORBIDDEN_NAMES: tuple[tuple[str, str], ...] = (
-    ("torch.compile", "torch-compile"), ("torch.jit", "torch-compile"),
-    ("torch._dynamo", "torch-compile"), ("torch._inductor", "torch-compile"),
-    ("torch.export", "torch-compile"), ("torch.fx", "torch-compile"),
-    ("torch.compiler", "torch-compile"),
-    ("torch.backends", "precision-flags"), ("torch.set_float32_matmul_precision", "precision-flags"),
-    ("torch.set_default_dtype", "precision-flags"), ("torch.set_default_tensor_type", "precision-flags"),
-    ("torch.use_deterministic_algorithms", "precision-flags"), ("torch.set_flush_denormal", "precision-flags"),
-    ("torch.utils.deterministic", "precision-flags"), ("torch.set_default_device", "precision-flags"),
-    ("torch.cuda.Stream", "streams-graphs"), ("torch.cuda.stream", "streams-graphs"),
-    ("torch.cuda.set_stream", "streams-graphs"), ("torch.cuda.ExternalStream", "streams-graphs"),
-    ("torch.cuda.graph", "streams-graphs"), ("torch.cuda.CUDAGraph", "streams-graphs"),
-    ("torch.cuda.make_graphed_callables", "streams-graphs"), ("torch.cuda.Event", "streams-graphs"),
-    ("torch.cuda.default_stream", "streams-graphs"), ("torch.cuda.streams", "streams-graphs"),
-    ("torch.Stream", "streams-graphs"), ("torch.Event", "streams-graphs"), ("torch.cuda.set_sync_debug_mode", "streams-graphs"),
-    ("torch.cuda.memory", "private-api"), ("torch.cuda.set_per_process_memory_fraction", "private-api"),
-    ("torch.multiprocessing", "threads-processes"), ("torch.distributed", "threads-processes"),
-    ("torch.utils.data", "threads-processes"),
-    ("torch.overrides", "tensor-subclass"), ("torch.utils._python_dispatch", "tensor-subclass"),
-    ("torch.Tensor.__", "patching"), ("functools.cache", "caching"), ("functools.lru_cache", "caching"),
-    ("functools.cached_property", "caching"),
+from tools.guard_calls import CALL_ONLY, CallChecks
+from tools.guard_context import Parents, alignment_test, attribute_base, bound_to_name, called, parents_of
+from tools.guard_names import (
+    ALLOWED_DUNDER_NAMES, ALLOWED_DUNDERS, ALLOWED_IMPORTS, BANNED_BUILTINS, CPP_EXTENSION_ALLOWED,
+    CXX_FORBIDDEN, CXX_LIBRARIES, ENVIRON_WRITES, FORBIDDEN_NAMES, FRAME_ATTRIBUTES, HONEST_SUBMODULES,
+    IDENTITY_ATTRIBUTES, KNOWN_MODULES, MODULE_ALIASES, OP_FAMILIES, OP_NAMESPACES, OS_ALLOWED, REACHING_MODULES, RULE_ROOTS,
+    MODULE_NAMES,
 )
-CPP_EXTENSION_ALLOWED = frozenset({"torch.utils.cpp_extension.load_inline"})
-OS_ALLOWED = frozenset({"os.environ", "os.path", "os.getenv", "os.cpu_count", "os.sep"})
-BANNED_BUILTINS = {
-    "eval": "dynamic-code", "exec": "dynamic-code", "compile": "dynamic-code",
-    "__import__": "dynamic-code", "globals": "dynamic-code", "locals": "dynamic-code",
-    "vars": "dynamic-code", "getattr": "dynamic-code", "setattr": "dynamic-code",
-    "delattr": "dynamic-code", "open": "file-io", "breakpoint": "dynamic-code",
-    "input": "dynamic-code", "exit": "exit", "quit": "exit", "id": "caching",
-}
-ALLOWED_DUNDERS = frozenset({"__init__", "__name__", "__future__"})
-# Attributes of frames, generators, coroutines and tracebacks: a way up the stack to the worker's
-# own objects (its launch counter, its sandbox) with no import at all. Rule `dynamic-code`.
-FRAME_ATTRIBUTES = frozenset({"gi_frame", "cr_frame", "ag_frame", "tb_frame", "tb_next", "f_back",
-                              "f_locals", "f_globals", "f_builtins", "f_code", "f_trace", "gi_code",
-                              "cr_code", "ag_code", "gi_yieldfrom", "cr_await"})
-# Op families for single-op problems: calling any of these names is rule `single-op`.
-OP_FAMILIES: dict[str, frozenset[str]] = {
-    "matmul": frozenset({"mm", "bmm", "matmul", "addmm", "baddbmm", "addbmm", "linear", "einsum",
-                         "dot", "mv", "addmv", "tensordot", "inner", "outer", "chain_matmul",
-                         "bilinear", "_scaled_mm", "vdot", "multi_dot", "ger"}),
-    "conv": frozenset({"conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
-                       "conv_transpose3d", "convolution", "_convolution", "conv_tbc"}),
-    "softmax": frozenset({"softmax", "_softmax", "log_softmax", "_log_softmax", "softmin"}),
-    "norm": frozenset({"layer_norm", "native_layer_norm", "batch_norm", "native_batch_norm",
-                       "group_norm", "native_group_norm", "instance_norm", "rms_norm", "normalize"}),
-}
-# Tokens that must not appear in C++/CUDA source strings, and the rule each breaks.
-CXX_FORBIDDEN: tuple[tuple[str, str], ...] = (
-    (r"\bcudaStreamCreate\w*", "streams-graphs"), (r"\bcudaGraph\w*", "streams-graphs"),
-    (r"\bcudaStreamBeginCapture\b", "streams-graphs"), (r"\bgetStreamFromPool\b", "streams-graphs"),
-    (r"\bsetCurrentCUDAStream\b", "streams-graphs"), (r"\bCUDAStreamGuard\b", "streams-graphs"),
-    (r"\bcudaEventCreate\w*", "streams-graphs"),
-    (r"\bstd::thread\b", "threads-processes"), (r"\bpthread_create\b", "threads-processes"),
-    (r"\bfork\s*\(", "threads-processes"), (r"\bsystem\s*\(", "threads-processes"),
-    (r"\bpopen\s*\(", "threads-processes"), (r"\bexecv\w*\s*\(", "threads-processes"),
-    (r"\bsocket\s*\(", "network"), (r"\bdlopen\s*\(", "threads-processes"),
-    (r"\bcudaDeviceReset\b", "streams-graphs"), (r"\bcudaDeviceSetLimit\b", "streams-graphs"),
-    (r"\bcudaSetDevice\b", "streams-graphs"),
-)
-CXX_LIBRARIES = r"\b(cublas\w*|cudnn\w*|cublasLt\w*|at::(mm|matmul|bmm|addmm|conv\w*|linear|softmax|layer_norm)|torch::(mm|matmul|bmm|addmm|conv\w*|linear|softmax|layer_norm))\b"
 
 
 @dataclass(frozen=True)
@@ -109,7 +53,8 @@ class Scan:
 def check(source: str, policy: GuardPolicy = GuardPolicy()) -> Scan:
     """Scan a candidate. Raises SyntaxError for source that does not parse (a compile error)."""
     tree = ast.parse(source)
-    visitor = _Visitor(policy)
+    visitor = _Visitor(policy, parents_of(tree))
+    visitor.bind_names(tree)
     visitor.visit(tree)
     scan = visitor.scan
     for node in ast.walk(tree):
@@ -155,34 +100,80 @@ def _on_self(node: ast.Attribute) -> bool:
     return isinstance(node.value, ast.Name) and node.value.id == "self"
 
 
-class _Visitor(ast.NodeVisitor):
-    def __init__(self, policy: GuardPolicy) -> None:
+def _dunder(name: str) -> bool:
+    return name.startswith("__") and name.endswith("__")
+
+
+class _Visitor(CallChecks, ast.NodeVisitor):
+    def __init__(self, policy: GuardPolicy, parents: Parents) -> None:
         self.policy = policy
+        self.parents = parents
         self.scan = Scan()
-        self.aliases: dict[str, str] = {}  # local name -> dotted module path it stands for
+        self.aliases: dict[str, str] = {}  # local name -> dotted path it stands for (imports, plain bindings)
+        self.modules: set[str] = set()  # dotted paths named by `import` statements: modules for sure
         self._inner: set[int] = set()  # attribute nodes inside a longer chain: checked once, whole
         self._kernel_depth = 0  # > 0 inside a @triton.jit body: x.sum(), a @ b there are Triton's own
         family = policy.single_op
         self.single_op_names = OP_FAMILIES.get(family or "", frozenset({family} if family else ()))
+        self.reaching = MODULE_NAMES - policy.allowed_imports  # modules that must be imported to be used
+        self.reaching_anywhere = REACHING_MODULES - policy.allowed_imports
 
     def flag(self, rule: str, node: ast.AST, message: str) -> None:
         self.scan.violations.append(Violation(rule, getattr(node, "lineno", 1), message))
 
+    def bind_names(self, tree: ast.AST) -> None:
+        """Imports and plain `name = <dotted name>` bindings, before the walk, so that a name used
+        above the line that binds it resolves too (`c = torch.cuda` makes `c.Stream` torch.cuda.Stream)."""
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                self._bind_import(node)
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                self._bind_from(node)
+        assigns = [n for n in ast.walk(tree) if isinstance(n, ast.Assign) and isinstance(n.value, (ast.Name, ast.Attribute))]
+        changed = True
+        while changed:
+            changed = False
+            for node in assigns:
+                dotted = self.resolve(node.value)
+                for target in node.targets:
+                    if dotted is not None and isinstance(target, ast.Name) and target.id not in self.aliases:
+                        self.aliases[target.id] = dotted
+                        changed = True
+
     # imports ---------------------------------------------------------------------------
+    def _bind_import(self, node: ast.Import) -> None:
+        for a in node.names:
+            parts = a.name.split(".")
+            self.modules.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+            self.aliases[a.asname or parts[0]] = a.name if a.asname else parts[0]
+
+    def _bind_from(self, node: ast.ImportFrom) -> None:
+        for a in node.names:
+            if a.name != "*":
+                self.aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+
     def _check_module(self, name: str, node: ast.AST) -> None:
         root = name.split(".")[0]
         if root not in self.policy.allowed_imports:
             self.flag("import", node, f"imports {name}; a candidate may import only {', '.join(sorted(self.policy.allowed_imports))}")
         else:
-            self._check_dotted(name, node)
+            self._check_path(name, node)
+
+    def _check_path(self, dotted: str, node: ast.AST) -> None:
+        """An imported path: every part past the first that is a module must be the package's own."""
+        self._check_dotted(dotted, node)
+        self._check_suffixes(dotted.split("."), 1, node)
+        parts = dotted.split(".")
+        for i in range(1, len(parts)):
+            path = ".".join(parts[:i + 1])
+            if path in MODULE_ALIASES or (parts[i] in self.reaching and path not in HONEST_SUBMODULES):
+                self._flag_reach(parts[i], ".".join(parts[:i]), node)
+                return
 
     def visit_Import(self, node: ast.Import) -> None:
         for a in node.names:
             self._check_module(a.name, node)
-            if a.asname:
-                self.aliases[a.asname] = a.name
-            else:
-                self.aliases[a.name.split(".")[0]] = a.name.split(".")[0]
+        self._bind_import(node)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         if node.level:
@@ -194,9 +185,8 @@ class _Visitor(ast.NodeVisitor):
             if a.name == "*":
                 self.flag("import", node, f"from {module} import * hides what is used")
                 continue
-            full = f"{module}.{a.name}"
-            self._check_dotted(full, node)
-            self.aliases[a.asname or a.name] = full
+            self._check_path(f"{module}.{a.name}", node)
+        self._bind_from(node)
 
     # names -----------------------------------------------------------------------------
     def resolve(self, node: ast.AST) -> str | None:
@@ -208,23 +198,69 @@ class _Visitor(ast.NodeVisitor):
             return ".".join([self.aliases[node.id], *reversed(parts)])
         return None
 
-    def _check_dotted(self, dotted: str, node: ast.AST) -> None:
+    def _check_dotted(self, dotted: str, node: ast.AST, via: str = "") -> None:
+        """The rules on one dotted name; `via` names the chain it was found in, if longer."""
+        shown = f"{dotted} (as {via})" if via else dotted
         for prefix, rule in FORBIDDEN_NAMES:
             if dotted == prefix or dotted.startswith(prefix + ".") or (prefix.endswith("__") and dotted.startswith(prefix)):
-                self.flag(rule, node, f"uses {dotted}")
+                self.flag(rule, node, f"uses {shown}")
                 return
         parts = dotted.split(".")
         if parts[0] in ("torch", "triton") and any(p.startswith("_") and not p.startswith("__") for p in parts[1:]):
-            self.flag("private-api", node, f"uses the private API {dotted}")
+            self.flag("private-api", node, f"uses the private API {shown}")
         if dotted.startswith("torch.utils.cpp_extension.") and dotted not in CPP_EXTENSION_ALLOWED:
-            self.flag("cpp-extension", node, f"uses {dotted}; build CUDA C++ with load_inline only")
+            self.flag("cpp-extension", node, f"uses {shown}; build CUDA C++ with load_inline only")
         if parts[0] == "os" and len(parts) > 1 and ".".join(parts[:2]) not in OS_ALLOWED:
-            self.flag("threads-processes", node, f"uses {dotted}; a candidate may only read os.environ and use os.path")
+            self.flag("threads-processes", node, f"uses {shown}; a candidate may only read os.environ and use os.path")
         if dotted == "os.environ" and isinstance(getattr(node, "ctx", None), (ast.Store, ast.Del)):
             self.flag("patching", node, "writes os.environ")
+        if parts[:2] == ["os", "environ"] and len(parts) > 2 and parts[2] in ENVIRON_WRITES:
+            self.flag("patching", node, f"writes os.environ ({shown})")
+        if (parts[0] not in ("torch", "triton", "os", "__future__") and parts[0] in self.policy.allowed_imports
+                and any(p.startswith("_") and not p.startswith("__") for p in parts[1:])):
+            self.flag("private-api", node, f"uses the private name {shown}")
+
+    def _check_suffixes(self, parts: list[str], start: int, node: ast.AST) -> None:
+        """A chain is checked again from every part that names a rule's root: F.torch.compile is
+        torch.compile, torch.os.system is os.system, wherever the chain starts."""
+        for i in range(start, len(parts)):
+            if parts[i] not in RULE_ROOTS:
+                continue
+            if parts[i] == "os" and i == len(parts) - 1:
+                through = ".".join(parts[:i]) or "an attribute"
+                self.flag("threads-processes", node, f"reaches os through {through}; a candidate may only read os.environ and use os.path")
+            else:
+                self._check_dotted(".".join(parts[i:]), node, via=".".join(parts) if i else "")
+
+    def _flag_reach(self, module: str, through: str, node: ast.AST) -> None:
+        self.flag("import", node, f"reaches the module {module} through {through}; a candidate may use only the modules it imports ({', '.join(sorted(self.policy.allowed_imports))})")
+
+    def _check_reach(self, node: ast.Attribute, dotted: str | None) -> None:
+        """An attribute named like a module outside the allowlist: an import by another road."""
+        if called(node, self.parents):
+            return  # modules are not callable: x.select(0, i) is a method
+        if dotted is not None:
+            if dotted in MODULE_ALIASES or (node.attr in self.reaching and dotted not in HONEST_SUBMODULES
+                                            and not dotted.startswith(OP_NAMESPACES)):
+                self._flag_reach(node.attr, dotted.rsplit(".", 1)[0], node)
+        elif node.attr in self.reaching_anywhere:
+            self._flag_reach(node.attr, "an attribute", node)
+
+    def _module(self, dotted: str) -> bool:
+        return dotted in self.modules or dotted in KNOWN_MODULES or dotted in self.policy.allowed_imports
+
+    def _check_value(self, dotted: str, node: ast.AST) -> None:
+        """A module, or a function that takes names as strings, used as a value: fine as the base
+        of an attribute or bound to a plain name (the gate follows it), not passed around."""
+        if attribute_base(node, self.parents) or bound_to_name(node, self.parents):
+            return
+        if self._module(dotted):
+            self.flag("dynamic-code", node, f"uses the module {dotted} as a value; use its attributes where they are needed")
+        elif dotted in CALL_ONLY and not called(node, self.parents):
+            self.flag("dynamic-code", node, f"uses {dotted} as a value; it may only be called, with literal names")
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
-        if node.attr.startswith("__") and node.attr.endswith("__") and node.attr not in ALLOWED_DUNDERS:
+        if _dunder(node.attr) and node.attr not in ALLOWED_DUNDERS:
             self.flag("dunder", node, f"touches {node.attr}")
         if node.attr in FRAME_ATTRIBUTES:
             self.flag("dynamic-code", node, f"reads {node.attr}: frames and their locals are the evaluator's, not the kernel's")
@@ -232,16 +268,26 @@ class _Visitor(ast.NodeVisitor):
             self.flag("file-io", node, "reads a file with from_file (native I/O the sandbox cannot see)")
         if node.attr == "load_library":
             self.flag("cpp-extension", node, "loads a native library; build CUDA C++ with load_inline only")
-        if node.attr == "data_ptr":
-            self.flag("caching", node, "reads data_ptr(): results keyed on data pointers are not allowed; pass tensors to kernels")
+        if node.attr == "data_ptr" and not alignment_test(node, self.parents):
+            self.flag("caching", node, "reads data_ptr(): results keyed on data pointers are not allowed; pass tensors to kernels (an alignment test such as `x.data_ptr() % 16 == 0` is allowed)")
+        if node.attr in IDENTITY_ATTRIBUTES:
+            self.flag("caching", node, f"reads {node.attr}, a tensor's identity: results keyed on identity are not allowed")
         outermost = id(node) not in self._inner
         inner = node.value
         while isinstance(inner, ast.Attribute):
             self._inner.add(id(inner))
             inner = inner.value
         dotted = self.resolve(node)
-        if outermost and dotted is not None and not isinstance(node.ctx, ast.Store):
-            self._check_dotted(dotted, node)
+        if isinstance(node.ctx, ast.Load):
+            self._check_reach(node, dotted)
+        if outermost and not isinstance(node.ctx, ast.Store):
+            if dotted is not None:
+                self._check_dotted(dotted, node)
+                self._check_suffixes(dotted.split("."), 1, node)
+            else:
+                self._check_suffixes(_attribute_names(node), 0, node)
+            if dotted is not None and isinstance(node.ctx, ast.Load):
+                self._check_value(dotted, node)
         if (outermost and self.single_op_names and node.attr in self.single_op_names and isinstance(node.ctx, ast.Load)
                 and _torch_or_method(dotted) and not self._kernel_depth and not _on_self(node)):
             self.flag("single-op", node, f"this problem is a single op ({self.policy.single_op}); calling {node.attr} leaves the work to torch")
@@ -250,11 +296,13 @@ class _Visitor(ast.NodeVisitor):
     def visit_Name(self, node: ast.Name) -> None:
         if node.id in BANNED_BUILTINS and node.id not in self.aliases:
             self.flag(BANNED_BUILTINS[node.id], node, f"uses the builtin {node.id}")
-        if node.id.startswith("__") and node.id.endswith("__") and node.id not in ALLOWED_DUNDERS:
+        if _dunder(node.id) and node.id not in ALLOWED_DUNDER_NAMES:
             self.flag("dunder", node, f"touches {node.id}")
         target = self.aliases.get(node.id, "")
         if self.single_op_names and target.split(".")[-1] in self.single_op_names and _torch_or_method(target):
             self.flag("single-op", node, f"this problem is a single op ({self.policy.single_op}); calling {node.id} ({target}) leaves the work to torch")
+        if target and isinstance(node.ctx, ast.Load):
+            self._check_value(target, node)
         self.generic_visit(node)
 
     def visit_BinOp(self, node: ast.BinOp) -> None:
@@ -274,6 +322,9 @@ class _Visitor(ast.NodeVisitor):
             for sub in ast.walk(t):
                 if isinstance(sub, (ast.Attribute, ast.Subscript)):
                     base = sub.value
+                    if isinstance(base, ast.Call) and isinstance(base.func, ast.Name) and base.func.id == "type":
+                        self.flag("patching", node, "assigns into the class of a value (type(x).name = ...)")
+                        break
                     dotted = self.resolve(base) if isinstance(base, (ast.Attribute, ast.Name)) else None
                     if dotted is not None:
                         whole = self.resolve(sub) if isinstance(sub, ast.Attribute) else None
@@ -326,4 +377,14 @@ class _Visitor(ast.NodeVisitor):
         dotted = self.resolve(node.func)
         if dotted == "torch.utils.cpp_extension.load_inline":
             self.scan.uses_load_inline = True
+        self.check_call(node, dotted)
         self.generic_visit(node)
+
+
+def _attribute_names(node: ast.AST) -> list[str]:
+    """The attribute names of a chain read from an expression that is not a name: [a, b] for f().a.b."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return parts[::-1]
