@@ -7,7 +7,7 @@ floats written with `repr`, so they parse back to exactly the record's numbers):
 
     Ratchet-Kind: attempt
     Ratchet-Attempt: 3
-    Ratchet-Verdict: ok
+    Ratchet-Verdict: ok                 (any verdict; error: an evaluator fault, the kernel not judged)
     Ratchet-Speedup-Eager: 1.83
     Ratchet-Speedup-Compile: 0.97
     Ratchet-Median-Ms: 0.412
@@ -138,7 +138,7 @@ class Attempt:
 
     def summary(self) -> str:
         """The figures in a few words: `ok, 1.83x vs eager, 0.412 ms`."""
-        parts = [self.verdict.value]
+        parts = [self.verdict.value + (" (evaluator fault, not judged)" if self.verdict is Verdict.ERROR else "")]
         if self.ok and self.speedup_vs_eager is not None:
             parts.append(f"{self.speedup_vs_eager:.2f}x vs eager")
         if self.ok and self.timed:

@@ -2,15 +2,21 @@
 
 Everything downstream (the CLI, the workspace's commit trailers, the agent's feedback, the RL
 reward) reads these fields, so renaming one is a breaking change: bump SCHEMA_VERSION.
+
+Versions: 1, the first; 2 adds the verdict `error` (an evaluator fault) and
+`environment["sandbox"]` (how the candidate's worker was confined). `Result.from_dict` reads both
+(a version 1 record simply has neither). The exit code of each verdict: tools/exit_codes.py.
 """
 from __future__ import annotations
 
 import dataclasses
 import enum
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)  # from_dict reads these; workspaces hold records of every one
 
 
 class Verdict(str, enum.Enum):
@@ -23,6 +29,10 @@ class Verdict(str, enum.Enum):
     INCORRECT = "incorrect"  # it ran, but an output differs from the reference
     TIMEOUT = "timeout"  # it ran past its time limit (host or device hang); killed
     CRASHED = "crashed"  # the worker died without a reply (segfault, os._exit, sys.exit, kill)
+    # an evaluator fault (a reference worker that could not be kept alive, an internal error of
+    # ratchet): never the candidate's fault. Neither correct nor incorrect: a reward masks it, a
+    # report counts it apart, training data can drop it.
+    ERROR = "error"
 
 
 # Exit codes of `ratchet eval`, per verdict class; documented in README.md.
@@ -34,6 +44,7 @@ EXIT_CODES: dict[Verdict, int] = {
     Verdict.RUNTIME_ERROR: 6,
     Verdict.TIMEOUT: 7,
     Verdict.CRASHED: 8,
+    Verdict.ERROR: 9,
 }
 EXIT_USAGE = 2  # bad command line, missing file
 EXIT_BAD_PROBLEM = 3  # the reference file is not a valid problem
@@ -115,8 +126,9 @@ class Result:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Result":
         version = data.get("schema_version")
-        if version != SCHEMA_VERSION:
-            raise ValueError(f"result record has schema_version {version!r}, expected {SCHEMA_VERSION}")
+        if version not in READABLE_VERSIONS:
+            raise ValueError(f"result record has schema_version {version!r}, expected one of "
+                             f"{', '.join(map(str, READABLE_VERSIONS))}")
         known = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in data.items() if k in known}
         kwargs["verdict"] = Verdict(data["verdict"])
@@ -126,3 +138,19 @@ class Result:
             kwargs[name] = TimeStats(**data.get(name, {}))
         kwargs["roofline"] = Roofline(**data.get("roofline", {}))
         return cls(**kwargs)
+
+
+def describe_exception(exc: BaseException) -> str:
+    """`Type: first line of the message`, for one-line reports of an evaluator fault."""
+    text = next((line.strip() for line in str(exc).splitlines() if line.strip()), "(no message)")
+    return f"{type(exc).__name__}: {text}"
+
+
+def fault_result(exc: Exception, *, problem: str = "", source: str | None = None) -> Result:
+    """The record of an evaluation that raised instead of answering (a bug of ratchet, a lost
+    reference, an unusable cache): verdict error, the exception in one line, nothing about the
+    candidate. Used wherever an evaluator's exception must not end the caller (CLI, reward, agent)."""
+    return Result(verdict=Verdict.ERROR, problem=problem,
+                  source_hash=hashlib.sha256(source.encode()).hexdigest() if source is not None else "",
+                  message=f"ratchet's evaluator failed ({describe_exception(exc)}); this says nothing about "
+                          f"the candidate: evaluate it again")
