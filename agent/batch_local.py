@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tools.exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_PARENT_GONE
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 GRACE_S = 15.0  # after SIGINT, how long a child may take to stop before SIGKILL
 
@@ -167,7 +169,7 @@ class LocalScheduler:
             if self._stopping:
                 raise concurrent.futures.CancelledError()
         lines = [line for line in out.decode(errors="replace").splitlines() if line.strip()]
-        if code == 0 and lines:
+        if code == EXIT_OK and lines:
             try:
                 row = json.loads(lines[-1])
             except ValueError:
@@ -200,7 +202,7 @@ def _watch_parent() -> None:
             continue
         except OSError:
             break
-    os._exit(137)
+    os._exit(EXIT_PARENT_GONE)
 
 
 def _read_line(fd: int) -> bytes:
@@ -222,10 +224,10 @@ def main() -> int:
         row = resolve_function(job["fn"])(job["spec"])
     except KeyboardInterrupt:
         print("batch worker: interrupted", file=sys.stderr, flush=True)
-        return 130
+        return EXIT_INTERRUPTED
     os.write(result_fd, (json.dumps(row) + "\n").encode())
     os.close(result_fd)
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":

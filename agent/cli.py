@@ -1,7 +1,8 @@
 """The `ratchet` command line: a thin dispatcher over one module per subcommand.
 
-Machine-readable output goes to stdout, progress and logs to stderr. Exit codes are
-documented in README.md; a user's mistake ends with a one-line message, never a traceback.
+Machine-readable output goes to stdout, progress and logs to stderr. Exit codes are in one
+table, tools/exit_codes.py, documented in docs/exit-codes.md; a user's mistake ends with a
+one-line message, never a traceback.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from tools.record import EXIT_USAGE
+from tools.exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 
 # Each module defines register(subparsers) -> None, which adds its subcommand(s) and sets
 # `func` on them: func(args) -> int (the exit code).
@@ -40,10 +41,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except BrokenPipeError:  # stdout closed early (`ratchet ... | head`): not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+        return EXIT_OK
     except KeyboardInterrupt:
         print(f"ratchet {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":  # `python -m agent.cli`: run the copy commands import, not __main__'s

@@ -30,12 +30,11 @@ from agent.batch_local import LocalScheduler, Slot
 from agent.batch_log import FINAL, LOGS, RESULTS, RUN_META, RunLog
 from agent.batch_problem import make_spec, problem_key
 from agent.cli import UsageError
+from tools.exit_codes import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK
 
 # flag -> AgentConfig field: the agent settings a batch passes to every problem
 SETTING_FLAGS = ("model", "base_url", "max_attempts", "language", "workspace", "max_tokens", "max_wall_s",
                  "patience", "trials", "context_tokens", "roofline_target")
-EXIT_INCOMPLETE = 1
-EXIT_INTERRUPTED = 130
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -157,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
               f"continue with: ratchet batch {suite} --out {out} --resume")
         return EXIT_INCOMPLETE
     write(f"batch: done; ratchet report {out}")
-    return 0
+    return EXIT_OK
 
 
 def _interrupt(signum, frame) -> None:  # SIGTERM: stop like Ctrl-C (workers interrupted, run resumable)

@@ -1,4 +1,10 @@
-"""`ratchet eval REFERENCE CANDIDATE`: evaluate one candidate file against a problem file."""
+"""`ratchet eval REFERENCE CANDIDATE`: evaluate one candidate file against a problem file.
+
+The exit code says the verdict (tools/exit_codes.py, EVAL_EXIT_CODES). An exception out of the
+evaluator itself (a bug, a lost reference, an unusable cache directory) never prints a
+traceback: one line `ratchet eval: internal error: <type>: <message>` on stderr, exit 9, and
+with --json a minimal record with verdict `error` on stdout.
+"""
 from __future__ import annotations
 
 import argparse
@@ -8,8 +14,9 @@ from pathlib import Path
 
 from agent.cli import UsageError
 from tools.evaluate import EvalOptions, Evaluator
+from tools.exit_codes import EVAL_EXIT_CODES, EXIT_BAD_PROBLEM
 from tools.problem import ProblemError
-from tools.record import EXIT_BAD_PROBLEM, EXIT_CODES, Result
+from tools.record import Result, Verdict, describe_exception, fault_result
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -37,22 +44,46 @@ def run(args: argparse.Namespace) -> int:
     options = EvalOptions(device=args.device, trials=args.trials, timing=not args.no_timing,
                           disabled_rules=frozenset(args.allow), trial_timeout=args.timeout, warm=False)
     try:
-        with Evaluator(args.reference, options, entry=args.entry) as evaluator:
-            result = evaluator.evaluate(source)
+        evaluator = Evaluator(args.reference, options, entry=args.entry)
     except ProblemError as exc:
-        print(f"ratchet eval: {exc}", file=sys.stderr)
-        return EXIT_BAD_PROBLEM
+        return bad_problem(exc)
     except ValueError as exc:  # a bad --device
         raise UsageError(str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - an evaluator fault: one line and exit 9, never a traceback
+        return internal_error(exc, args, source)
+    try:
+        with evaluator:
+            result = evaluator.evaluate(source)
+    except ProblemError as exc:
+        return bad_problem(exc)
+    except Exception as exc:  # noqa: BLE001 - evaluate() never raises for the candidate: this is ours
+        return internal_error(exc, args, source)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
         print(summary(result, args.candidate))
-    return EXIT_CODES[result.verdict]
+    return EVAL_EXIT_CODES[result.verdict]
+
+
+def bad_problem(exc: ProblemError) -> int:
+    print(f"ratchet eval: {exc}", file=sys.stderr)
+    return EXIT_BAD_PROBLEM
+
+
+def internal_error(exc: Exception, args: argparse.Namespace, source: str) -> int:
+    """An exception out of the evaluator (a bug of ratchet, a lost reference, an unusable cache):
+    one line on stderr, and with --json a minimal record with verdict error on stdout."""
+    record = fault_result(exc, problem=str(args.reference), source=source)
+    print(f"ratchet eval: internal error: {describe_exception(exc)}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(record.to_dict(), indent=2))
+    return EVAL_EXIT_CODES[record.verdict]
 
 
 def summary(result: Result, candidate: Path) -> str:
     lines = [f"{candidate.name}: {result.verdict.value}", f"  {result.message}"]
+    if result.verdict is Verdict.ERROR:
+        lines.append("  (an evaluator fault: ratchet failed, not the candidate; evaluate it again)")
     if result.trials:
         lines.append(f"  trials passed: {result.trials}; max abs error {result.errors.max_abs:.3g}; "
                      f"own kernel launches per forward: {result.kernel_launches}")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from agent.cli import UsageError
 from agent.export import ExportError, ExportStats, rl_rows, sft_rows, write_jsonl
+from tools.exit_codes import EXIT_OK
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -60,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         if args.out == "-":
             write_jsonl(rows, sys.stdout)
             print(json.dumps({**stats.to_dict(), "out": "-"}), file=sys.stderr)
-            return 0
+            return EXIT_OK
         out = Path(args.out)
         tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
         try:
@@ -74,4 +75,4 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UsageError(f"cannot write {args.out}: {exc.strerror or exc}") from None
     print(json.dumps({**stats.to_dict(), "out": str(args.out)}))
-    return 0
+    return EXIT_OK

@@ -20,14 +20,14 @@ import json
 import sys
 from pathlib import Path
 
-from agent.builtin import EXIT_UNRECOGNIZED, NothingRecognized
+from agent.builtin import NothingRecognized
 from agent.cli import UsageError
 from agent.config import AgentConfig, ConfigError, load_config
 from agent.model import ModelClient, OpenAIChatClient, RetryPolicy
 from agent.runner import NothingToResume, RunResult, optimize
 from agent.workspace import WorkspaceError
 from tools import ProblemError
-from tools.record import EXIT_BAD_PROBLEM
+from tools.exit_codes import EXIT_BAD_PROBLEM, EXIT_UNRECOGNIZED
 
 # flag -> AgentConfig field, for the flags that map onto settings
 SETTING_FLAGS = ("entry", "model", "base_url", "max_attempts", "language", "workspace", "device", "max_tokens",

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from agent.cli import UsageError
 from agent.report import ReportError, json_report, load_run, text_report, write_html
+from tools.exit_codes import EXIT_OK
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -37,4 +38,4 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_html:
         path = write_html(report, Path(args.html) if args.html else None)
         print(f"report: {path}", file=sys.stderr)
-    return 0
+    return EXIT_OK

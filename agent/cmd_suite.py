@@ -15,8 +15,7 @@ from pathlib import Path
 
 from agent.cli import UsageError
 from agent.suite_check import DEFAULT_MIN_EAGER_MS, DEFAULT_SIMILARITY, check_suite
-
-EXIT_FLAGGED = 1
+from tools.exit_codes import EXIT_FLAGGED, EXIT_OK
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -49,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps(problem.to_dict()))
     else:
         print(render_table(report))
-    return EXIT_FLAGGED if report.flagged else 0
+    return EXIT_FLAGGED if report.flagged else EXIT_OK
 
 
 def render_table(report) -> str:

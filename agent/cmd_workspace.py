@@ -14,6 +14,7 @@ from agent.cli import UsageError
 from agent.workspace import ProblemRepo, Workspace, WorkspaceError, resolve_root
 from agent.workspace_attempt import Attempt, format_ms
 from agent.workspace_lock import atomic_write
+from tools.exit_codes import EXIT_OK
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -55,7 +56,7 @@ def run_log(args: argparse.Namespace) -> int:
     if args.json:
         for a in attempts:
             print(json.dumps(a.to_dict()))
-        return 0
+        return EXIT_OK
     header = ("", "#", "verdict", "vs eager", "vs compile", "median ms", "95% interval", "roofline", "model", "commit")
     rows = [header]
     for a in attempts:
@@ -72,7 +73,7 @@ def run_log(args: argparse.Namespace) -> int:
     best = next((a for a in attempts if a.is_best), None)
     print(f"{len(attempts)} attempt(s) in {repo.path}; "
           + (f"best: attempt {best.number} ({best.summary()})" if best else "no correct attempt yet"))
-    return 0
+    return EXIT_OK
 
 
 def _pick(repo: ProblemRepo, args: argparse.Namespace) -> Attempt:
@@ -97,7 +98,7 @@ def run_show(args: argparse.Namespace) -> int:
         source, record = repo.source(attempt), repo.record(attempt)
     if args.json:
         print(json.dumps({"attempt": attempt.to_dict(), "source": source, "result": record}))
-        return 0
+        return EXIT_OK
     best = " (best)" if attempt.is_best else ""
     print(f"# attempt {attempt.number}{best}: {attempt.summary()}; model {attempt.model or 'n/a'}, "
           f"run {attempt.run_id or 'n/a'}, commit {attempt.sha}")
@@ -105,7 +106,7 @@ def run_show(args: argparse.Namespace) -> int:
     print(source, end="" if source.endswith("\n") else "\n")
     print("# ---- result.json ----")
     print(json.dumps(record, indent=2))
-    return 0
+    return EXIT_OK
 
 
 def run_best(args: argparse.Namespace) -> int:
@@ -125,4 +126,4 @@ def run_best(args: argparse.Namespace) -> int:
         print(f"wrote attempt {attempt.number} ({attempt.summary()}) to {out}", file=sys.stderr)
     else:
         sys.stdout.write(source)
-    return 0
+    return EXIT_OK

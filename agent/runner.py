@@ -30,12 +30,10 @@ from agent.nodes import AgentContext, empty_baseline, trajectory_text
 from tools.env import target_name
 from agent.state import AgentState, initial_state
 from agent.workspace import Workspace
+from tools.exit_codes import EXIT_FOUND, EXIT_MODEL, EXIT_NONE_CORRECT
 from tools.record import Verdict
 from tools.toolcalls import tool_schemas
 
-EXIT_FOUND = 0  # a correct kernel was found in this run
-EXIT_NONE_CORRECT = 10  # the run ended (budget spent or stopped) with no correct kernel
-EXIT_MODEL = 11  # the model endpoint was unreachable after retries, or refused the request
 STATE_DIR = ".ratchet"
 
 

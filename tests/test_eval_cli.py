@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 
@@ -11,7 +12,8 @@ import pytest
 
 from agent.cli import main
 from helpers_eval import CANDIDATES, PROBLEMS
-from tools.record import EXIT_CODES, EXIT_USAGE, SCHEMA_VERSION, Verdict
+from tools.exit_codes import EVAL_EXIT_CODES, EXIT_INTERNAL, EXIT_USAGE
+from tools.record import SCHEMA_VERSION, Verdict
 
 REPO = PROBLEMS.parents[1]
 ELEMENTWISE = str(PROBLEMS / "elementwise.py")
@@ -36,7 +38,7 @@ CODES = [  # (candidate, extra arguments, verdict)
 def test_exit_code_per_verdict(capsys, candidate, extra, verdict):
     code = main(cli(ELEMENTWISE, str(CANDIDATES / f"{candidate}.py"), "--trials", "5", *extra))
     out, _ = capsys.readouterr()
-    assert code == EXIT_CODES[verdict] == {"ok": 0, "incorrect": 1, "rejected": 4, "compile_error": 5,
+    assert code == EVAL_EXIT_CODES[verdict] == {"ok": 0, "incorrect": 1, "rejected": 4, "compile_error": 5,
                                            "runtime_error": 6, "timeout": 7, "crashed": 8}[verdict.value]
     assert out.splitlines()[0] == f"{candidate}.py: {verdict.value}"
     if verdict is Verdict.OK:
@@ -62,6 +64,29 @@ def test_json_record():
     assert record["source_hash"] == hashlib.sha256((CANDIDATES / "elementwise_ok.py").read_bytes()).hexdigest()
     assert {"torch", "triton"} <= set(record["environment"])
     assert record["kernel_launches"] == 1 and record["torch_ops"] == []
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_an_evaluator_fault_is_one_line_and_exit_9(tmp_path, as_json):
+    """An evaluator that cannot start for a reason of ours (here its cache directory is a file, so
+    it cannot make the directories its workers write to): no traceback, one line on stderr, exit
+    9; with --json a minimal record with verdict error on stdout."""
+    blocked = tmp_path / "cache"
+    blocked.write_text("a file where the evaluator's cache directory should be")
+    env = {**os.environ, "RATCHET_CACHE_DIR": str(blocked)}
+    args = cli(ELEMENTWISE, str(CANDIDATES / "elementwise_ok.py")) + (["--json"] if as_json else [])
+    proc = subprocess.run([sys.executable, "-m", "agent.cli", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=240, env=env)
+    assert proc.returncode == EXIT_INTERNAL == EVAL_EXIT_CODES[Verdict.ERROR] == 9
+    assert len(proc.stderr.splitlines()) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("ratchet eval: internal error: NotADirectoryError: ")
+    if not as_json:
+        assert proc.stdout == ""
+        return
+    record = json.loads(proc.stdout)
+    assert record["verdict"] == "error" and record["schema_version"] == SCHEMA_VERSION
+    assert "NotADirectoryError" in record["message"] and "nothing about the candidate" in record["message"]
+    assert record["source_hash"] == hashlib.sha256((CANDIDATES / "elementwise_ok.py").read_bytes()).hexdigest()
 
 
 def test_bad_problem_as_a_process():

@@ -35,22 +35,6 @@ class Verdict(str, enum.Enum):
     ERROR = "error"
 
 
-# Exit codes of `ratchet eval`, per verdict class; documented in README.md.
-EXIT_CODES: dict[Verdict, int] = {
-    Verdict.OK: 0,
-    Verdict.INCORRECT: 1,
-    Verdict.REJECTED: 4,
-    Verdict.COMPILE_ERROR: 5,
-    Verdict.RUNTIME_ERROR: 6,
-    Verdict.TIMEOUT: 7,
-    Verdict.CRASHED: 8,
-    Verdict.ERROR: 9,
-}
-EXIT_USAGE = 2  # bad command line, missing file
-EXIT_BAD_PROBLEM = 3  # the reference file is not a valid problem
-EXIT_INTERNAL = 9  # a bug in ratchet itself
-
-
 @dataclass
 class Check:
     """Outcome of one named check (a guard rule, a correctness trial, an integrity tripwire)."""

@@ -11,6 +11,4 @@
 """
 from agent.builtin.policy import NAME, BuiltinPolicy, NothingRecognized
 
-EXIT_UNRECOGNIZED = 12  # `ratchet optimize`: the built-in policy recognized nothing; nothing attempted
-
-__all__ = ["BuiltinPolicy", "NothingRecognized", "NAME", "EXIT_UNRECOGNIZED"]
+__all__ = ["BuiltinPolicy", "NothingRecognized", "NAME"]
