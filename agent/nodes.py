@@ -4,8 +4,10 @@ Each node takes the state (JSON data) and the run's `AgentContext` (live objects
 LangGraph as the run context, never checkpointed) and returns the keys it changes.
 
 The evaluator builds, tests and times a candidate in one call, so the phases map onto it so:
-- compile evaluates the proposal (once: see below) and commits the attempt to the workspace;
-  it records whether the candidate built (verdicts compile_error and rejected stop here);
+- compile evaluates the proposal (once: see below) and commits the attempt to the workspace (an
+  exception out of the evaluator is committed as an attempt with verdict error, an evaluator fault);
+  it records whether the candidate built (verdicts compile_error and rejected stop here, and so
+  does error, an evaluator fault: nothing was judged);
 - test reads the correctness outcome from that record (ok goes on to profile);
 - profile reads the timing and roofline, and moves this run's best;
 - decide applies the budgets and the early-stopping rules; it alone ends the run.
@@ -14,7 +16,8 @@ Idempotence: LangGraph checkpoints after every node, and a resumed run re-runs t
 was interrupted from its start. The only side effects are the model call (draft, refine: a
 repeated call costs tokens, nothing else) and evaluate+commit (compile). Before evaluating,
 compile looks the source hash up among this run's commits in the workspace; a candidate already
-committed is never evaluated or committed again: its record is read back from the commit.
+committed is never evaluated or committed again: its record is read back from the commit (except
+after an evaluator fault, verdict error: that source was never judged, and is evaluated again).
 """
 from __future__ import annotations
 
@@ -34,9 +37,10 @@ from agent.state import AgentState, AttemptSummary
 from agent.turns import ask_model, feedback_message, first_line, system_text, task_text
 from agent.workspace import ProblemRepo
 from agent.workspace_attempt import Attempt, beats
-from tools.record import Verdict
+from tools.record import Verdict, describe_exception, fault_result
 
 BUILD_FAILURES = {Verdict.COMPILE_ERROR.value, Verdict.REJECTED.value}
+NOT_JUDGED = {Verdict.ERROR.value}  # an evaluator fault: nothing to test or profile; the source may come again
 TRAJECTORY_SCHEMA = 1
 
 
@@ -94,7 +98,12 @@ def compile(state: AgentState, runtime: Node) -> dict[str, Any]:  # noqa: A001 (
         record = ctx.repo.record(done)
         attempt = done
     else:
-        result = ctx.evaluator.evaluate(source)
+        try:
+            result = ctx.evaluator.evaluate(source)
+        except Exception as exc:  # noqa: BLE001 - an evaluator fault is an attempt with verdict error, not the run's end
+            ctx.log(f"evaluator fault: {describe_exception(exc)}")
+            result = fault_result(exc, problem=state["problem"], source=source)
+            result.problem_hash = state["problem_hash"]
         attempt = ctx.repo.commit_attempt(source, result, model=ctx.model.name, run_id=state["run_id"],
                                           extra_files={"trajectory.json": trajectory_text(state, ctx)})
         record = result.to_dict()
@@ -103,7 +112,7 @@ def compile(state: AgentState, runtime: Node) -> dict[str, Any]:  # noqa: A001 (
     attempts = list(state.get("attempts", []))
     if not summary["repeat"]:
         attempts.append(summary)
-    built = record["verdict"] not in BUILD_FAILURES
+    built = record["verdict"] not in BUILD_FAILURES | NOT_JUDGED
     return {**updates, "record": record, "latest": summary, "attempts": attempts,
             "phases": {"compile": "built" if built else record["verdict"]}}
 
@@ -174,8 +183,10 @@ def after_decide(state: AgentState) -> str:
 
 
 def committed_attempt(repo: ProblemRepo, source_hash: str, run_id: str) -> Attempt | None:
-    """The attempt of this run already committed with this exact source, if any."""
-    return next((a for a in reversed(repo.attempts()) if a.source_sha256 == source_hash and a.run_id == run_id), None)
+    """The attempt of this run already committed with this exact source, if any. One that ended in
+    an evaluator fault (verdict error) was never judged: that source is evaluated again."""
+    return next((a for a in reversed(repo.attempts()) if a.source_sha256 == source_hash and a.run_id == run_id
+                 and a.verdict.value not in NOT_JUDGED), None)
 
 
 def attempt_summary(attempt: Attempt, record: dict[str, Any], *, reused: bool, repeat: bool) -> AttemptSummary:

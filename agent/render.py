@@ -13,7 +13,7 @@ from typing import Any
 import jinja2
 
 PROMPTS_DIR = Path(os.environ.get("RATCHET_PROMPTS") or Path(__file__).resolve().parents[1] / "prompts")
-FEEDBACK_VERDICTS = ("ok", "rejected", "compile_error", "runtime_error", "incorrect", "timeout", "crashed")
+FEEDBACK_VERDICTS = ("ok", "rejected", "compile_error", "runtime_error", "incorrect", "timeout", "crashed", "error")
 
 
 def _ms(value: float | None) -> str:

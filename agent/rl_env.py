@@ -19,11 +19,13 @@ ones are answered "not run"), auxiliary calls (`get_best`, `diff_against_best`, 
 are answered from this episode's attempts and cost nothing, a reply with no tool call or a
 malformed call is a format error that counts as an attempt, and `max_aux_rounds + 1`
 auxiliary-only turns in a row count as a format error too. A source submitted again in the
-same episode is not evaluated again (the agent tells the model so) and earns `repeat_reward`.
+same episode is not evaluated again (the agent tells the model so) and earns `repeat_reward`,
+unless its evaluation was an evaluator fault (verdict error): then it is evaluated again.
 
 Rewards: a submission earns `tools.reward_score.score_record` of its result (see
 tools/reward_score.py for the formula and its defaults); format errors earn
-`format_error_reward` (0); auxiliary calls 0.
+`format_error_reward` (0); auxiliary calls 0. An evaluator fault earns the reward's
+`fault_reward` and `info["outcome"]["evaluator_fault"]` is true: mask it in training.
 The episode is done when `max_attempts` attempts are used, or when the policy stops it
 (`step(None)` or `stop()`). Budgets of the agent that are not about the model's behaviour
 (tokens, wall time, patience, roofline target) are left to the trainer.
@@ -41,7 +43,7 @@ from agent.render import render, render_feedback
 from agent.turns import first_line, system_text, task_text
 from agent.workspace_attempt import Attempt, beats
 from tools.env import target_name
-from tools.record import Result
+from tools.record import Result, Verdict
 from tools.reward import KernelReward, RewardConfig
 from tools.toolcalls import (DIFF_AGAINST_BEST, GET_BEST, GET_PROFILE, SUBMIT_KERNEL, AuxRequest, Submission,
                              best_payload, diff_payload, parse_call, profile_payload, tool_schemas)
@@ -186,7 +188,8 @@ class KernelEnv:
         return new, reward, self.done, info
 
     def _submission(self, sub: Submission, remaining: int) -> tuple[str, float, dict[str, Any]]:
-        repeat = sub.source_hash in self.by_hash
+        earlier = self.by_hash.get(sub.source_hash)
+        repeat = earlier is not None and self.attempts[earlier][1].get("verdict") != Verdict.ERROR.value
         if repeat:
             number = self.by_hash[sub.source_hash]
             source, record, attempt = self.attempts[number]

@@ -13,7 +13,7 @@ import torch
 from agent.builtin import BuiltinPolicy, NothingRecognized, codegen, search
 from agent.builtin.policy import parse_config, parse_feedback
 from agent.builtin.recognize import recognize
-from agent.render import render_feedback
+from agent.render import FEEDBACK_VERDICTS, render_feedback
 from tools import guard
 
 HERE = Path(__file__).parent
@@ -204,8 +204,16 @@ def _feedback(verdict: str, attempt: int, median_ms: float | None = None) -> str
 def test_feedback_is_parsed_from_the_prompt_templates():
     assert parse_feedback(_feedback("ok", 1, 0.25)) == ("ok", 0.25)
     assert parse_feedback(_feedback("ok", 1)) == ("ok", None)
-    for verdict in ("incorrect", "compile_error", "rejected", "runtime_error", "timeout", "crashed"):
+    for verdict in FEEDBACK_VERDICTS:  # every verdict with a feedback template, the evaluator fault included
         assert parse_feedback(_feedback(verdict, 2))[0] == verdict
+
+
+def test_an_evaluator_fault_judges_nothing():
+    """verdict error (ratchet failed, not the kernel): the configuration is proposed again, nothing is pruned."""
+    plan = _plan("linear_gelu.py")
+    first = search.next_config(plan, [])
+    assert search.next_config(plan, [search.Outcome(first, "error")]) == first
+    assert search.next_config(plan, [search.Outcome(first, "compile_error")]) != first
 
 
 def test_policy_replies_with_distinct_configs_and_drops_failures():

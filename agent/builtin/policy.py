@@ -34,6 +34,7 @@ VERDICT_LINES = (
     (re.compile(r"^Attempt \d+: it built, but raised"), "runtime_error"),
     (re.compile(r"^Attempt \d+: it ran past its time limit"), "timeout"),
     (re.compile(r"^Attempt \d+: the process running it died"), "crashed"),
+    (re.compile(r"^Attempt \d+: not judged: the evaluator failed"), "error"),
 )
 MEDIAN = re.compile(r"Median time ([0-9.eE+-]+) (ms|us)")
 

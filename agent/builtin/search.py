@@ -3,6 +3,8 @@ default first), and the choice of the next one from what the evaluator said abou
 
 - A configuration that failed (compile_error, runtime_error, timeout, crashed, rejected) goes away,
   and so does every untried one at least as large in all its tile sizes (resources only grow).
+- A configuration whose latest outcome was an evaluator fault (verdict error) was not judged: it
+  counts as untried and nothing is pruned for it (the evaluator, not the kernel, failed).
 - `incorrect` for a float32 matrix product with TF32 dots drops TF32: the rest run in IEEE fp32.
 - Once attempts are timed (on a GPU), the search is local: untried neighbours of the fastest
   configuration (one parameter changed) come first, in the space's order; then the rest.
@@ -20,6 +22,7 @@ from typing import Any
 from agent.builtin.ir import Plan
 
 FAILED = {"compile_error", "runtime_error", "timeout", "crashed", "rejected"}
+NOT_JUDGED = {"error"}  # an evaluator fault: the configuration may be proposed again
 SIZE_KEYS = ("BLOCK", "BLOCK_M", "BLOCK_N", "BLOCK_K", "BLOCK_R", "num_stages")
 SMS = 132  # programs to fill a large GPU (H100/H200: 132 SMs)
 SMEM_BYTES = 200 * 1024  # shared memory a matmul config may ask for (pipelined A and B tiles)
@@ -181,7 +184,7 @@ def _neighbours(a: dict[str, Any], b: dict[str, Any]) -> bool:
 def next_config(plan: Plan, history: list[Outcome]) -> dict[str, Any] | None:
     """The next configuration to try, or None when the space is spent."""
     configs = space(plan)
-    tried = {key(o.config) for o in history}
+    tried = {key(o.config) for o in history if o.verdict not in NOT_JUDGED}
     failed = [o.config for o in history if o.verdict in FAILED]
     wrong = [o.config for o in history if o.verdict == "incorrect"]
     drop_tf32 = any(c.get("precision") == "tf32" for c in wrong)
