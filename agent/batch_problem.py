@@ -17,6 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tools.record import Verdict
+
 ROW_SCHEMA = 1
 
 
@@ -97,16 +99,23 @@ def _run_agent(spec: dict[str, Any], log: Callable[[str], None]) -> dict[str, An
             close()
     s = result.summary
     best = s.get("best") or {}
+    faults = sum(v == Verdict.ERROR.value for v in s["verdicts"])
+    judged = [v for v in s["verdicts"] if v != Verdict.ERROR.value]
+    status, error = s["status"], s["error"]
+    if not best and s["verdicts"] and not judged and status == "finished":  # never judged: --resume runs it again
+        status, error = "error", f"every attempt ({faults}) ended in an evaluator fault (verdict error)"
     row = {
-        "status": s["status"], "resumed": resume, "exit_code": result.exit_code,
-        "verdict": "ok" if best else (s["verdicts"][-1] if s["verdicts"] else "no_attempt"),
+        "status": status, "resumed": resume, "exit_code": result.exit_code, "evaluator_faults": faults,
+        # ok when a correct kernel was found, else the last verdict that judged the kernel (an evaluator
+        # fault judges nothing), else error (every attempt was a fault), else no_attempt
+        "verdict": "ok" if best else (judged or s["verdicts"] or ["no_attempt"])[-1],
         "correct": bool(best), "timing_measured": bool(best.get("timing_measured")),
         "speedup_vs_eager": best.get("speedup_vs_eager"), "speedup_vs_compile": best.get("speedup_vs_compile"),
         "roofline_fraction": best.get("roofline_fraction"), "candidate_ms": best.get("median_ms"),
         "best_attempt": best.get("attempt"), "attempts": s["attempts"], "attempts_used": s["attempts_used"],
         "correct_attempts": s["correct"], "format_errors": s["format_errors"], "tokens": s["tokens_used"],
         "model_calls": s["model_calls"], "agent_wall_s": s["wall_s"], "model": s["model"], "run_id": s["run_id"],
-        "stop_reason": s["stop_reason"], "error": s["error"], "workspace": s["workspace"], "best_path": s["best_path"],
+        "stop_reason": s["stop_reason"], "error": error, "workspace": s["workspace"], "best_path": s["best_path"],
     }
     row.update(_baseline_times(Path(s["workspace"]), best.get("attempt")))
     return row
@@ -157,10 +166,11 @@ def _complete_row(row: dict[str, Any]) -> dict[str, Any]:
     for key in ("status", "verdict", "error", "resumed", "exit_code", "correct", "timing_measured",
                 "speedup_vs_eager", "speedup_vs_compile", "roofline_fraction", "candidate_ms", "eager_ms",
                 "compile_ms", "floor_ms", "best_attempt", "attempts", "attempts_used", "correct_attempts",
-                "format_errors", "tokens", "model_calls", "agent_wall_s", "model", "run_id", "stop_reason",
-                "workspace", "best_path", "device_s"):
+                "evaluator_faults", "format_errors", "tokens", "model_calls", "agent_wall_s", "model", "run_id",
+                "stop_reason", "workspace", "best_path", "device_s"):
         row.setdefault(key, None)
-    for key in ("attempts", "attempts_used", "correct_attempts", "format_errors", "tokens", "model_calls"):
+    for key in ("attempts", "attempts_used", "correct_attempts", "evaluator_faults", "format_errors", "tokens",
+                "model_calls"):
         row[key] = row[key] or 0
     row["correct"] = bool(row["correct"])
     row["timing_measured"] = bool(row["timing_measured"])

@@ -21,6 +21,11 @@ run's best, deduplicated by problem and the run's sequence of submitted sources.
 `correct` keeps outcomes whose verdict is ok; `min_speedup` keeps outcomes timed at least that
 much faster than the baseline (eager or torch.compile); an untimed outcome never passes it.
 
+An evaluator fault (verdict error: ratchet failed, the kernel was never judged) is marked in its
+outcome by `"evaluator_fault": true` and `"correct": null` (neither correct nor incorrect), so
+training data can drop it; where a run evaluated the same source again after a fault, the
+judged outcome is the one used.
+
 RL rows (`rl_rows`), one per distinct problem (by problem hash):
 
     {"prompt": [system, user], "tools": [...], "problem": PATH, "entry": "Model", "metadata": {...}}
@@ -46,6 +51,7 @@ import git
 from agent.turns import first_line, system_text, task_text
 from agent.workspace import MARKER, REFERENCE, TRAJECTORY, ProblemRepo, Workspace
 from agent.workspace_attempt import Attempt
+from tools.record import Verdict
 from tools.toolcalls import SUBMIT_KERNEL, Submission, parse_call, tool_schemas
 
 MESSAGE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
@@ -146,8 +152,10 @@ def submitted(message: dict[str, Any], auxiliary: bool = True) -> Submission | N
 
 def outcome(attempt: Attempt, record: dict[str, Any]) -> dict[str, Any]:
     timing = record.get("candidate_time") or {}
+    fault = record["verdict"] == Verdict.ERROR.value
     return {"attempt": attempt.number, "commit": attempt.sha, "verdict": record["verdict"],
-            "correct": record["verdict"] == "ok", "source_hash": attempt.source_sha256,
+            "correct": None if fault else record["verdict"] == Verdict.OK.value, "evaluator_fault": fault,
+            "source_hash": attempt.source_sha256,
             "speedup_vs_eager": record.get("speedup_vs_eager"), "speedup_vs_compile": record.get("speedup_vs_compile"),
             "median_ms": timing.get("median_ms"), "timing_measured": bool(timing.get("measured")),
             "message": first_line(record.get("message"))}
@@ -205,10 +213,12 @@ def _sft_from_trajectory(path: Path, traj: dict[str, Any], attempts: list[Attemp
     auxiliary = bool(config.get("auxiliary_tools", True))
     messages = traj.get("messages") or []
     problem_hash = traj.get("problem_hash") or ""
-    by_hash: dict[str, Attempt] = {}
+    by_hash: dict[str, Attempt] = {}  # each source's first judged attempt (a fault only if nothing judged it)
     for a in attempts:
         if a.run_id == run_id:
-            by_hash.setdefault(a.source_sha256, a)
+            known = by_hash.get(a.source_sha256)
+            if known is None or (known.verdict is Verdict.ERROR and a.verdict is not Verdict.ERROR):
+                by_hash[a.source_sha256] = a
     base = {"problem": traj.get("problem"), "problem_hash": problem_hash, "workspace": str(path), "run_id": run_id,
             "model": traj.get("model"), "language": traj.get("language")}
     tools = tool_schemas(auxiliary)
@@ -237,11 +247,12 @@ def _sft_from_trajectory(path: Path, traj: dict[str, Any], attempts: list[Attemp
 
 def _best_of(attempts: list[Attempt], record_of: Callable[[Attempt], dict[str, Any]]) -> Attempt | None:
     """The run's best: correct, then the fastest measured median (the first correct if none is timed)."""
-    correct = [a for a in attempts if record_of(a)["verdict"] == "ok"]
+    correct = [a for a in attempts if record_of(a)["verdict"] == Verdict.OK.value]
     timed = [a for a in correct if a.timing_measured and a.median_ms is not None]
     if timed:
         return min(timed, key=lambda a: a.median_ms)
-    return correct[0] if correct else (attempts[-1] if attempts else None)
+    judged = [a for a in attempts if a.verdict is not Verdict.ERROR] or attempts
+    return correct[0] if correct else (judged[-1] if judged else None)
 
 
 # --- RL --------------------------------------------------------------------------------------------
@@ -304,6 +315,7 @@ def rl_rows(paths: Iterable[str | Path], *, device: str | None = "cpu", gpu: str
             "single_op": problem.single_op, "dtype": problem.dtype, "input_bytes": problem.input_bytes,
             "output_bytes": problem.output_bytes, "param_bytes": problem.param_bytes, "flops": problem.flops,
             "attempts": len(attempts), "correct_attempts": sum(a.ok for a in attempts),
+            "evaluator_faults": sum(a.verdict is Verdict.ERROR for a in attempts),
             "best": outcome(best, best_record) if best and best_record else None,
             "language": lang, "auxiliary_tools": aux,
         }

@@ -10,6 +10,12 @@ JSONL file. The latest row of each problem counts. The headline numbers, as the 
   correct kernel) and a problem with no torch.compile time count as 1.0x;
 - mean roofline fraction: over the problems with a correct, timed kernel.
 
+A problem whose row has verdict `error` and no correct kernel was never judged: ratchet failed
+(an evaluator fault, or the agent raised), not the model. It is shown as an evaluator fault and
+counted apart (`evaluator_faults`), neither correct nor incorrect; the fractions above keep it in
+their denominator (as not correct, 1.0x in the geometric mean), so that a fault can never raise a
+figure: a candidate that brings the evaluator down must not shrink the set it is judged on.
+
 Timing needs a GPU: where nothing was timed (a CPU run) every speed figure reads "not measured",
 never a number. The HTML page is self-contained (inline CSS and SVG, no scripts, no external
 assets), rendered from agent/templates/report.html.j2 with autoescaping on.
@@ -31,6 +37,9 @@ TEMPLATES = Path(__file__).resolve().parent / "templates"
 NOT_MEASURED = "not measured"
 FAILURE_NOTE = ("failed problems (no correct kernel) and problems without a torch.compile time count as 1.0x "
                 "in the geometric mean")
+FAULT_VERDICT = "error"  # a row's verdict when ratchet failed (tools.record.Verdict.ERROR, or the agent raised)
+FAULT_NOTE = ("evaluator faults (verdict error: ratchet failed, not the model) were never judged: neither correct "
+              "nor incorrect, they stay in every denominator as not correct (1.0x); rerun them")
 
 
 @dataclass
@@ -70,9 +79,19 @@ def timed(row: dict[str, Any]) -> bool:
     return bool(row.get("correct")) and bool(row.get("timing_measured")) and row.get("speedup_vs_eager") is not None
 
 
+def evaluator_fault(row: dict[str, Any]) -> bool:
+    """No correct kernel and the verdict `error`: the problem was never judged (ratchet failed)."""
+    return not row.get("correct") and row.get("verdict") == FAULT_VERDICT
+
+
+def verdict_cell(row: dict[str, Any]) -> str:
+    return f"{FAULT_VERDICT} (evaluator fault)" if evaluator_fault(row) else str(row.get("verdict"))
+
+
 def headline(rows: list[dict[str, Any]]) -> dict[str, Any]:
     n = len(rows)
     correct = sum(bool(r.get("correct")) for r in rows)
+    faults = [r["problem"] for r in rows if evaluator_fault(r)]
     measured = [r for r in rows if timed(r)]
     out: dict[str, Any] = {
         "problems": n, "correct": correct, "fraction_correct": correct / n if n else None,
@@ -81,6 +100,8 @@ def headline(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "faster_than_compile": None, "fraction_faster_than_compile": None,
         "geomean_speedup_vs_compile": None, "mean_roofline_fraction": None, "roofline_problems": 0,
         "failures_count_as": 1.0,
+        "evaluator_faults": len(faults), "evaluator_fault_problems": faults,
+        "evaluator_fault_attempts": sum(r.get("evaluator_faults") or 0 for r in rows),
         "attempts": sum(r.get("attempts") or 0 for r in rows), "tokens": sum(r.get("tokens") or 0 for r in rows),
         "device_s": round(sum(r.get("device_s") or 0 for r in rows), 3),
     }
@@ -119,6 +140,8 @@ def speed_cells(row: dict[str, Any]) -> tuple[str, str, str]:
 def one_problem(row: dict[str, Any]) -> str:
     """A few words on one problem's outcome (progress lines)."""
     verdict = row.get("verdict") or row.get("status")
+    if evaluator_fault(row):
+        verdict = verdict_cell(row)
     if not row.get("correct"):
         extra = f" ({row['error']})" if row.get("error") and row.get("status") != "finished" else ""
         return f"{verdict}{extra}, {row.get('attempts') or 0} attempt(s)"
@@ -139,7 +162,7 @@ def table(run: Run) -> str:
     for r in run.rows:
         eager, compiled, roof = speed_cells(r)
         seconds = "-" if r.get("device_s") is None else f"{r['device_s']:.1f}"
-        body.append((r["problem"], str(r.get("verdict")), eager, compiled, roof, str(r.get("attempts") or 0),
+        body.append((r["problem"], verdict_cell(r), eager, compiled, roof, str(r.get("attempts") or 0),
                      str(r.get("tokens") or 0), seconds))
     widths = [max(len(line[i]) for line in [head, *body]) for i in range(len(head))]
     fmt = lambda line: "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths)))  # noqa: E731
@@ -151,6 +174,10 @@ def headline_lines(run: Run) -> list[str]:
     n = h["problems"]
     done = f"{n} problem(s)" + (f" ({len(run.missing)} more of the run not finished: not counted)" if run.missing else "")
     lines = [done, f"correct:                          {h['correct']}/{n} ({_pct(h['fraction_correct'])})"]
+    if h["evaluator_faults"]:
+        lines.append(f"evaluator faults:                 {h['evaluator_faults']}/{n} never judged "
+                     f"({', '.join(h['evaluator_fault_problems'])}): ratchet failed, not the model; "
+                     f"counted as not correct (1.0x); rerun them")
     if not h["timing_measured"]:
         lines += [f"faster than eager:                {NOT_MEASURED}",
                   f"faster than torch.compile:        {NOT_MEASURED}",
@@ -174,6 +201,8 @@ def text_report(run: Run) -> str:
 def json_report(run: Run) -> dict[str, Any]:
     h = headline(run.rows)
     notes = [FAILURE_NOTE]
+    if h["evaluator_faults"]:
+        notes.append(FAULT_NOTE)
     if not h["timing_measured"]:
         notes.append("timing not measured: every speed figure is null")
     return {"run": str(run.path), "headline": h, "missing": run.missing, "notes": notes, "problems": run.rows}
@@ -240,7 +269,9 @@ def chart(rows: list[dict[str, Any]]) -> dict[str, Any]:
             if m[key] is not None:
                 item[key] = {"x": x(m[key]), "title": f"{key if key == 'roofline' else 'torch.compile'}: "
                                                       f"{_x(m[key])} vs eager"}
-        if not item["correct"]:
+        if evaluator_fault(r):
+            item["note"] = "never judged: evaluator fault (ratchet failed, not the model)"
+        elif not item["correct"]:
             item["note"] = f"no correct kernel ({r.get('verdict')})"
         elif not item["timed"]:
             item["note"] = "correct; timing not measured"
@@ -262,7 +293,8 @@ def render_html(run: Run) -> str:
     table_rows = []
     for r in run.rows:
         eager, compiled, roof = speed_cells(r)
-        table_rows.append({"name": r["problem"], "verdict": r.get("verdict"), "correct": bool(r.get("correct")),
+        table_rows.append({"name": r["problem"], "verdict": verdict_cell(r), "correct": bool(r.get("correct")),
+                           "fault": evaluator_fault(r),
                            "eager": eager, "compile": compiled, "roofline": roof, "attempts": r.get("attempts") or 0,
                            "tokens": r.get("tokens") or 0,
                            "seconds": "-" if r.get("device_s") is None else f"{r['device_s']:.1f}"})
@@ -283,6 +315,7 @@ def render_html(run: Run) -> str:
         run_path=str(run.path), suite=run.meta.get("suite") or "", model=settings.get("model") or "",
         generated=time.strftime("%Y-%m-%d %H:%M:%S"), tiles=tiles, headline=h, chart=chart(run.rows),
         rows=table_rows, missing=run.missing, failure_note=FAILURE_NOTE, seconds_label=device_label(run),
+        faults=h["evaluator_fault_problems"], fault_note=FAULT_NOTE,
         not_measured=NOT_MEASURED)
 
 

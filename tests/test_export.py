@@ -115,3 +115,40 @@ def test_rl_rows_are_the_environments_prompts(workspace, tmp_path, capsys):
     with KernelEnv(EnvConfig(gpu="an H100"), RewardConfig(device="cpu", trials=1, spares=1)) as env:
         messages, tools = env.reset(row["problem"])
     assert row["prompt"] == messages and row["tools"] == tools
+
+
+def test_an_evaluator_fault_is_marked_for_dropping(tmp_path, capsys):
+    """A run whose attempts 1 and 3 were evaluator faults (records built with verdict error) and
+    whose attempt 2 resubmitted attempt 1's source and was judged: the fault row says so
+    (`evaluator_fault`, `correct` null), and the resubmitted source carries its judged outcome."""
+    from tools.record import Result, Verdict
+
+    def call(i: int, source: str) -> dict:
+        return {"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"c{i}", "type": "function", "function": {"name": "submit_kernel", "arguments": json.dumps({"source": source})}}]}
+
+    fault = Result(verdict=Verdict.ERROR, message="ratchet's evaluator failed (ReferenceLost: died twice)")
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
+                call(1, FAST), {"role": "tool", "tool_call_id": "c1", "content": "Attempt 1: not judged"},
+                call(2, FAST), {"role": "tool", "tool_call_id": "c2", "content": "Attempt 2: correct"},
+                call(3, WRONG), {"role": "tool", "tool_call_id": "c3", "content": "Attempt 3: not judged"}]
+    trajectory = json.dumps({"schema": 1, "run_id": "run-1", "problem": str(PROBLEM), "problem_hash": "h", "model": "m",
+                             "language": "triton", "config": {"auxiliary_tools": True}, "messages": messages})
+    root = tmp_path / "ws"
+    with Workspace(root).open_problem(PROBLEM) as repo:
+        for source, result in ((FAST, fault), (FAST, Result(verdict=Verdict.OK, message="Correct on 1 trial")), (WRONG, fault)):
+            repo.commit_attempt(source, result, model="m", run_id="run-1", extra_files={"trajectory.json": trajectory})
+    rows, summary = export(capsys, str(root), "--out", str(tmp_path / "sft.jsonl"))
+    assert summary["duplicates"] == 1 and len(rows) == 2  # FAST submitted twice: one row, its judged outcome
+    fast, wrong = (r["metadata"]["outcome"] for r in rows)
+    assert (fast["attempt"], fast["verdict"], fast["correct"], fast["evaluator_fault"]) == (2, "ok", True, False)
+    assert (wrong["attempt"], wrong["verdict"], wrong["correct"], wrong["evaluator_fault"]) == (3, "error", None, True)
+    rows, summary = export(capsys, str(root), "--correct", "--out", str(tmp_path / "ok.jsonl"))
+    assert [r["metadata"]["outcome"]["attempt"] for r in rows] == [2] and summary["filtered"] == 1
+    rows, _ = export(capsys, str(root), "--unit", "run", "--out", str(tmp_path / "run.jsonl"))
+    assert rows[0]["metadata"]["outcome"]["attempt"] == 2
+    assert [a["evaluator_fault"] for a in rows[0]["metadata"]["attempts"]] == [False, True]
+    rows, _ = export(capsys, str(root), "--format", "rl", "--out", str(tmp_path / "rl.jsonl"))
+    meta = rows[0]["metadata"]
+    assert (meta["attempts"], meta["correct_attempts"], meta["evaluator_faults"]) == (3, 1, 2)
+    assert meta["best"]["attempt"] == 2 and meta["best"]["evaluator_fault"] is False

@@ -170,3 +170,31 @@ def test_html_page_has_a_chart_row_per_problem(tmp_path):
 def test_report_of_no_run_is_a_usage_error(tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 2
     assert "no results.jsonl" in capsys.readouterr().err
+
+
+def test_an_evaluator_fault_is_counted_apart(tmp_path, capsys):
+    """A problem whose every attempt was an evaluator fault (verdict error, from a record built as
+    the evaluator builds one) was never judged: shown as a fault, neither correct nor incorrect,
+    and kept in the denominators as not correct, so a fault can never raise a figure."""
+    from tools.record import Result, Verdict
+
+    fault = Result(verdict=Verdict.ERROR, message="ratchet's evaluator failed (ReferenceLost: died twice)")
+    rows = [*GPU_ROWS, row("6_fault", correct=False, verdict=fault.to_dict()["verdict"], evaluator_faults=3,
+                           status="error", error="every attempt (3) ended in an evaluator fault (verdict error)")]
+    run = write_run(tmp_path, rows)
+    h = headline(load_run(run).rows)
+    assert h["evaluator_faults"] == 1 and h["evaluator_fault_problems"] == ["6_fault"]
+    assert h["evaluator_fault_attempts"] == 3
+    assert h["problems"] == 6 and h["correct"] == 3 and h["fraction_correct"] == pytest.approx(3 / 6)
+    assert h["geomean_speedup_vs_compile"] == pytest.approx((1.5 * 0.5 * 2.0) ** (1 / 6))
+    assert main(["report", str(run)]) == 0
+    text = capsys.readouterr().out
+    fault_line = next(line for line in text.splitlines() if line.startswith("6_fault"))
+    assert "error (evaluator fault)" in fault_line and "incorrect" not in fault_line
+    assert "evaluator faults:                 1/6 never judged (6_fault): ratchet failed, not the model" in text
+    assert "5_crashed" in text and "evaluator faults" not in next(l for l in text.splitlines() if l.startswith("5_crashed"))
+    assert main(["report", str(run), "--json", "--no-html"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["headline"]["evaluator_faults"] == 1 and any("evaluator fault" in n for n in data["notes"])
+    html = render_html(load_run(run))
+    assert 'class="fault">error (evaluator fault)' in html and "never judged: evaluator fault" in html
