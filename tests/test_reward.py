@@ -154,3 +154,62 @@ def test_timed_rewards_on_a_gpu():
         assert o.correct and o.timing_measured and o.speedup is not None and o.speedup > 0
         assert o.reward == pytest.approx(A + B + min(o.speedup, 10.0))
     assert cheat.reward == 0.0
+
+
+def test_an_error_record_scores_the_neutral_fault_reward():
+    fault = Result(verdict=Verdict.ERROR, message="ratchet's evaluator failed (ReferenceLost: died twice)\nmore")
+    out = score_record(fault, RewardConfig())
+    assert (out.reward, out.verdict, out.evaluator_fault, out.correct, out.compiled) == (0.0, "error", True, False, False)
+    assert out.reason == "evaluator fault: ratchet's evaluator failed (ReferenceLost: died twice)"
+    assert "mask" in out.note and out.to_dict(record=False)["evaluator_fault"] is True
+    assert score_record(fault.to_dict(), RewardConfig(fault_reward=0.25)).reward == 0.25
+    assert score_record(_record("incorrect"), RewardConfig()).evaluator_fault is False
+
+
+def test_an_evaluator_that_cannot_start_is_a_fault_never_an_exception(tmp_path, caplog):
+    """The evaluator cannot start for a reason of ours (its cache directory is a file): every
+    completion still gets a number, marked evaluator_fault, logged, and not cached."""
+    blocked = tmp_path / "cache"
+    blocked.write_text("a file where the cache directory should be")
+    log = tmp_path / "rewards.jsonl"
+    config = RewardConfig(device="cpu", trials=1, spares=1, fault_reward=0.25, log_path=str(log),
+                          eval_options={"cache_dir": blocked})
+    with KernelReward(config) as r:
+        rewards = r(prompts=["p", "p"], completions=[FAST, "no kernel here"], problem=[str(PROBLEM)] * 2)
+        assert rewards == [0.25, 0.0]
+        fault, no_kernel = r.last
+        assert fault.evaluator_fault and fault.verdict == "error" and fault.record["verdict"] == "error"
+        assert "NotADirectoryError" in fault.reason and fault.problem == str(PROBLEM.resolve())
+        assert not no_kernel.evaluator_fault and no_kernel.verdict == FORMAT_ERROR
+        again = r.score([FAST], [PROBLEM])[0]
+        assert again.evaluator_fault and not again.cached  # a fault is not the source's: tried again
+    assert any("could not start" in rec.getMessage() for rec in caplog.records if rec.name == "ratchet.reward")
+    logged = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(o["verdict"], o["evaluator_fault"]) for o in logged] == [("error", True), (FORMAT_ERROR, False), ("error", True)]
+
+
+def test_what_raises_is_the_callers_mistake():
+    """A bad problem file is the dataset's error (ProblemError, naming the file); a bad device or
+    evaluator option fails when the reward is made, not as a fault on every completion."""
+    from tools.problem import ProblemError
+
+    bad = HERE / "problems" / "bad" / "get_inputs_not_list.py"
+    with KernelReward(RewardConfig(device="cpu", trials=1, spares=1)) as r:
+        with pytest.raises(ProblemError, match="get_inputs_not_list.py"):
+            r([None], [FAST], problem=[str(bad)])
+    with pytest.raises(ValueError, match="tpu"):
+        KernelReward(RewardConfig(device="tpu"))
+    with pytest.raises(TypeError, match="no_such_option"):
+        KernelReward(RewardConfig(device="cpu", eval_options={"no_such_option": 1}))
+
+
+@pytest.mark.parametrize("completion", [
+    [{"role": "assistant", "content": [{"type": "text", "text": None}]}],
+    [{"role": "assistant", "tool_calls": [{"function": "submit_kernel"}]}],
+    [{"role": "assistant", "tool_calls": {"function": {"name": "submit_kernel"}}}],
+    [{"role": "assistant", "tool_calls": [{"function": {"name": "submit_kernel", "arguments": 5}}]}],
+    '{"name": "submit_kernel", "arguments": [1, 2]}',
+    b"class ModelNew: pass",
+], ids=["null-text-part", "function-a-string", "tool-calls-a-dict", "arguments-an-int", "arguments-a-list", "bytes"])
+def test_a_malformed_completion_is_a_format_error_never_an_exception(completion):
+    assert isinstance(extract_source(completion), FormatError)

@@ -19,6 +19,16 @@ candidates start their load_inline builds on CPU cores first, `Evaluator.prebuil
 (nothing is timed) they run concurrently, at most `spares` per problem. `Evaluator.evaluate` is
 thread-safe (a lock guards the shared reference worker and the spare pool).
 
+Every completion gets a number. Whatever the completion or the evaluator does, nothing raises:
+an exception out of `Evaluator(...)` (other than a bad problem file) or out of `evaluate()` is an
+evaluator fault, scored like a record with verdict error (`RewardConfig.fault_reward`, neutral,
+with `evaluator_fault=True`; see tools/reward_score.py), logged as a warning on the
+`ratchet.reward` logger with its traceback, and never cached, so the same completion is evaluated
+again next time. What does raise is the caller's mistake: a problem file that is not a valid
+problem (`ProblemError`, naming the file: the dataset's error, to be fixed, not trained on), a
+missing `problem` column, a bad `RewardConfig` (device, `eval_options`: checked when the reward is
+made), or a call after `close()`.
+
 No agent imports: an RL trainer needs only `tools`.
 """
 from __future__ import annotations
@@ -26,15 +36,24 @@ from __future__ import annotations
 import atexit
 import collections
 import json
+import logging
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from tools.problem import ProblemError
+from tools.record import describe_exception
 from tools.reward_extract import extract_source
-from tools.reward_score import FORMAT_ERROR, RewardConfig, RewardOutcome, score_record
+from tools.reward_score import FORMAT_ERROR, RewardConfig, RewardOutcome, fault_outcome, score_record
 from tools.toolcalls import FormatError, Submission, source_hash
+
+log = logging.getLogger("ratchet.reward")
+
+
+class RewardClosed(RuntimeError):
+    """The reward was closed (`close()`, or interpreter exit): it evaluates nothing more."""
 
 
 class KernelReward:
@@ -45,6 +64,7 @@ class KernelReward:
         if overrides:
             config = RewardConfig(**{**asdict(config), **overrides})
         self.config = config
+        self._options = self._eval_options(config)  # a bad device or eval_options raises here, not per completion
         self.__name__ = "ratchet_kernel_reward"  # trainers log rewards under the function's name
         self._evaluators: dict[tuple[str, str], Any] = {}
         self._creating: dict[tuple[str, str], threading.Lock] = collections.defaultdict(threading.Lock)
@@ -117,26 +137,44 @@ class KernelReward:
         return self._score_source((self._resolve(problem), entry), source)
 
     def _score_source(self, key: tuple[str, str], source: str) -> RewardOutcome:
-        cache_key = (*key, source_hash(source))
+        digest = source_hash(source)
+        cache_key = (*key, digest)
         with self._lock:
             hit = self._cache.get(cache_key)
             if hit is not None:
                 self._cache.move_to_end(cache_key)
                 return RewardOutcome(**{**hit.__dict__, "cached": True})
-        ev = self.evaluator(*key)
-        prebuild = getattr(ev, "prebuild", None)
-        if prebuild is not None and self._device_lock(ev) is not _NO_LOCK:
-            with getattr(ev, "_lock", _NO_LOCK):  # load_inline builds start on CPU cores while the GPU is busy
-                prebuild(source)
-        with self._slots[key], self._serial[key], self._device_lock(ev):
-            result = ev.evaluate(source)
-        outcome = score_record(result, self.config)
+        try:
+            ev = self.evaluator(*key)
+        except (ProblemError, RewardClosed):  # the dataset's error, or a closed reward: the caller's to see
+            raise
+        except Exception as exc:  # noqa: BLE001 - the evaluator could not start: our fault, never the completion's
+            return self._fault(exc, key, source, "the evaluator could not start")
+        try:
+            outcome = score_record(self._evaluate(ev, key, source), self.config)
+        except Exception as exc:  # noqa: BLE001 - evaluate() raised: an evaluator fault, whatever its type
+            return self._fault(exc, key, source, "the evaluation failed")
+        if outcome.evaluator_fault:  # not a property of the source: evaluate it again next time
+            return outcome
         if self.config.cache_size > 0:
             with self._lock:
                 self._cache[cache_key] = outcome
                 while len(self._cache) > self.config.cache_size:
                     self._cache.popitem(last=False)
         return outcome
+
+    def _evaluate(self, ev: Any, key: tuple[str, str], source: str) -> Any:
+        prebuild = getattr(ev, "prebuild", None)
+        if prebuild is not None and self._device_lock(ev) is not _NO_LOCK:
+            with getattr(ev, "_lock", _NO_LOCK):  # load_inline builds start on CPU cores while the GPU is busy
+                prebuild(source)
+        with self._slots[key], self._serial[key], self._device_lock(ev):
+            return ev.evaluate(source)
+
+    def _fault(self, exc: Exception, key: tuple[str, str], source: str, what: str) -> RewardOutcome:
+        log.warning("%s for %s (%s); scored as an evaluator fault (reward %s, evaluator_fault=True)",
+                    what, key[0], describe_exception(exc), self.config.fault_reward, exc_info=exc)
+        return fault_outcome(exc, key[0], source, self.config)
 
     def _device_lock(self, ev: Any):
         if self.config.exclusive_timing and self.config.timing and str(ev.device).startswith("cuda"):
@@ -146,7 +184,7 @@ class KernelReward:
     # evaluators ------------------------------------------------------------------------------
     def evaluator(self, problem: str | Path, entry: str = "Model") -> Any:
         """The warm Evaluator of a problem (created on first use, kept until close())."""
-        from tools.evaluate import EvalOptions, Evaluator
+        from tools.evaluate import Evaluator
 
         key = (self._resolve(problem), entry)
         ev = self._evaluators.get(key)
@@ -156,14 +194,21 @@ class KernelReward:
             ev = self._evaluators.get(key)
             if ev is None:
                 if self._closed:
-                    raise RuntimeError("the reward was closed")
-                options = EvalOptions(device=self.config.device, trials=self.config.trials, timing=self.config.timing,
-                                      spares=max(1, self.config.spares), **self.config.eval_options)
-                ev = Evaluator(key[0], options, entry=entry)  # raises ProblemError for a bad problem file
+                    raise RewardClosed("the reward was closed")
+                ev = Evaluator(key[0], replace(self._options), entry=entry)  # ProblemError for a bad problem file
                 self._slots[key] = threading.BoundedSemaphore(max(1, self.config.spares))
                 self._serial[key] = threading.Lock() if _cache_too_small(ev) else _NO_LOCK
                 self._evaluators[key] = ev
         return ev
+
+    @staticmethod
+    def _eval_options(config: RewardConfig) -> Any:
+        from tools.env import resolve_device
+        from tools.evaluate import EvalOptions
+
+        resolve_device(config.device)  # ValueError now for a device this machine does not have
+        return EvalOptions(device=config.device, trials=config.trials, timing=config.timing,
+                           spares=max(1, config.spares), **config.eval_options)
 
     def _resolve(self, problem: str | Path) -> str:
         path = Path(problem)
@@ -175,7 +220,7 @@ class KernelReward:
         wanted = self.config.max_workers or min(32, max(1, self.config.spares) * max(1, problems) + problems)
         with self._lock:
             if self._closed:
-                raise RuntimeError("the reward was closed")
+                raise RewardClosed("the reward was closed")
             if self._pool is None or wanted > self._pool_size:
                 if self._pool is not None:
                     self._pool.shutdown(wait=False)  # queued jobs still run; new ones go to the bigger pool
@@ -184,7 +229,7 @@ class KernelReward:
     def _submit(self, fn) -> Future:
         with self._lock:
             if self._pool is None:
-                raise RuntimeError("the reward was closed")
+                raise RewardClosed("the reward was closed")
             return self._pool.submit(fn)
 
     def _log(self, outcomes: Iterable[RewardOutcome]) -> None:

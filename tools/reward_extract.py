@@ -3,7 +3,7 @@
 A completion is a full candidate source, or a chat reply containing one: a `submit_kernel` tool
 call (OpenAI `tool_calls`, a `<tool_call>{...}</tool_call>` block or a bare JSON call), or a
 ```python fence defining `ModelNew`. Anything else is a FormatError (the reward's verdict
-"format_error", reward 0).
+"format_error", reward 0). Nothing a completion holds makes extraction raise.
 """
 from __future__ import annotations
 
@@ -32,13 +32,14 @@ def extract_source(completion: Any) -> Submission | FormatError:
 def _from_messages(messages: Sequence[Any]) -> Submission | FormatError:
     found: FormatError | None = None
     for message in reversed([m for m in messages if isinstance(m, dict) and m.get("role", "assistant") == "assistant"]):
-        for call in message.get("tool_calls") or []:
+        calls = message.get("tool_calls")
+        for call in calls if isinstance(calls, list) else []:
             fn = call.get("function", call) if isinstance(call, dict) else {}
-            if fn.get("name") == SUBMIT_KERNEL:
+            if isinstance(fn, dict) and fn.get("name") == SUBMIT_KERNEL:
                 return _submission(parse_call(SUBMIT_KERNEL, fn.get("arguments")))
         content = message.get("content")
         if isinstance(content, list):  # content parts
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+            content = "".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
         if isinstance(content, str) and content.strip():
             parsed = _from_text(content)
             if isinstance(parsed, Submission):

@@ -9,6 +9,10 @@ check held). Any guard or run-time integrity violation (verdict rejected) scores
 else it did, and the outcome names the rule. Where timing was not measured (no GPU, timing off,
 torch.compile failed for that baseline) the speedup term is 0 and the outcome says why.
 
+An evaluator fault (verdict error: ratchet failed, not the completion) scores the neutral
+`fault_reward` (default 0.0) with `evaluator_fault=True` on the outcome: a trainer should mask
+these outcomes (drop them from the loss), so the policy is never punished, or paid, for our fault.
+
 `RewardConfig` also holds the settings of the evaluators `tools.reward.KernelReward` keeps warm.
 """
 from __future__ import annotations
@@ -16,7 +20,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from tools.record import Result, Verdict
+from tools.record import Result, Verdict, fault_result
 
 BASELINES = ("eager", "compile")
 FORMAT_ERROR = "format_error"  # the outcome's verdict when no candidate could be extracted
@@ -28,6 +32,7 @@ class RewardConfig:
     correct: float = 0.3  # b: verdict ok
     speedup: float = 1.0  # c: times min(speedup, cap), for correct candidates only
     cap: float = 10.0
+    fault_reward: float = 0.0  # an evaluator fault (never the completion's): neutral; mask these outcomes
     baseline: str = "eager"  # "eager" or "compile" (torch.compile, default mode)
     problem_column: str = "problem"  # dataset column holding the problem file's path
     entry_column: str = "entry"  # optional column naming the reference class (default Model)
@@ -55,7 +60,7 @@ class RewardOutcome:
     """One scored completion: the reward, its components, and why."""
 
     reward: float
-    verdict: str  # the evaluator's verdict, or "format_error"
+    verdict: str  # the evaluator's verdict ("error": an evaluator fault), or "format_error"
     compiled: bool = False
     correct: bool = False
     speedup: float | None = None  # against the configured baseline; None when not measured
@@ -68,6 +73,7 @@ class RewardOutcome:
     problem_hash: str = ""
     source_hash: str | None = None
     cached: bool = False  # scored earlier (same problem and source); not evaluated again
+    evaluator_fault: bool = False  # ratchet failed, not the completion: the reward is fault_reward; mask it
     record: dict[str, Any] | None = None  # the evaluator's full result record
 
     def to_dict(self, record: bool = True) -> dict[str, Any]:
@@ -87,6 +93,10 @@ def score_record(record: Result | dict[str, Any], config: RewardConfig | None = 
     base = dict(verdict=verdict, baseline=config.baseline, problem=data.get("problem", ""),
                 problem_hash=data.get("problem_hash", ""), source_hash=data.get("source_hash"), record=data)
     compiled = any(c.get("name") == "build" and c.get("passed") for c in checks)
+    if verdict == Verdict.ERROR.value:
+        return RewardOutcome(reward=float(config.fault_reward), evaluator_fault=True,
+                             reason=f"evaluator fault: {_first_line(data.get('message'))}",
+                             note="not the completion's fault: neutral reward; mask this outcome in training", **base)
     if verdict == Verdict.REJECTED.value:
         rule = failed["name"] if failed else "rejected"
         return RewardOutcome(reward=0.0, compiled=compiled, reason=f"{rule}: {_first_line(data.get('message'))}",
@@ -109,6 +119,12 @@ def score_record(record: Result | dict[str, Any], config: RewardConfig | None = 
     reason = "" if correct else f"{failed['name'] if failed else verdict}: {_first_line(data.get('message'))}"
     return RewardOutcome(reward=float(reward), compiled=compiled, correct=correct, speedup=speedup if measured else None,
                          speedup_term=term, timing_measured=measured, reason=reason, note=note, **base)
+
+
+def fault_outcome(exc: Exception, problem: str, source: str, config: RewardConfig | None = None) -> RewardOutcome:
+    """The outcome of an evaluation that raised instead of answering (the evaluator could not
+    start, or failed inside evaluate()): a record with verdict error, scored as a fault."""
+    return score_record(fault_result(exc, problem=problem, source=source), config)
 
 
 def _first_line(text: str | None, limit: int = 300) -> str:

@@ -95,6 +95,8 @@ def _decode_arguments(arguments: str | dict[str, Any] | None) -> dict[str, Any] 
         return {}
     if isinstance(arguments, dict):
         return arguments
+    if not isinstance(arguments, str):
+        return FormatError(f"the tool arguments must be a JSON object, not {type(arguments).__name__}")
     try:
         value = json.loads(arguments)
     except json.JSONDecodeError as exc:
