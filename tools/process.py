@@ -1,6 +1,7 @@
-"""Worker processes as the trusted parent sees them: spawned in their own session (so the
-whole process group dies on a timeout), with resource limits, a private log file for whatever
-they print, and a request/reply channel on two pipes with a deadline on every reply.
+"""Worker processes as the trusted parent sees them: started as their Launch says (a candidate's
+confined by tools/sandbox/, the reference's plain), in their own session (so the whole process
+group dies on a timeout), with resource limits, a private log file for whatever they print, and
+a request/reply channel on two pipes with a deadline on every reply.
 """
 from __future__ import annotations
 
@@ -14,11 +15,14 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from tools.protocol import Deadline, FrameReader, PeerClosed, ProtocolError, write_frame
+from tools.sandbox import Launch
+from tools.sandbox.env import secret
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+SANDBOX_KILL = "killed by the sandbox's system-call filter (SIGSYS)"
 
 
 class WorkerGone(Exception):
@@ -37,25 +41,30 @@ class Limits:
 
 
 class WorkerProcess:
-    def __init__(self, config: dict[str, Any], *, env: dict[str, str], cwd: Path, log: Path,
-                 limits: Limits, cuda: bool) -> None:
+    def __init__(self, config: dict[str, Any], *, launch: Callable[[tuple[int, int]], Launch], cwd: Path,
+                 log: Path, limits: Limits, cuda: bool, payload: bytes = b"") -> None:
         to_child_r, self._to_child = os.pipe()
         self._from_child, from_child_w = os.pipe()
         self.log = log
         self.limits = limits
         self.cuda = cuda
-        with open(log, "wb") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tools.worker", str(to_child_r), str(from_child_w)],
-                pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL, stdout=out,
-                stderr=subprocess.STDOUT, cwd=cwd, env=env, start_new_session=True,
-                preexec_fn=self._set_limits,
-            )
-        os.close(to_child_r)
-        os.close(from_child_w)
+        plan = launch((to_child_r, from_child_w))
+        self.wrapped = plan.argv[0] != sys.executable  # bwrap reports a signal death as 128 + signal
+        try:
+            with open(log, "wb") as out:
+                self.proc = subprocess.Popen(
+                    plan.argv, pass_fds=(to_child_r, from_child_w, *plan.pass_fds), stdin=subprocess.DEVNULL,
+                    stdout=out, stderr=subprocess.STDOUT, cwd=cwd, env=plan.env, start_new_session=True,
+                    user=plan.user, group=plan.user, extra_groups=[] if plan.user is not None else None,
+                    preexec_fn=self._set_limits,
+                )
+        finally:
+            for fd in (to_child_r, from_child_w, *plan.close_after):
+                os.close(fd)
         self.reader = FrameReader(self._from_child)
         self.arena: Any = None  # our mapping of the worker's exchange buffer (CUDA)
-        write_frame(self._to_child, config)
+        self.input_arena: Any = None  # our mapping of the buffer we write the worker's inputs into (CUDA)
+        write_frame(self._to_child, {**config, "confine": plan.confine}, payload)
 
     def _set_limits(self) -> None:  # runs in the child between fork and exec
         _die_with_parent()
@@ -80,7 +89,7 @@ class WorkerProcess:
         header, _ = self._read(timeout)
         return header
 
-    def send(self, msg: dict[str, Any]) -> None:
+    def send(self, msg: dict[str, Any], payload: bytes = b"") -> None:
         """Send a request without waiting; reply() collects the answer. A frame already waiting
         on the result channel was written unasked: a forgery."""
         if select.select([self._from_child], [], [], 0)[0] and self.alive():
@@ -88,7 +97,7 @@ class WorkerProcess:
             raise WorkerGone("rejected", "the worker wrote to the result channel unasked (forged output)")
         self._nonce = secrets.token_hex(8)
         try:
-            write_frame(self._to_child, {**msg, "nonce": self._nonce})
+            write_frame(self._to_child, {**msg, "nonce": self._nonce}, payload)
         except (BrokenPipeError, OSError):
             raise self._gone("crashed") from None
 
@@ -99,20 +108,50 @@ class WorkerProcess:
             raise WorkerGone("rejected", "a reply on the result channel did not answer the request (forged output)")
         return header, payload
 
-    def request(self, msg: dict[str, Any], timeout: float) -> tuple[dict[str, Any], bytes]:
+    def request(self, msg: dict[str, Any], timeout: float, payload: bytes = b"") -> tuple[dict[str, Any], bytes]:
         """Send a request and wait for its reply; raises WorkerGone on timeout, death or forgery."""
-        self.send(msg)
+        self.send(msg, payload)
         return self.reply(timeout)
 
-    def outputs(self, header: dict[str, Any], payload: bytes) -> Any:
-        """The value tree of a reply. CUDA tensors are views into the worker's arena, valid
-        until the next request to this worker."""
-        from tools.transport import decode, open_arena
+    def map_arena(self, header: dict[str, Any]) -> Any:
+        """Our mapping of the worker's output arena, remapped when a reply announces a new one."""
+        from tools.transport import open_arena
 
         if header.get("arena"):
             self.arena = None
             self.arena = open_arena(header["arena"])
-        return decode(header["tree"], payload, self.arena)
+        return self.arena
+
+    def outputs(self, header: dict[str, Any], payload: bytes) -> Any:
+        """The value tree of a reply. CUDA tensors are views into the worker's arena, valid
+        until the next request to this worker."""
+        from tools.transport import decode
+
+        return decode(header["tree"], payload, self.map_arena(header))
+
+    def input_arena_of(self, nbytes: int, timeout: float) -> Any:
+        """Our mapping of the worker's input arena, at least `nbytes` long (asked to grow when
+        smaller): where the parent writes the candidate's inputs."""
+        from tools.transport import TransportError, open_arena
+
+        if self.input_arena is None or self.input_arena.numel() < nbytes:
+            header, _ = self.request({"op": "input_arena", "bytes": nbytes}, timeout)
+            if header.get("op") == "error":  # out of GPU memory, most likely
+                kind = header.get("kind") if header.get("kind") in ("runtime_error", "crashed") else "runtime_error"
+                raise WorkerGone(kind, f"no room for the inputs: {header.get('message', '')}")
+            if header.get("op") != "input_arena" or int((header.get("arena") or {}).get("nbytes", 0)) < nbytes:
+                raise WorkerGone("rejected", "the worker answered the request for an input arena with something else")
+            self.input_arena = None
+            try:
+                self.input_arena = open_arena(header["arena"])
+            except (TransportError, RuntimeError, KeyError, TypeError, ValueError) as exc:
+                raise WorkerGone("rejected", f"the worker's input arena could not be mapped ({exc})") from None
+        return self.input_arena
+
+    def unmap(self) -> None:
+        """Drop our mappings of the worker's memory (before the memory behind them goes away)."""
+        self.arena = None
+        self.input_arena = None
 
     def _read(self, timeout: float) -> tuple[dict[str, Any], bytes]:
         deadline = time.monotonic() + timeout
@@ -131,7 +170,7 @@ class WorkerProcess:
 
     def _watchdog(self) -> None:
         limit = self.limits.host_memory_bytes
-        if limit and self.cuda and rss_bytes(self.pid) > limit:
+        if limit and self.cuda and tree_rss_bytes(self.pid) > limit:
             self.kill()
             raise WorkerGone("runtime_error", f"out of host memory: the worker passed its {limit >> 20} MiB limit and was killed")
 
@@ -142,16 +181,22 @@ class WorkerProcess:
             self.kill()
             code = self.proc.returncode
         tail = self.log_tail(600)
-        if code is not None and code < 0:
-            how = f"killed by {signal.Signals(-code).name}"
-            if -code == signal.SIGSEGV:
+        died_of = -code if code is not None and code < 0 else None
+        if self.wrapped and code is not None and 128 < code < 128 + 65:
+            died_of = code - 128
+        if died_of is not None:
+            how = f"killed by {_signal_name(died_of)}"
+            if died_of == signal.SIGSEGV:
                 how = "segmentation fault (SIGSEGV)"
-            elif -code in (signal.SIGKILL,) and "MemoryError" not in tail:
+            elif died_of == signal.SIGKILL and "MemoryError" not in tail:
                 how = "killed by SIGKILL (often: out of memory)"
-            elif -code == signal.SIGXCPU:
+            elif died_of == signal.SIGXCPU:
                 how = "ran past its CPU-time limit (SIGXCPU)"
-            elif -code == signal.SIGXFSZ:
+            elif died_of == signal.SIGXFSZ:
                 how = "wrote a file past its size limit (SIGXFSZ)"
+            elif died_of == signal.SIGSYS:
+                return WorkerGone("rejected", f"the worker was {SANDBOX_KILL}: it made a system call that only an "
+                                              "attack makes (another process's memory, ptrace, kernel modules)")
         else:
             how = f"exited with status {code} (os._exit or a fatal error)"
         message = f"the worker process died: {how}"
@@ -170,7 +215,7 @@ class WorkerProcess:
             return ""
 
     def kill(self) -> None:
-        self.arena = None  # unmap before the memory behind it goes away
+        self.unmap()
         if self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
@@ -208,6 +253,13 @@ def _die_with_parent() -> None:
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
 def rss_bytes(pid: int) -> int:
     try:
         with open(f"/proc/{pid}/statm") as f:
@@ -216,8 +268,43 @@ def rss_bytes(pid: int) -> int:
         return 0
 
 
+def tree_rss_bytes(pid: int) -> int:
+    """Resident memory of a process and all its descendants (a sandboxed worker runs below
+    bwrap), summed."""
+    total, todo, seen = 0, [pid], set()
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        total += rss_bytes(p)
+        todo += _children(p)
+    return total
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    out: list[int] = []
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out += [int(x) for x in f.read().split()]
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def plain_launch(env: dict[str, str]) -> Callable[[tuple[int, int]], Launch]:
+    """An unconfined worker (the reference: the user's own problem code, trusted)."""
+    return lambda fds: Launch(argv=[sys.executable, "-m", "tools.worker", str(fds[0]), str(fds[1])], env=env)
+
+
 def worker_env(device: str, extra: dict[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not _secret(k)}
+    """The reference worker's environment: the parent's, less anything that looks like a secret."""
+    env = {k: v for k, v in os.environ.items() if not secret(k)}
     env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
@@ -226,9 +313,3 @@ def worker_env(device: str, extra: dict[str, str]) -> dict[str, str]:
         env["TRITON_INTERPRET"] = "1"
     env.update(extra)
     return env
-
-
-def _secret(name: str) -> bool:
-    """Credentials stay out of workers (a candidate could print them into its message)."""
-    upper = name.upper()
-    return upper.startswith("OPENAI_") or any(w in upper for w in ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL"))

@@ -1,24 +1,27 @@
-"""Run-time confinement inside a worker process (the static guard's second line).
+"""The Python-level first filter inside a candidate's worker (the static guard's run-time twin).
 
-Before candidate code is imported the worker calls `Sandbox.arm()`. From then on an audit hook
-(which Python offers no way to remove) refuses network access, new processes, ctypes,
-garbage-collector introspection, signals to other processes, patching of torch's or triton's
-classes, and writes outside the scratch directory; the worker also leaves the host's network
-namespace where the OS allows it. Each refusal is recorded with its rule and raised in the
-candidate as PermissionError, so the parent rejects the candidate even if it swallowed the error.
+What contains a candidate is the operating system (tools/sandbox/): this module only catches, cheaply
+and with a clear rule name, what a candidate tries in Python. Before candidate code is imported
+the worker calls `Sandbox.arm()`. From then on an audit hook (which Python offers no way to
+remove) refuses network access; process starts of anything but the toolchain's executables,
+whoever asks; ctypes and thread starts while any candidate frame is on the stack (so a torch
+helper handed a callable does not launder it); garbage-collector and frame introspection;
+signals; patching of torch's, triton's or the evaluator's classes; and writes outside the
+scratch directory. Each refusal is recorded with its rule and raised in the candidate as
+PermissionError, so the parent rejects the candidate even if it swallowed the error.
 Tripwires compare torch's timing, sync and precision state before and after every request.
+A candidate that owns its process can switch all of this off: nothing escapes by doing so.
 """
 from __future__ import annotations
 
-import ctypes
 import os
+import shutil
 import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-CLONE_NEWNET = 0x40000000
 NETWORK_EVENTS = ("socket.__new__", "socket.bind", "socket.connect", "socket.getaddrinfo",
                   "socket.sendto", "socket.sendmsg", "socket.gethostbyname", "urllib.Request")
 PROCESS_EVENTS = ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn",
@@ -38,22 +41,13 @@ NAMING_FILES = frozenset(m.__file__ for m in (__import__("typing"), __import__("
 WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 
 
-def isolate_network() -> str:
-    """Leave the host's network namespace if the OS lets us; say which isolation we have."""
-    if not sys.platform.startswith("linux"):
-        return "audit-hook"
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.unshare(CLONE_NEWNET) == 0:
-        return "namespace"
-    return "audit-hook"
-
-
 @dataclass
 class Sandbox:
     scratch: Path
     writable: list[Path]  # the scratch dir, the per-source build caches, TMPDIR
     hidden: list[Path]  # the evaluator's private dirs: not even readable
-    toolchains: tuple[str, ...] = ()  # package dirs whose frames may start compilers
+    toolchains: tuple[str, ...] = ()  # package dirs (torch, triton): their frames are not the candidate's
+    executables: tuple[str, ...] = ()  # files, or directories below which, a process may start
     violations: list[str] = field(default_factory=list)
     armed: bool = False
     _tripwires: dict[str, Any] = field(default_factory=dict)
@@ -77,7 +71,7 @@ class Sandbox:
 
         def guarded(start):
             def start_new_thread(*args, **kwargs):
-                if self._nearest(sys._getframe(1)) == "candidate":
+                if self._candidate_on_stack(sys._getframe(1)):
                     self._refuse("threads-processes", "starting a thread")
                 return start(*args, **kwargs)
 
@@ -110,11 +104,28 @@ class Sandbox:
         self._record(rule, detail)
         raise PermissionError(f"ratchet sandbox: {detail} is not allowed in a candidate (rule {rule})")
 
-    def _from_toolchain(self) -> bool:
-        """Whether the nearest frame that is either the candidate's or a toolchain's (torch,
-        triton) is a toolchain's: the compiler torch or triton starts may run; the candidate's
-        own subprocess may not."""
-        return self._nearest(sys._getframe(2)) == "toolchain"
+    def _candidate_on_stack(self, frame: Any) -> bool:
+        """Whether any frame from `frame` up is the candidate's (however many torch or triton
+        frames lie in between)."""
+        scratch = str(self.scratch)
+        while frame is not None:
+            if frame.f_code.co_filename.startswith(scratch):
+                return True
+            frame = frame.f_back
+        return False
+
+    def _executable(self, path: Any, env: Any = None) -> bool:
+        """Whether `path` (a name looked up on PATH, or a path) is one of the toolchain's executables."""
+        if isinstance(path, bytes):
+            path = os.fsdecode(path)
+        if not isinstance(path, (str, os.PathLike)):
+            return False
+        path = os.fspath(path)
+        if os.sep not in path:
+            search = env.get("PATH") if isinstance(env, dict) else None
+            path = shutil.which(path, path=search) or path
+        real = os.path.realpath(path)
+        return any(real == e or real.startswith(e.rstrip(os.sep) + os.sep) for e in self.executables)
 
     def _nearest(self, frame: Any) -> str | None:
         """'candidate' or 'toolchain': whose frame comes first walking up from `frame`; None when
@@ -144,10 +155,9 @@ class Sandbox:
         elif event.startswith(NETWORK_EVENTS):
             self._refuse("network", f"network access ({event})")
         elif event.startswith(PROCESS_EVENTS):
-            if not self._from_toolchain():
-                self._refuse("threads-processes", f"starting a process ({event})")
+            self._check_process(event, args)
         elif event.startswith("ctypes."):
-            if not self._from_toolchain():
+            if self._candidate_on_stack(sys._getframe(2)):
                 self._refuse("threads-processes", f"ctypes ({event})")
         elif event in SIGNAL_EVENTS:
             self._refuse("threads-processes", f"sending a signal ({event})")
@@ -163,12 +173,28 @@ class Sandbox:
             obj = args[0] if args else None  # fires for function attributes such as __code__
             module = getattr(obj, "__module__", "")
             if (isinstance(module, str) and module.split(".")[0] in ("torch", "triton", "tools")
-                    and not self._from_toolchain()):
+                    and self._nearest(sys._getframe(2)) != "toolchain"):
                 self._refuse("patching", f"patching {module}.{getattr(obj, '__qualname__', '?')}.{args[1]}")
         elif event in FILE_EVENTS:
             for path in args[:2]:
                 if isinstance(path, (str, bytes, os.PathLike)) and not self._writable(path):
                     self._refuse("file-io", f"{event} {_resolve(path)} (outside the scratch directory)")
+
+    def _check_process(self, event: str, args: tuple[Any, ...]) -> None:
+        """A process may start only from one of the toolchain's executables, whoever asks; a
+        shell command line (os.system) or a bare fork never."""
+        if event == "subprocess.Popen":
+            executable, argv, env = args[0], args[1], args[3] if len(args) > 3 else None
+            target = executable or (argv[0] if isinstance(argv, (list, tuple)) and argv else argv)
+        elif event in ("os.exec", "os.posix_spawn"):
+            target, env = args[0], args[2] if len(args) > 2 else None
+        elif event == "os.spawn":
+            target, env = args[1], args[3] if len(args) > 3 else None
+        else:  # os.system, os.fork, os.forkpty, pty.spawn, os.startfile
+            self._refuse("threads-processes", f"starting a process ({event})")
+            return
+        if not self._executable(target, env):
+            self._refuse("threads-processes", f"starting a process ({event} {target!r}: not one of the toolchain's executables)")
 
     def _frame_by_candidate(self, caller: Any) -> bool:
         """Whether the candidate asked for a frame: itself, or through the standard library
@@ -254,7 +280,7 @@ def _evaluator_functions() -> dict[str, int]:
     import triton.runtime.jit as jit
 
     from tools import transport
-    from tools.worker import inputs, instrument
+    from tools.worker import instrument
 
     watched: dict[str, Any] = {
         "tools.worker.hooks.Sandbox.check": Sandbox.check, "tools.worker.hooks.Sandbox._hook": Sandbox._hook,
@@ -263,7 +289,7 @@ def _evaluator_functions() -> dict[str, int]:
         "tools.worker.instrument.LaunchCounter._counting_run": instrument.LaunchCounter._counting_run,
         "tools.worker.instrument.LaunchCounter._counted": instrument.LaunchCounter._counted,
         "tools.worker.instrument.OpRecorder.__torch_dispatch__": instrument.OpRecorder.__torch_dispatch__,
-        "tools.transport.encode": transport.encode, "tools.worker.inputs.generate": inputs.generate,
+        "tools.transport.encode": transport.encode, "tools.transport.decode": transport.decode,
         "triton.JITFunction.run": jit.JITFunction.run,
     }
     try:
@@ -277,3 +303,10 @@ def _evaluator_functions() -> dict[str, int]:
 
 def _stdlib(filename: str) -> bool:
     return filename.startswith("<") or (filename.startswith(STDLIB_DIR) and "-packages" not in filename)
+
+
+def toolchain_dirs() -> tuple[str, ...]:
+    import torch
+    import triton
+
+    return (str(Path(triton.__file__).parent), str(Path(torch.__file__).parent))

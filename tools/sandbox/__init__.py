@@ -1,0 +1,117 @@
+"""How a candidate's worker process is confined by the operating system (trusted, parent side).
+
+Threat model: the candidate owns its whole process, native code included. So confinement comes
+from the kernel, set up before any candidate code exists, and holds whatever the process does:
+
+- bubblewrap (tools/sandbox/bwrap.py): namespaces, a minimal read-only file system view,
+  size-capped tmpfs scratch, no capabilities, a process tree that dies whole;
+- seccomp (tools/sandbox/seccomp.py, libseccomp): no ptrace or other process's memory, no
+  mounts or namespaces, no kernel modules or BPF, internet sockets refused;
+- landlock (tools/worker/confine.py, applied by the worker before it imports torch): executes
+  only the profile's toolchain, writes only below its scratch;
+- resource limits (processes and threads, open files, file size, core dumps; host memory);
+- when the evaluator runs as root, an unprivileged uid of its own per worker.
+
+`Sandbox("required")` (the default) refuses to start without all of them, naming what is
+missing (SandboxUnavailable); `Sandbox("best-effort")` uses what the machine has and says what it
+lacks in every result's environment. See docs/sandbox.md.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tools.sandbox import bwrap as bw
+from tools.sandbox import paths
+from tools.sandbox.env import candidate_env
+from tools.sandbox.probe import Mechanisms, probe
+
+MODES = ("required", "best-effort")
+UID_BASE = 2_000_000_000  # workers of a root evaluator run as uids far above any real user's
+_uids = itertools.count()
+
+
+class SandboxUnavailable(Exception):
+    """The required confinement is not available here; str() is one line naming what is missing."""
+
+
+@dataclass
+class Launch:
+    """How to start one confined worker."""
+
+    argv: list[str]
+    env: dict[str, str]
+    pass_fds: tuple[int, ...] = ()
+    close_after: list[int] = field(default_factory=list)  # fds the parent closes once started
+    user: int | None = None  # Popen(user=, group=): dropping the uid without bwrap
+    confine: dict[str, Any] = field(default_factory=dict)  # what the worker applies to itself
+
+
+class Sandbox:
+    def __init__(self, mode: str = "required", *, tmp_mb: int = 2048, max_processes: int = 1024,
+                 max_open_files: int = 4096) -> None:
+        if mode not in MODES:
+            raise ValueError(f"--sandbox {mode}: expected one of {', '.join(MODES)}")
+        self.mode = mode
+        self.tmp_bytes = tmp_mb << 20
+        self.rlimits = {"nproc": max_processes, "nofile": max_open_files}
+        self.mechanisms: Mechanisms = probe()
+        if mode == "required" and self.mechanisms.missing:
+            raise SandboxUnavailable(
+                f"the OS sandbox is required but {'; '.join(self.mechanisms.missing)}; "
+                "use --sandbox best-effort (EvalOptions(sandbox='best-effort')) to run with weaker isolation")
+
+    def isolation(self) -> dict[str, Any]:
+        """For the result's environment: the mode, what confined the worker, what was missing."""
+        m = self.mechanisms
+        used = ["rlimits", "python-audit-hook"]
+        if m.bwrap:
+            used = ["namespaces:user" if not m.root else "namespaces", "bwrap-filesystem", *used]
+        if m.seccomp and m.bwrap:
+            used.append("seccomp")
+        if m.landlock_abi:
+            used.append(f"landlock-abi{m.landlock_abi}")
+        if m.root:
+            used.append("unprivileged-uid")
+        return {"mode": self.mode, "mechanisms": used, "missing": list(m.missing)}
+
+    def launch(self, fds: tuple[int, int], *, scratch: Path, profile: str, device: str, gpu: bool,
+               extra_env: dict[str, str]) -> Launch:
+        """The command, environment and self-confinement of one worker of `profile`."""
+        m = self.mechanisms
+        command = bw.python_command(fds)
+        env = candidate_env(device, scratch, extra_env)
+        uid = UID_BASE + (os.getpid() % 20_000) * 100 + next(_uids) % 100 if m.root else None
+        writable = [str(scratch), "/dev/shm"] + (["/tmp"] if m.bwrap else [])
+        confine: dict[str, Any] = {"rlimits": dict(self.rlimits)}
+        if m.landlock_abi:
+            devices = ["/dev/null", "/dev/zero", "/dev/full"] + (bw.gpu_devices() if gpu else [])
+            confine["landlock"] = {"writable": writable, "devices": devices,
+                                   "executable": [str(p) for p in paths.executables(profile)]}
+        if not m.bwrap:  # best effort: the worker runs on the host file system, as its own uid if we are root
+            if uid is not None:
+                _hand_over(scratch, uid)
+            return Launch(argv=command, env=env, user=uid, confine=confine)
+        seccomp_fd = _bpf_fd() if m.seccomp else None
+        spec = bw.Spec(scratch=scratch, gpu=gpu, tmp_bytes=self.tmp_bytes, uid=uid, seccomp_fd=seccomp_fd)
+        extra = [] if seccomp_fd is None else [seccomp_fd]
+        return Launch(argv=bw.argv(m.bwrap, spec, command), env=env, pass_fds=tuple(extra), close_after=extra,
+                      confine=confine)
+
+
+def _bpf_fd() -> int:
+    """A fresh file holding the seccomp program, at offset 0 (bwrap reads it to the end)."""
+    from tools.sandbox.seccomp import filter_bpf
+
+    fd = os.memfd_create("ratchet-seccomp", 0)
+    os.write(fd, filter_bpf())
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def _hand_over(scratch: Path, uid: int) -> None:
+    for p in [scratch, *scratch.rglob("*")]:
+        os.chown(p, uid, uid)

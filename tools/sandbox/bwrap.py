@@ -1,0 +1,113 @@
+"""The bubblewrap command line that starts one confined worker.
+
+bwrap (the distribution's package, https://github.com/containers/bubblewrap) builds the
+worker's world from nothing: an empty root, the read-only directories of tools/sandbox/paths.py,
+a fresh /proc for a new pid namespace (no other process is visible or signalable), a minimal
+/dev plus the NVIDIA device nodes for a GPU worker, size-capped tmpfs mounts for /tmp (where the
+scratch directory lives), /dev/shm, and no network interface but loopback (new network, IPC,
+UTS and cgroup namespaces). Every capability is dropped, the worker gets a session of its own,
+and it is killed when bwrap or the evaluator dies, taking the whole pid namespace with it.
+
+Run by root, bwrap sets the namespaces up itself and `setpriv` (util-linux) then drops the
+worker to an unprivileged uid of its own with no capabilities and no_new_privs (as root, the
+kernel would ignore the process limit and DAC would protect nothing). Run by anyone else,
+bwrap makes a user namespace and the worker keeps the user's uid, without capabilities.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tools.sandbox import paths
+
+NVIDIA_DEVICES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
+
+
+@dataclass
+class Spec:
+    scratch: Path
+    gpu: bool  # bind the NVIDIA device nodes
+    tmp_bytes: int  # size cap of /tmp (which holds the scratch directory) and of /dev/shm
+    uid: int | None = None  # root only: the unprivileged uid (and gid) the worker runs as
+    seccomp_fd: int | None = None
+    extra_readable: list[Path] = field(default_factory=list)
+
+
+def argv(bwrap: str, spec: Spec, command: list[str]) -> list[str]:
+    a = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+         "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    if spec.uid is not None:  # bwrap runs as root: keep just what setpriv needs to drop to spec.uid
+        a += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
+    else:
+        a += ["--unshare-user"]
+    a += _system()
+    # /tmp first: the scratch directory and any readable directory under /tmp go inside it
+    a += ["--size", str(spec.tmp_bytes), "--tmpfs", "/tmp", "--chmod", "1777", "/tmp"]
+    created: set[str] = {"/", "/tmp"}
+    for d in paths.readable_dirs(spec.extra_readable):
+        a += _ancestors(d, created) + ["--ro-bind", str(d), str(d)]
+    a += ["--proc", "/proc", "--dev", "/dev", "--ro-bind", "/sys", "/sys"]
+    a += ["--size", str(spec.tmp_bytes), "--tmpfs", "/dev/shm", "--chmod", "1777", "/dev/shm"]
+    if spec.gpu:
+        for dev in gpu_devices():
+            a += ["--dev-bind", dev, dev]
+    scratch = str(spec.scratch)
+    if not scratch.startswith("/tmp/"):
+        a += _ancestors(spec.scratch.parent, created) + ["--size", str(spec.tmp_bytes), "--tmpfs", scratch]
+    else:
+        a += ["--dir", scratch]
+    a += ["--chmod", "0777", scratch, "--chdir", scratch]
+    if spec.seccomp_fd is not None:
+        a += ["--seccomp", str(spec.seccomp_fd)]
+    a.append("--")
+    if spec.uid is not None:
+        a += ["setpriv", f"--reuid={spec.uid}", f"--regid={spec.uid}", "--clear-groups", "--inh-caps=-all",
+              "--bounding-set=-all", "--no-new-privs"]
+    return a + command
+
+
+def _system() -> list[str]:
+    a: list[str] = []
+    for name in paths.SYSTEM_DIRS:
+        host = Path("/") / name
+        if host.is_symlink():
+            a += ["--symlink", os.readlink(host), str(host)]
+        elif host.is_dir():
+            a += ["--ro-bind", str(host), str(host)]
+    a += ["--dir", "/etc"]
+    for name in paths.ETC_ENTRIES:
+        a += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    return a
+
+
+def _ancestors(path: Path, created: set[str]) -> list[str]:
+    """Create the directories leading to a bind target, world-traversable (bwrap would make
+    them 0700 for root, which an unprivileged worker cannot cross)."""
+    a: list[str] = []
+    for parent in reversed(path.parents):
+        p = str(parent)
+        if p not in created and not any(p.startswith(f"/{s}/") or p == f"/{s}" for s in paths.SYSTEM_DIRS):
+            created.add(p)
+            a += ["--dir", p, "--chmod", "0755", p]
+    return a
+
+
+def gpu_devices() -> list[str]:
+    dev = Path("/dev")
+    found = [str(p) for p in sorted(dev.glob("nvidia[0-9]*"))]
+    found += [str(dev / n) for n in NVIDIA_DEVICES if (dev / n).exists()]
+    if (dev / "nvidia-caps").is_dir():
+        found.append(str(dev / "nvidia-caps"))
+    return found
+
+
+def describe(a: list[str]) -> str:
+    """The command as a shell line (for logs and error messages)."""
+    return " ".join(shlex.quote(x) for x in a)
+
+
+def python_command(fds: tuple[int, int]) -> list[str]:
+    return [sys.executable, "-m", "tools.worker", str(fds[0]), str(fds[1])]

@@ -1,0 +1,58 @@
+"""The environment of a confined worker: built from an allowlist, never copied from the parent.
+
+The evaluator's own environment holds the user's secrets (API keys, tokens); a candidate sees
+none of it. Variables the toolchain needs are set explicitly; a few the user's setup may need
+(CUDA device selection, library paths, the compiler choice) pass through; RATCHET_SANDBOX_ENV
+names more (comma-separated), except any that looks like a credential.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tools.sandbox import paths
+
+PASS_THROUGH = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "LD_LIBRARY_PATH", "CC", "CXX", "TRITON_PTXAS_PATH",
+                "TRITON_CUOBJDUMP_PATH", "TRITON_NVDISASM_PATH", "NVIDIA_TF32_OVERRIDE")
+SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL", "AUTH", "COOKIE", "SESSION")
+
+
+def secret(name: str) -> bool:
+    """Whether a variable looks like a credential (kept out of every worker)."""
+    upper = name.upper()
+    return upper.startswith("OPENAI_") or any(w in upper for w in SECRET_WORDS)
+
+
+def candidate_env(device: str, scratch: Path, extra: dict[str, str]) -> dict[str, str]:
+    env = {
+        "PATH": os.pathsep.join(paths.tool_path()),
+        "HOME": str(scratch),
+        "TMPDIR": str(scratch / "tmp"),
+        "USER": "ratchet", "LOGNAME": "ratchet",
+        "LANG": "C.UTF-8",
+        "PYTHONPATH": os.pathsep.join([str(paths.PROJECT_ROOT), *_python_path()]),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONWARNINGS": "ignore",
+        "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
+        "TORCH_EXTENSIONS_DIR": str(scratch / "torch_extensions"),
+        "TRITON_HOME": str(scratch),
+    }
+    home = paths.cuda_home()
+    if home is not None:
+        env["CUDA_HOME"] = str(home)
+    lib = paths.libcuda_dir()
+    if lib is not None:
+        env["TRITON_LIBCUDA_PATH"] = str(lib)
+    if device == "cpu":
+        env["TRITON_INTERPRET"] = "1"
+    wanted = list(PASS_THROUGH) + [n.strip() for n in os.environ.get("RATCHET_SANDBOX_ENV", "").split(",") if n.strip()]
+    for name in wanted:
+        if name in os.environ and not secret(name):
+            env[name] = os.environ[name]
+    env.update(extra)
+    return env
+
+
+def _python_path() -> list[str]:
+    return [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+            if p and os.path.isabs(p) and Path(p).resolve() != paths.PROJECT_ROOT]

@@ -1,0 +1,84 @@
+"""Which confinement mechanisms this machine offers, found by trying them once per process."""
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+
+from tools.sandbox import bwrap as bw
+
+PROBE_TIMEOUT_S = 30
+
+
+@dataclass(frozen=True)
+class Mechanisms:
+    bwrap: str | None  # path of a bwrap that could build a sandbox here, else None
+    landlock_abi: int  # 0: no landlock
+    seccomp: bool  # libseccomp compiled our filter
+    root: bool  # the evaluator runs as root: workers drop to an unprivileged uid
+    missing: tuple[str, ...] = field(default=())  # one phrase per missing mechanism, for messages
+
+
+def bwrap_path() -> str | None:
+    return os.environ.get("RATCHET_BWRAP") or shutil.which("bwrap")
+
+
+@functools.lru_cache(maxsize=1)
+def probe() -> Mechanisms:
+    missing: list[str] = []
+    if not sys.platform.startswith("linux"):
+        return Mechanisms(None, 0, False, False, ("Linux (namespaces, landlock and seccomp are Linux mechanisms)",))
+    root = os.geteuid() == 0
+    seccomp = _seccomp(missing)
+    abi = _landlock(missing)
+    path = _bwrap(root, missing)
+    return Mechanisms(path, abi, seccomp, root, tuple(missing))
+
+
+def _seccomp(missing: list[str]) -> bool:
+    from tools.sandbox.seccomp import SeccompUnavailable, filter_bpf
+
+    try:
+        filter_bpf()
+        return True
+    except SeccompUnavailable as exc:
+        missing.append(f"seccomp: {exc}")
+        return False
+
+
+def _landlock(missing: list[str]) -> int:
+    try:
+        from landlock import landlock_abi_version
+
+        return int(landlock_abi_version())
+    except ImportError:
+        missing.append("landlock: the Python package `landlock` is not installed")
+    except OSError as exc:  # ENOSYS / EOPNOTSUPP: the kernel has no landlock, or it is off
+        missing.append(f"landlock: the kernel does not offer it ({exc.strerror or exc})")
+    return 0
+
+
+def _bwrap(root: bool, missing: list[str]) -> str | None:
+    path = bwrap_path()
+    if not path:
+        missing.append("bubblewrap: no `bwrap` on PATH (install the distribution's bubblewrap package, or set RATCHET_BWRAP)")
+        return None
+    if root and not shutil.which("setpriv"):
+        missing.append("setpriv (util-linux): needed to drop a root evaluator's workers to an unprivileged uid")
+        return None
+    spec = bw.Spec(scratch=__import__("pathlib").Path("/tmp/ratchet-probe"), gpu=False, tmp_bytes=1 << 20,
+                   uid=65534 if root else None)
+    try:
+        done = subprocess.run(bw.argv(path, spec, ["/bin/true"]), capture_output=True, text=True,
+                              timeout=PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        missing.append(f"bubblewrap: {path} could not run ({exc})")
+        return None
+    if done.returncode != 0:
+        why = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+        missing.append(f"bubblewrap: {path} cannot build a sandbox here ({why})")
+        return None
+    return path
