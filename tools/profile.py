@@ -1,7 +1,8 @@
 """The profile step, driven from the parent: candidate and eager reference timed in interleaved
-blocks (ABBA) on the same input pool, every timed candidate output checked against the
-reference, torch.compile timed once per (problem, environment) and cached, the roofline floor
-from the problem's least bytes and flops against the device's measured ceilings.
+blocks (ABBA) on the same input sets (the reference's timing pool; the parent writes a block's
+sets into the candidate's memory just before the block), every timed candidate output checked
+against the reference, torch.compile timed once per (problem, environment) and cached, the
+roofline floor from the problem's least bytes and flops against the device's measured ceilings.
 
 A candidate faster than the floor allows is rejected as impossible; a timed call whose output
 differs from the eager reference's on the same inputs is incorrect (it did less work while
@@ -17,17 +18,19 @@ from typing import TYPE_CHECKING, Any
 
 from tools.baseline_cache import BaselineCache
 from tools.compare import Stats, compare_trees
+from tools.feed import feed
 from tools.interleave import block_order
 from tools.process import WorkerProcess
-from tools.record import Check, Result, TimeStats, Verdict
+from tools.record import Result, TimeStats, Verdict
 from tools.roofline import Ceilings, build_roofline, impossible
 from tools.stats import SampleCollector, speedup, to_time_stats
+from tools.verdict import fail, passed
 
 if TYPE_CHECKING:
     from tools.evaluate import Evaluator
 
 MAX_POOL = 64  # input sets in the rotating pool
-KEEP_BYTES = 1 << 30  # timed outputs held at once (per arm) for checking
+KEEP_BYTES = 1 << 30  # timed outputs held at once (per arm) for checking; input sets written per block
 SIDE_STREAM_SLACK_MS = 0.02
 
 
@@ -52,7 +55,8 @@ def pool_slots(l2_bytes: int, set_bytes: int) -> int:
 def plan(ev: "Evaluator") -> TimingPlan:
     l2 = int(ev_env(ev).get("l2_bytes") or 50 << 20)
     pool = pool_slots(l2, ev.problem.input_bytes)
-    block = max(1, min(10, KEEP_BYTES // max(ev.problem.output_bytes, 1)))
+    # a block's input sets are distinct pool sets, all written into the candidate before the block
+    block = max(1, min(10, pool, KEEP_BYTES // max(ev.problem.output_bytes, 1), KEEP_BYTES // max(ev.problem.input_bytes, 1)))
     return TimingPlan(pool=pool, block=block, budget_s=ev.options.timing_budget_s, seed=ev.seeds[0] ^ 0x71AE)
 
 
@@ -85,9 +89,11 @@ def measure(ev: "Evaluator", worker: WorkerProcess, result: Result) -> None:
                 continue
             warmup_seed = p.call(10**9)[1] if arm in unwarmed else None
             unwarmed.discard(arm)
-            header, payload = arms[arm].request({"op": "time", "calls": calls, "keep_outputs": candidate_timed,
-                                                 "untimed": not timed, "warmup_seed": warmup_seed,
-                                                 "arena_cap": ev.arena_cap(2 * p.block, outputs_only=True)}, timeout)
+            msg = {"op": "time", "calls": calls, "keep_outputs": candidate_timed, "untimed": not timed,
+                   "warmup_seed": warmup_seed, "arena_cap": ev.arena_cap(2 * p.block, outputs_only=True)}
+            if arm == "candidate":
+                msg.update(_fed(ev, worker, calls, warmup_seed))
+            header, payload = arms[arm].request(msg, timeout)
             if not ev.verdict_from_reply(header, "timing", result):
                 return
             collectors[arm].extend(header["samples"])
@@ -109,6 +115,16 @@ def measure(ev: "Evaluator", worker: WorkerProcess, result: Result) -> None:
     roofline(ev, result)
 
 
+def _fed(ev: "Evaluator", worker: WorkerProcess, calls: list[tuple[int, int]], warmup_seed: int | None) -> dict[str, Any]:
+    """Write a block's input sets (and the warm-up set) into the candidate; the request's fields."""
+    sets = [(slot, seed, "problem") for slot, seed in calls]
+    if warmup_seed is not None:
+        sets.insert(0, (None, warmup_seed, "problem"))
+    trees, _ = feed(ev, worker, sets)
+    warmup = trees.pop(0) if warmup_seed is not None else None
+    return {"calls": trees, "warmup_seed": None, "warmup": warmup}
+
+
 def _verify(ev: "Evaluator", replies: dict[str, Any], first: int, result: Result) -> bool:
     """Each timed candidate output against the eager reference's output on the same inputs."""
     for i, (ref, out) in enumerate(zip(replies["eager"], replies["candidate"])):
@@ -116,9 +132,7 @@ def _verify(ev: "Evaluator", replies: dict[str, Any], first: int, result: Result
         if found:
             msg = (f"timed call {first + i + 1} returned a different result from the reference "
                    f"(a kernel must do the full work on every call): {found.message}")
-            result.checks.append(Check("timing:verified", False, msg))
-            result.verdict, result.message = Verdict.INCORRECT, msg
-            return False
+            return fail(result, Verdict.INCORRECT, "timing:verified", msg)
     return True
 
 
@@ -129,11 +143,9 @@ def _same_stream(result: Result, gaps: dict[str, list[float]]) -> bool:
     allowed = max(SIDE_STREAM_SLACK_MS, 0.1 * (result.candidate_time.median_ms or 0.0))
     detail = f"work finished {excess:.4g} ms after the end event beyond the reference's gap (allowed {allowed:.3g} ms)"
     if excess > allowed:
-        result.checks.append(Check("timing:one-stream", False, detail))
-        result.verdict, result.message = Verdict.REJECTED, f"Rejected (rule streams-graphs): {detail}; all work must run on the current stream."
-        return False
-    result.checks.append(Check("timing:one-stream", True, detail))
-    return True
+        return fail(result, Verdict.REJECTED, "timing:one-stream", detail,
+                    f"Rejected (rule streams-graphs): {detail}; all work must run on the current stream.")
+    return passed(result, "timing:one-stream", detail)
 
 
 def time_reference(ev: "Evaluator", p: TimingPlan, fn: str) -> TimeStats:
@@ -200,14 +212,14 @@ def roofline(ev: "Evaluator", result: Result) -> None:
     if roof.floor_ms and impossible(result.candidate_time.median_ms, roof.floor_ms):
         msg = (f"measured {result.candidate_time.median_ms:.4g} ms, below the roofline floor of {roof.floor_ms:.4g} ms "
                f"({bytes_moved} bytes, {prob.flops} flops): faster than the hardware allows, so the work was not done")
-        result.checks.append(Check("roofline", False, msg))
-        result.verdict, result.message = Verdict.REJECTED, f"Rejected (rule roofline): {msg}."
+        fail(result, Verdict.REJECTED, "roofline", msg, f"Rejected (rule roofline): {msg}.")
     else:
-        result.checks.append(Check("roofline", True))
+        passed(result, "roofline")
 
 
 def own_kernel_share(ev: "Evaluator", worker: WorkerProcess, names: list[str], result: Result) -> None:
-    header, _ = worker.request({"op": "profile", "seed": ev.seeds[0], "own": names}, ev.options.trial_timeout)
+    trees, _ = feed(ev, worker, [(None, ev.seeds[0], "problem")])
+    header, _ = worker.request({"op": "profile", "inputs": trees[0], "own": names}, ev.options.trial_timeout)
     if ev.verdict_from_reply(header, "profile", result):
         result.own_kernel_share = header.get("own_share")
 

@@ -31,13 +31,15 @@ class Reference:
         self.proc = spawn()  # starts loading now; build() waits for it
         self.restarts = 0
         self.cache: dict[tuple[int, str], Any] = {}
+        self.init: tuple[dict[str, Any], bytes] = ({"t": "list", "items": []}, b"")  # get_init_inputs(), encoded
 
     # the worker -----------------------------------------------------------------------
     def build(self) -> None:
         """Wait for the worker, build the problem's Model, and read the problem's description."""
         self._start(self.proc)
-        built, _ = self.checked({"op": "build"}, self._build_timeout)
+        built, payload = self.checked({"op": "build"}, self._build_timeout)
         apply_description(self.problem, built["problem"])
+        self.init = (built["init"], payload)  # what a candidate's constructor gets: it never runs the problem file
 
     def ensure_alive(self) -> bool:
         """Restart the worker if it has died since its last request; True if it was restarted.

@@ -49,13 +49,14 @@ class Arena:
         self.used = 0
 
     def put(self, t: torch.Tensor) -> list[int] | None:
+        """Copy `t` (already laid out as it travels: see dense_order) into the arena."""
         flat = t.reshape(-1)
         n = flat.numel() * flat.element_size()
         offset = -(-self.used // ALIGN) * ALIGN
         if offset + n > self.buf.numel():
             return None
         if n:
-            self.buf[offset:offset + n].copy_(flat.contiguous().view(torch.uint8))
+            self.buf[offset:offset + n].copy_(flat.view(torch.uint8))
         self.used = offset + n
         return [offset, n]
 
@@ -90,6 +91,11 @@ def encode(value: Any, arena: Arena | None = None) -> tuple[dict[str, Any], byte
                 return node  # never read a subclass: its methods are the candidate's code
             node["ptr"] = [v.untyped_storage().data_ptr(), v.untyped_storage().nbytes()]  # the storage it really shares
             t = v.detach().resolve_conj().resolve_neg()  # lazy conj/neg bits: the values, not the storage
+            perm = dense_order(t)
+            if perm is not None:  # dense in another order (channels_last, a transpose): keep the strides
+                node["perm"] = perm
+                t = t.permute(perm)
+            t = t.contiguous()
             if t.device.type == "cuda":
                 where = arena.put(t) if arena is not None else None
                 if where is None:
@@ -97,7 +103,7 @@ def encode(value: Any, arena: Arena | None = None) -> tuple[dict[str, Any], byte
                 else:
                     node["arena"] = where
             else:
-                flat = t.contiguous().reshape(-1)
+                flat = t.reshape(-1)
                 raw = flat.view(torch.uint8) if flat.numel() else flat
                 data = raw.numpy().tobytes() if flat.numel() else b""
                 node["bytes"] = [len(payload), len(data)]
@@ -113,6 +119,10 @@ def encode(value: Any, arena: Arena | None = None) -> tuple[dict[str, Any], byte
             return {"t": "scalar", "kind": "int", "value": v}
         if isinstance(v, float):
             return {"t": "scalar", "kind": "float", "value": repr(v)}
+        if isinstance(v, str):
+            return {"t": "scalar", "kind": "str", "value": v}
+        if isinstance(v, torch.dtype) and dtype_name(v) in DTYPES:
+            return {"t": "scalar", "kind": "dtype", "value": dtype_name(v)}
         return {"t": "other", "type": f"{type(v).__module__}.{type(v).__qualname__}"}
 
     return enc(value), bytes(payload)
@@ -168,6 +178,10 @@ def decode(tree: dict[str, Any], payload: bytes, arena: torch.Tensor | None = No
                 return value
             if node.get("kind") == "bool" and isinstance(value, bool):
                 return value
+            if node.get("kind") == "str" and isinstance(value, str):
+                return value
+            if node.get("kind") == "dtype" and value in DTYPES:
+                return DTYPES[value]
             raise TransportError("bad scalar")
         if kind == "other":
             return Unsupported(str(node.get("type")))
@@ -203,6 +217,16 @@ def _as_list(v: Any) -> list[Any]:
     return v
 
 
+def dense_order(t: torch.Tensor) -> list[int] | None:
+    """The dimension order in which a non-contiguous tensor is dense (its strides sorted), or
+    None for a contiguous one or one that is not dense in any order (expanded, sliced)."""
+    if t.is_contiguous() or t.dim() < 2:
+        return None
+    perm = sorted(range(t.dim()), key=lambda d: (-t.stride(d), d))
+    permuted = t.permute(perm)
+    return perm if permuted.is_contiguous() else None
+
+
 def _decode_tensor(node: dict[str, Any], buf: bytearray, arena: torch.Tensor | None) -> Any:
     if not node.get("plain") or node.get("overflow"):
         return Opaque(node)
@@ -210,6 +234,18 @@ def _decode_tensor(node: dict[str, Any], buf: bytearray, arena: torch.Tensor | N
     shape = node.get("shape")
     if dtype is None or not isinstance(shape, list) or not all(isinstance(s, int) and s >= 0 for s in shape):
         raise TransportError("bad tensor dtype or shape")
+    perm = node.get("perm")
+    if perm is not None:
+        if not isinstance(perm, list) or sorted(perm) != list(range(len(shape))):
+            raise TransportError("bad dimension order")
+        flat = _decode_flat({**node, "shape": [shape[d] for d in perm], "perm": None}, buf, arena, dtype)
+        inverse = sorted(range(len(perm)), key=lambda d: perm[d])
+        return flat.permute(inverse)
+    return _decode_flat(node, buf, arena, dtype)
+
+
+def _decode_flat(node: dict[str, Any], buf: bytearray, arena: torch.Tensor | None, dtype: torch.dtype) -> Any:
+    shape = node["shape"]
     numel = 1
     for s in shape:
         numel *= s

@@ -1,56 +1,73 @@
 """`python -m tools.worker IN_FD OUT_FD`: a worker process's request loop.
 
-The first frame on IN_FD is the worker's configuration; then one reply on OUT_FD per request,
-until "exit" or the parent goes away.
+The first frame on IN_FD is the worker's configuration (its payload: files to put below the
+scratch directory before anything runs). The worker confines itself as the configuration says
+(tools/worker/confine.py) before it imports torch, then answers one frame per request on OUT_FD
+until "exit" or the parent goes away. Every reply carries the request's nonce and the
+violations the Python-level hooks saw.
 """
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from tools.protocol import FrameReader, write_frame
-from tools.worker.errors import describe_exception
-from tools.worker.worker import Worker
 
 
 def serve(in_fd: int, out_fd: int) -> None:
     reader = FrameReader(in_fd)
-    config, _ = reader.read()
-    worker: Worker | None = None
+    config, files = reader.read()
     try:
-        worker = Worker(config)
-        write_frame(out_fd, {"op": "ready", "pid": os.getpid(), "network": worker.network})
+        from tools.worker import confine
+
+        scratch = Path(config["scratch"])
+        (scratch / "tmp").mkdir(parents=True, exist_ok=True)
+        applied = confine.apply(config.get("confine"))  # before torch: one thread, no candidate yet
+        worker = _make(config)
+        if files:
+            worker.handlers()["install"](config["files"], files)
     except BaseException as exc:  # noqa: BLE001 - every failure is reported, none swallowed
-        kind, message = describe_exception(exc, Path(config["problem"]).name)
+        from tools.worker.errors import describe_exception
+
+        kind, message = describe_exception(exc, Path(config.get("problem") or "worker").name)
         write_frame(out_fd, {"op": "error", "kind": "problem", "message": message, "cause": kind})
         return
-    check_sandbox = worker.sandbox.check  # bound before candidate code loads: patching the class misses it
+    write_frame(out_fd, {"op": "ready", "confined": applied})
+    handlers = worker.handlers()
+    violations = worker.violations  # bound before candidate code loads: patching the class misses it
     while True:
-        msg, _ = reader.read()
+        msg, payload = reader.read()
         op = msg.get("op")
         if op == "exit":
             return
-        payload = b""
-        try:
-            if op == "build":
-                reply = worker.build(msg)
-            elif op == "trial":
-                reply, payload = worker.trial(msg)
-            elif op == "time":
-                reply, payload = worker.time(msg)
-            elif op == "ceilings":
-                reply = worker.ceilings()
-            elif op == "profile":
-                reply = worker.profile(msg)
-            else:
-                reply = {"op": "error", "kind": "runtime_error", "message": f"unknown request {op!r}"}
-        except BaseException as exc:  # noqa: BLE001 - the candidate's failure is the answer
-            kind, message = describe_exception(exc, worker.source_name or Path(config["problem"]).name)
-            reply, payload = {"op": "error", "kind": kind, "message": message}, b""
+        reply, data = _answer(worker, handlers, op, msg, payload)
         reply["nonce"] = msg.get("nonce")
-        reply["violations"] = check_sandbox() if worker.sandbox.armed else []
-        write_frame(out_fd, reply, payload)
+        reply["violations"] = violations()
+        write_frame(out_fd, reply, data)
+
+
+def _make(config: dict[str, Any]):
+    if config["role"] == "reference":
+        from tools.worker.reference import ReferenceWorker
+
+        return ReferenceWorker(config)
+    from tools.worker.candidate import CandidateWorker
+
+    return CandidateWorker(config)
+
+
+def _answer(worker, handlers, op, msg, payload) -> tuple[dict[str, Any], bytes]:
+    from tools.worker.errors import describe_exception
+
+    handler = handlers.get(op)
+    if handler is None:
+        return {"op": "error", "kind": "runtime_error", "message": f"unknown request {op!r}"}, b""
+    try:
+        return handler(msg, payload)
+    except BaseException as exc:  # noqa: BLE001 - the candidate's failure is the answer
+        kind, message = describe_exception(exc, worker.source_name or Path(worker.config.get("problem") or "").name)
+        return {"op": "error", "kind": kind, "message": message}, b""
 
 
 if __name__ == "__main__":

@@ -33,8 +33,28 @@ def load_module(path: Path, name: str):
     return module
 
 
+def autotune_note(exc: BaseException) -> str:
+    """' (in @triton.autotune, config ...)' when the exception went through triton's autotuner: the
+    candidate's frames alone show the launch line, not that the autotuner was trying a config."""
+    seen, config = False, None
+    tb = exc.__traceback__
+    while tb is not None:
+        if Path(tb.tb_frame.f_code.co_filename).parts[-2:] == ("runtime", "autotuner.py"):
+            seen = True
+            config = tb.tb_frame.f_locals.get("config", config)
+        tb = tb.tb_next
+    if not seen:
+        return ""
+    return f" (in @triton.autotune, config {config})" if config is not None else " (in @triton.autotune)"
+
+
 def describe_exception(exc: BaseException, source_name: str | None) -> tuple[str, str]:
     """(verdict kind, message for the model): the exception and the candidate's own frames."""
+    kind, message = _describe(exc, source_name)
+    return kind, message + autotune_note(exc)
+
+
+def _describe(exc: BaseException, source_name: str | None) -> tuple[str, str]:
     import torch
 
     from tools.worker.cuda_build import BuildError

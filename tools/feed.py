@@ -1,0 +1,57 @@
+"""A candidate's inputs, from the one process that knows the seeds.
+
+The reference worker makes the input sets (its `inputs` request: fresh sets for trials, or sets
+of its timing pool) and hands them over as it hands over outputs. On a GPU the parent copies
+them, device to device, into the candidate worker's input arena (memory the candidate exported
+to the parent), right before the request that uses them; the request then names where each
+tensor lies. On the CPU the bytes travel inside the request. Either way the candidate sees
+values, never the seed that made them, and only when it must compute on them.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tools.process import WorkerProcess
+from tools.transport import TransportError, tensor_nodes
+
+if TYPE_CHECKING:
+    from tools.evaluate import Evaluator
+
+Set = tuple[int | None, int, str]  # (pool slot or None for a fresh set, seed, distribution)
+
+
+def feed(ev: "Evaluator", worker: WorkerProcess, sets: list[Set]) -> tuple[list[dict[str, Any]], bytes]:
+    """Write the input sets `sets` into `worker`; returns one tree per set (and the request's
+    payload on the CPU)."""
+    with ev._lock:  # the reference worker is shared
+        header, payload = ev.reference.checked(
+            {"op": "inputs", "sets": [list(s) for s in sets], "arena_cap": ev.arena_cap(len(sets), inputs_only=True)},
+            ev.options.trial_timeout)
+        trees = header["tree"]["items"]
+        if not ev.device.startswith("cuda"):
+            return trees, payload
+        source = ev.reference.proc.map_arena(header)
+        used = arena_used(header["tree"])
+        if used:
+            target = worker.input_arena_of(used, ev.options.trial_timeout)
+            target[:used].copy_(source[:used])
+            _synchronize(ev.device)
+    return trees, b""
+
+
+def arena_used(tree: dict[str, Any]) -> int:
+    """Bytes of an arena that a tree's tensors occupy (from its start)."""
+    end = 0
+    for node in tensor_nodes(tree):
+        where = node.get("arena")
+        if where is not None:
+            if not (isinstance(where, list) and len(where) == 2):
+                raise TransportError("bad arena position")
+            end = max(end, int(where[0]) + int(where[1]))
+    return end
+
+
+def _synchronize(device: str) -> None:
+    import torch
+
+    torch.cuda.synchronize(device)

@@ -1,0 +1,195 @@
+"""The candidate worker: a ModelNew built from untrusted source, in a process confined by the
+operating system (tools/sandbox/), which must be assumed to be the candidate's own.
+
+It never runs the problem's file and never sees a seed: the constructor's arguments come from
+the reference worker, and every input set is written into this process's input arena by the
+parent just before the request that uses it (on the CPU, inside the request). Before the
+candidate's source is imported, the Python-level hooks (tools/worker/hooks.py) are armed as a
+first, cheap filter; what decides is outside this process.
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+import os
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+from tools.worker.errors import Failure, describe_exception, load_module
+from tools.worker.worker import Reply, Worker, prewarm
+
+ARTIFACT_DIRS = ("cuda", "triton")  # below the scratch directory: what a build leaves for the next worker
+
+
+class CandidateWorker(Worker):
+    role = "candidate"
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__(config)
+        from tools.worker.hooks import Sandbox, toolchain_dirs
+
+        self.scratch = Path(config["scratch"])
+        self.build_only = config.get("profile") == "build"
+        self.hooks = Sandbox(scratch=self.scratch, writable=[Path(p) for p in config["writable"]],
+                             hidden=[Path(p) for p in config.get("hidden", [])], toolchains=toolchain_dirs(),
+                             executables=tuple(config.get("executables", ())))
+        self.input_arena: Any = None  # where the parent writes this worker's inputs (CUDA)
+        self.builder: Any = None
+        if not self.build_only:
+            prewarm(self.device)
+
+    def handlers(self):
+        return {"install": self.install, "build": self.build, "input_arena": self.grow_input_arena,
+                "trial": self.trial, "time": self.time, "profile": self.profile, "artifacts": self.artifacts}
+
+    def violations(self) -> list[str]:
+        return self.hooks.check() if self.hooks.armed else []
+
+    # build --------------------------------------------------------------------------------
+    def install(self, msg: dict[str, Any], payload: bytes) -> Reply:
+        """Files a previous build of this source left (published by the parent): CUDA
+        extensions and Triton's compiled kernels, written below the scratch directory."""
+        for entry in msg["files"]:
+            target = safe_target(self.scratch, entry["path"])
+            target.parent.mkdir(parents=True, exist_ok=True)
+            start, length = int(entry["offset"]), int(entry["length"])
+            target.write_bytes(payload[start:start + length])
+        return {"op": "installed", "files": len(msg["files"])}, b""
+
+    def build(self, msg: dict[str, Any], payload: bytes) -> Reply:
+        """Import the candidate and construct ModelNew with the reference's constructor arguments."""
+        import torch
+
+        from tools.transport import decode
+
+        start = time.monotonic()
+        try:
+            cls = self._import(msg["source"])
+        except Exception as exc:  # noqa: BLE001 - a module that does not load did not build
+            kind, message = describe_exception(exc, self.source_name)
+            raise Failure("compile_error" if kind == "runtime_error" else kind, message) from None
+        cuda = {"seconds": self.builder.seconds, "built": self.builder.built, "cached": self.builder.cached}
+        if self.build_only:  # a build step: importing ran load_inline; hand over what it built
+            reply, files = pack_files(self.scratch, self.builder.artifacts)
+            return {"op": "built", "seconds": time.monotonic() - start, "cuda": cuda, **reply}, files
+        init_inputs = decode(msg["init"], payload)
+        try:
+            inspect.signature(cls).bind(*init_inputs)
+        except TypeError as exc:
+            raise Failure("compile_error", f"{cls.__name__}(*get_init_inputs()) does not fit its constructor: {exc}") from None
+        torch.manual_seed(self.config["init_seed"])  # public: both models' weights must match
+        self.model = cls(*init_inputs).to(self.device)
+        return {"op": "built", "seconds": time.monotonic() - start, "cuda": cuda}, b""
+
+    def _import(self, source: str):
+        import torch.utils.cpp_extension as cpp_extension
+
+        from tools.worker.cuda_build import CudaBuilder
+
+        digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+        self.source_name = f"candidate_{digest}.py"
+        path = self.scratch / self.source_name
+        path.write_text(source)
+        self.builder = CudaBuilder(self.scratch / "cuda", self.launches.wrap_extension, build=self.build_only)
+        cpp_extension.load_inline = self.builder.load_inline
+        self.launches.module_name = f"ratchet_candidate_{digest}"
+        self.hooks.arm()
+        module = load_module(path, self.launches.module_name)
+        cls = getattr(module, "ModelNew", None)
+        if not isinstance(cls, type):
+            raise Failure("compile_error", "the candidate defines no class ModelNew")
+        return cls
+
+    # inputs -------------------------------------------------------------------------------
+    def grow_input_arena(self, msg: dict[str, Any], payload: bytes) -> Reply:
+        """A buffer of at least msg["bytes"] for the parent to write input sets into."""
+        from tools.transport import Arena
+
+        need = int(msg["bytes"])
+        if self.input_arena is None or self.input_arena.buf.numel() < need:
+            self.input_arena = None
+            self.input_arena = Arena(self.device, need)
+        return {"op": "input_arena", "arena": self.input_arena.descriptor}, b""
+
+    def _inputs(self, tree: dict[str, Any], payload: bytes) -> Any:
+        from tools.transport import decode
+
+        return decode(tree, payload, self.input_arena.buf if self.input_arena is not None else None)
+
+    # requests -----------------------------------------------------------------------------
+    def trial(self, msg: dict[str, Any], payload: bytes) -> Reply:
+        import torch
+
+        from tools.worker.instrument import OpRecorder
+
+        if self.model is None:
+            raise Failure("runtime_error", "no model was built")
+        inputs = self._inputs(msg["inputs"], payload)
+        try:
+            inspect.signature(self.model.forward).bind(*inputs)
+        except TypeError as exc:
+            raise Failure("compile_error", f"forward(*get_inputs()) does not fit the signature of forward: {exc}") from None
+        torch.manual_seed(secrets.randbits(63))  # the global RNG tells nothing about the inputs
+        recorder = OpRecorder()
+        self.launches.reset()
+        with recorder:
+            outputs, seconds = self.forward(inputs, poison=bool(msg.get("poison")))
+        reply = {"op": "outputs", "seconds": seconds, "launches": self.launches.count,
+                 "kernels": dict(self.launches.names), "ops": dict(recorder.ops)}
+        return self.reply_with(reply, [outputs, inputs], int(msg.get("arena_cap") or 0))
+
+    def time(self, msg: dict[str, Any], payload: bytes) -> Reply:
+        """Timed calls on the input sets the parent wrote for this block."""
+        warmup = self._inputs(msg["warmup"], payload) if msg.get("warmup") is not None else None
+        sets = [self._inputs(tree, payload) for tree in msg["calls"]]
+        return self.timed_calls(self.model, "model", warmup, sets, msg)
+
+    def profile(self, msg: dict[str, Any], payload: bytes) -> Reply:
+        """GPU time per kernel name in one forward, and the share in the candidate's own kernels."""
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+
+        inputs = self._inputs(msg["inputs"], payload)
+        with torch.no_grad():
+            self.model(*inputs)  # compiled and warm before the profiled call
+        torch.cuda.synchronize(self.device)
+        with profile(activities=[ProfilerActivity.CUDA]) as prof, torch.no_grad():
+            self.model(*inputs)
+            torch.cuda.synchronize(self.device)
+        times: dict[str, float] = {}
+        for event in prof.events():
+            if event.device_type == torch.autograd.DeviceType.CUDA:
+                times[event.name] = times.get(event.name, 0.0) + event.device_time_total
+        own_names = [n for n in msg.get("own", []) if n]
+        own = sum(t for name, t in times.items() if any(k in name for k in own_names))
+        total = sum(times.values())
+        return {"op": "profiled", "kernels_us": times, "own_share": (own / total) if total else None}, b""
+
+    def artifacts(self, msg: dict[str, Any], payload: bytes) -> Reply:
+        """What this worker compiled (Triton's cache, built extensions), for the parent to keep
+        for the next evaluation of the same source."""
+        files = [p for d in ARTIFACT_DIRS for p in sorted((self.scratch / d).rglob("*")) if p.is_file()]
+        reply, blob = pack_files(self.scratch, files, limit=int(msg.get("limit") or 0))
+        return {"op": "artifacts", **reply}, blob
+
+
+def pack_files(root: Path, files: list[Path], limit: int = 0) -> tuple[dict[str, Any], bytes]:
+    """Files below `root` as a manifest [{"path", "offset", "length"}] and one payload."""
+    manifest, chunks, offset = [], [], 0
+    for path in files:
+        data = path.read_bytes()
+        if limit and offset + len(data) > limit:
+            return {"files": manifest, "truncated": True}, b"".join(chunks)
+        manifest.append({"path": str(path.relative_to(root)), "offset": offset, "length": len(data)})
+        chunks.append(data)
+        offset += len(data)
+    return {"files": manifest}, b"".join(chunks)
+
+
+def safe_target(root: Path, relative: str) -> Path:
+    parts = Path(relative).parts
+    if not parts or parts[0] not in ARTIFACT_DIRS or any(p in ("", ".", "..") or os.sep in p for p in parts):
+        raise Failure("runtime_error", f"refusing to install {relative!r}")
+    return root.joinpath(*parts)
