@@ -1,12 +1,13 @@
 """The evaluator's one entry point: `Evaluator(problem).evaluate(source) -> Result`.
 
-This is where a verdict is decided. The trusted parent (this process) never imports candidate
-code. It keeps one reference worker per problem (the problem's Model, its outputs per secret
-seed), and gives each candidate a fresh worker process, spawned ahead of need so CUDA start-up
-and problem loading are off the critical path. Steps: static checks and guard, build, trials
-(seeded inputs made on the device after the build, two distributions, poisoned memory), then
-the run-time integrity checks (own kernel launched, nothing forbidden left to torch, no
-sandbox violation). The first failure decides the verdict and the message for the model.
+The trusted parent (this process) never imports candidate code. It keeps one reference worker
+per problem (the problem's Model; the only process that knows the secret seeds and makes every
+input), and gives each candidate a fresh worker confined by the operating system
+(tools/sandbox/), spawned ahead of need so CUDA start-up is off the critical path. Steps: static
+checks and guard; for CUDA C++, a build in a sandbox of its own (tools/builds.py); build of the
+model; trials (inputs written into the candidate's memory by the parent, two distributions,
+poisoned memory; tools/trials.py); the run-time integrity checks; timing (tools/profile.py).
+Every check reports through tools/verdict.py, where the first failure decides the verdict.
 """
 from __future__ import annotations
 
@@ -18,22 +19,23 @@ import shutil
 import tempfile
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tools import builds, profile, trials
 from tools import guard as guard_mod
-from tools import profile
+from tools.artifacts import ArtifactCache
 from tools.baseline_cache import default_cache_dir
-from tools.compare import Stats, Tolerance
+from tools.compare import Tolerance
 from tools.env import environment, resolve_device
-from tools.ops import compute_ops
 from tools.problem import ProblemError, ProblemInfo, candidate_problems, read_problem
-from tools.process import Limits, WorkerGone, WorkerProcess, worker_env
+from tools.process import Limits, WorkerGone, WorkerProcess, plain_launch, worker_env
+from tools.record import Result, Verdict, describe_exception
 from tools.reference import Reference, ReferenceLost
-from tools.record import Check, Errors, Result, Verdict
-from tools.transport import TransportError
-from tools.trial_checks import aliasing, fail, mismatch, nonfinite
+from tools.sandbox import Sandbox
+from tools.verdict import fail, passed
 
 INIT_SEED = 42  # both models are built after torch.manual_seed(INIT_SEED), so weights match
 PROBE_SEED = 1234  # inputs of the one descriptive reference run (shapes, ops); not a trial seed
@@ -60,6 +62,10 @@ class EvalOptions:
     reference_cache_mb: int = 4096  # reference outputs kept per seed up to this size
     warm: bool = True  # after each evaluation, start the next candidate worker ahead of need
     spares: int = 1  # candidate workers kept started (more for back-to-back evaluations, as in RL; 0: none)
+    sandbox: str = "required"  # "required": refuse without full OS confinement; "best-effort": use what there is
+    scratch_mb: int = 2048  # a confined worker's /tmp (its scratch) and /dev/shm, each
+    max_processes: int = 1024  # processes and threads of one confined worker
+    artifact_cache_mb: int = 4096  # build products kept between evaluations (tools/artifacts.py)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -68,13 +74,18 @@ class Evaluator:
         self.options = options or EvalOptions()
         self.device = resolve_device(self.options.device)
         self.problem: ProblemInfo = read_problem(Path(problem_path), entry)
+        self.sandbox = Sandbox(self.options.sandbox, tmp_mb=self.options.scratch_mb,
+                               max_processes=self.options.max_processes)  # SandboxUnavailable: refuse now
         run_seed = self.options.seed if self.options.seed is not None else secrets.randbits(62)
         rng = random.Random(run_seed)
         self.seeds = [rng.getrandbits(62) for _ in range(max(1, self.options.trials))]
         self.cache_dir = (self.options.cache_dir or default_cache_dir()).resolve()
-        for sub in ("cuda", "triton/shared", "baselines"):  # workers may write only inside these
+        for sub in ("triton/reference", "baselines"):
             (self.cache_dir / sub).mkdir(parents=True, exist_ok=True)
+        self.artifacts = ArtifactCache(self.cache_dir / "artifacts", self.options.artifact_cache_mb << 20)
+        self.toolchain = builds.toolchain(self.device)
         self.root = Path(tempfile.mkdtemp(prefix="ratchet-eval-")).resolve()
+        self.root.chmod(0o755)  # a best-effort worker running as its own uid reaches its scratch
         self._spares: collections.deque[WorkerProcess] = collections.deque()
         self._prebuilds: dict[str, WorkerProcess] = {}
         self._baseline: dict[str, Any] | None = None
@@ -120,63 +131,43 @@ class Evaluator:
             return dict(self._baseline)
 
     def prebuild(self, source: str) -> bool:
-        """Start building a CUDA C++ candidate's load_inline extensions on CPU cores now, in a
-        worker without a GPU, while the GPU evaluates something else; evaluate(source) later
-        waits for it and finds the build cached. True if a build was started."""
-        digest = hashlib.sha256(source.encode()).hexdigest()
-        with self._lock:
-            if not self.device.startswith("cuda") or digest in self._prebuilds or "load_inline" not in source:
-                return False
-            proc = self._spawn("candidate", build_only=True)
-            proc.send({"op": "build", "source": source})
-            self._prebuilds[digest] = proc
-            return True
+        """Start building a CUDA C++ candidate's load_inline extensions now, in a build sandbox
+        without a GPU, while the GPU evaluates something else; evaluate(source) later waits for
+        it. True if a build was started."""
+        return builds.start(self, source)
 
-    def _finish_prebuild(self, digest: str, result: Result) -> None:
-        with self._lock:
-            proc = self._prebuilds.pop(digest, None)
-        if proc is None:
-            return
-        try:
-            proc.wait_ready(self.options.start_timeout)
-            header, _ = proc.reply(self.options.build_timeout)
-            cuda = header.get("cuda") or {}
-            result.phases["prebuild"] = round(float(cuda.get("seconds", 0.0)), 4)
-        except WorkerGone as exc:  # the GPU worker builds again and reports the real failure
-            result.phases["prebuild"] = -1.0
-            result.checks.append(Check("prebuild", True, f"prebuild did not finish: {exc}"))
-        finally:
-            proc.close()
-
-    def _spawn(self, role: str, build_only: bool = False) -> WorkerProcess:
+    def _spawn(self, role: str, profile_name: str = "run") -> WorkerProcess:
         self._count += 1
-        scratch = self.root / f"{role}-{self._count}"
+        name = role if profile_name == "run" else profile_name
+        scratch = self.root / f"{name}-{self._count}"
         (scratch / "tmp").mkdir(parents=True)
-        config = {
-            "role": role, "problem": str(self.problem.path), "entry": self.problem.entry,
-            "device": self.device, "scratch": str(scratch), "init_seed": INIT_SEED,
-            "probe_seed": PROBE_SEED, "gpu_memory_fraction": self.options.gpu_memory_fraction,
-            "cuda_cache": str(self.cache_dir / "cuda"), "triton_cache": str(self.cache_dir / "triton"),
-            "writable": [str(scratch), str(self.cache_dir / "cuda"), str(self.cache_dir / "triton")],
-            "hidden": [str(self.root / "reference-1"), str(self.cache_dir / "private")],
-            "build_only": build_only,
-        }
-        device = "cpu" if build_only else self.device
         mb = self.options.host_memory_mb
         limits = Limits(host_memory_bytes=mb << 20 if mb else None,
                         file_bytes=self.options.file_mb << 20 if self.options.file_mb else None)
-        # triton reads its cache location when imported, before a candidate's source is known:
-        # a shared, content-addressed cache that the build step narrows to the source's own dir
-        extra = {"TMPDIR": str(scratch / "tmp"), "TRITON_HOME": str(scratch),
-                 "TRITON_CACHE_DIR": str(self.cache_dir / "triton" / "shared")}
+        device = "cpu" if profile_name == "build" else self.device
+        extra = {"TMPDIR": str(scratch / "tmp")}
         if self.device.startswith("cuda"):  # the same arch flags with and without a GPU: one build
             extra["TORCH_CUDA_ARCH_LIST"] = str(environment(self.device).get("capability") or "")
-        if build_only:
-            extra["CUDA_VISIBLE_DEVICES"] = ""
-            config["device"] = "cpu"
-        env = worker_env(device, extra)
-        return WorkerProcess(config, env=env, cwd=scratch, log=scratch / "output.log", limits=limits,
-                             cuda=device.startswith("cuda"))
+        config: dict[str, Any] = {"role": role, "device": device, "scratch": str(scratch), "init_seed": INIT_SEED,
+                                  "gpu_memory_fraction": self.options.gpu_memory_fraction}
+        files: tuple[list[dict[str, Any]], bytes] | None = None
+        if role == "reference":
+            config.update(problem=str(self.problem.path), entry=self.problem.entry, probe_seed=PROBE_SEED)
+            extra.update(TRITON_HOME=str(scratch), TRITON_CACHE_DIR=str(self.cache_dir / "triton" / "reference"))
+            launch = plain_launch(worker_env(device, extra))
+        else:
+            extra["TRITON_CACHE_DIR"] = str(scratch / "triton")
+            if profile_name == "build":
+                extra["CUDA_VISIBLE_DEVICES"] = ""
+            config.update(profile=profile_name, writable=[str(scratch)],
+                          executables=[str(p) for p in builds.executables(profile_name)])
+            files = builds.tools_layer(self) if profile_name == "run" else None
+            launch = lambda fds: self.sandbox.launch(fds, scratch=scratch, profile=profile_name, device=device,  # noqa: E731
+                                                     gpu=device.startswith("cuda"), extra_env=extra)
+        if files:
+            config["files"] = files[0]
+        return WorkerProcess(config, launch=launch, cwd=self.root, log=scratch / "output.log", limits=limits,
+                             cuda=device.startswith("cuda"), payload=files[1] if files else b"")
 
     def _start(self, proc: WorkerProcess) -> None:
         ready = proc.wait_ready(self.options.start_timeout)
@@ -185,42 +176,61 @@ class Evaluator:
 
     # evaluation ---------------------------------------------------------------------------
     def evaluate(self, source: str) -> Result:
-        """Evaluate one candidate source. Never raises for anything the candidate does. A
-        reference worker that died is restarted first; one that dies during the evaluation is
-        restarted and the candidate evaluated once more, in a fresh worker (a second loss raises
-        ReferenceLost: something kills it, and the candidate may be the cause)."""
-        with self._lock:
-            restarted = self.reference.ensure_alive()
+        """Evaluate one candidate source. Never raises: whatever the candidate does has a verdict,
+        and a fault of the evaluator's own (a reference worker that cannot be kept alive, a bug)
+        is a result with verdict `error`, never charged to the candidate. A reference worker that
+        died is restarted first; one that dies during the evaluation is restarted and the
+        candidate evaluated once more, in a fresh worker; a second loss is an `error`."""
         try:
-            result = self._evaluate_once(source)
-        except ReferenceLost as exc:
             with self._lock:
-                self.reference.ensure_alive()
-            result = self._evaluate_once(source)
-            result.checks.append(Check("reference", True, f"{exc}; restarted, and the candidate evaluated again"))
+                restarted = self.reference.ensure_alive()
+            try:
+                result = self._evaluate_once(source)
+            except ReferenceLost as exc:
+                with self._lock:
+                    self.reference.ensure_alive()
+                result = self._evaluate_once(source)
+                passed(result, "reference", f"{exc}; restarted, and the candidate evaluated again")
+                return result
+            if restarted:
+                passed(result, "reference", "the reference worker had died; restarted before this evaluation")
             return result
-        if restarted:
-            result.checks.append(Check("reference", True, "the reference worker had died; restarted before this evaluation"))
+        except Exception as exc:  # noqa: BLE001 - a fault of ours becomes a result, recorded with its traceback
+            return self._fault(source, exc)
+
+    def _fault(self, source: str, exc: Exception) -> Result:
+        """An evaluator fault as a result: verdict `error`, with what happened."""
+        result = self._new_result(source)
+        detail = describe_exception(exc)
+        where = "".join(traceback.format_exception(exc)[-4:])[-2000:]
+        fail(result, Verdict.ERROR, "evaluator", f"{detail}\n{where}",
+             f"ratchet's evaluator failed ({detail}); this says nothing about the candidate: evaluate it again")
         return result
+
+    def _new_result(self, source: str) -> Result:
+        env = {**environment(self.device), "sandbox": self.sandbox.isolation()}
+        return Result(verdict=Verdict.OK, message="", problem=str(self.problem.path), problem_hash=self.problem.hash,
+                      source_hash=hashlib.sha256(source.encode()).hexdigest(), environment=env)
 
     def _evaluate_once(self, source: str) -> Result:
         started = time.monotonic()
-        result = Result(verdict=Verdict.OK, message="", problem=str(self.problem.path),
-                        problem_hash=self.problem.hash,
-                        source_hash=hashlib.sha256(source.encode()).hexdigest(),
-                        environment=environment(self.device))
-        result.torch_ops = []
+        result = self._new_result(source)
         worker: WorkerProcess | None = None
         try:
             scan = self._static_checks(source, result)
-            if scan is not None:
-                self._finish_prebuild(result.source_hash, result)
-                worker = self._take_worker()
-                self._run(worker, source, result, scan.triton_kernels + scan.cuda_kernels)
+            if scan is None:
+                return result
+            files = builds.artifacts_for(self, source, scan, result)
+            if files is None:
+                return result
+            worker = self._take_worker()
+            self._run(worker, source, files, result, scan.triton_kernels + scan.cuda_kernels)
         finally:
             if worker is not None:
-                worker.arena = None  # unmap now; the used worker is disposable: kill and reap it
-                threading.Thread(target=worker.kill, name="ratchet-reap", daemon=True).start()
+                worker.unmap()  # the used worker is disposable: keep what it compiled, then kill and reap it
+                keep = result.ok or result.verdict in (Verdict.INCORRECT, Verdict.REJECTED)
+                threading.Thread(target=builds.reap, args=(self, worker, result.source_hash, keep),
+                                 name="ratchet-reap", daemon=True).start()
             result.phases["total"] = round(time.monotonic() - started, 4)
         return result
 
@@ -228,20 +238,19 @@ class Evaluator:
         t0 = time.monotonic()
         problem = candidate_problems(source)
         if problem:
-            fail(result, Verdict.COMPILE_ERROR, Check("parse", False, problem), problem)
+            fail(result, Verdict.COMPILE_ERROR, "parse", problem)
             return None
-        result.checks.append(Check("parse", True))
+        passed(result, "parse")
         policy = guard_mod.GuardPolicy(disabled=self.options.disabled_rules, single_op=self.problem.single_op_family)
         scan = guard_mod.check(source, policy)
         result.phases["guard"] = round(time.monotonic() - t0, 4)
         if scan.violations:
-            for v in scan.violations:
-                result.checks.append(Check(f"guard:{v.rule}", False, str(v)))
             first = scan.violations[0]
             more = f" (and {len(scan.violations) - 1} more)" if len(scan.violations) > 1 else ""
-            result.verdict, result.message = Verdict.REJECTED, f"Rejected by the guard, {first}{more}."
+            for i, v in enumerate(scan.violations):
+                fail(result, Verdict.REJECTED, f"guard:{v.rule}", str(v), f"Rejected by the guard, {first}{more}." if i == 0 else None)
             return None
-        result.checks.append(Check("guard", True, f"kernels: {', '.join(scan.triton_kernels + scan.cuda_kernels) or 'load_inline'}"))
+        passed(result, "guard", f"kernels: {', '.join(scan.triton_kernels + scan.cuda_kernels) or 'load_inline'}")
         return scan
 
     def _take_worker(self) -> WorkerProcess:
@@ -251,30 +260,38 @@ class Evaluator:
                 self._spares.append(self._spawn("candidate"))
             return worker
 
-    def _run(self, worker: WorkerProcess, source: str, result: Result, kernel_names: list[str]) -> None:
+    def _run(self, worker: WorkerProcess, source: str, files: tuple[list[dict[str, Any]], bytes], result: Result,
+             kernel_names: list[str]) -> None:
         t0 = time.monotonic()
         try:
             ready = worker.wait_ready(self.options.start_timeout)
             if ready.get("op") != "ready":
                 raise WorkerGone("crashed", f"the candidate worker did not start: {ready.get('message')}")
-            result.environment = {**result.environment, "network_isolation": ready.get("network")}
+            result.environment["sandbox"]["applied"] = ready.get("confined", [])
             result.phases["start"] = round(time.monotonic() - t0, 4)
+            builds.publish_tools_layer(self, worker)
             t0 = time.monotonic()
-            built = worker.request({"op": "build", "source": source}, self.options.build_timeout)[0]
+            if files[0]:
+                installed = worker.request({"op": "install", "files": files[0]}, self.options.build_timeout, files[1])[0]
+                if not self.verdict_from_reply(installed, "build", result):
+                    return
+            init_tree, init_payload = self.reference.init
+            built = worker.request({"op": "build", "source": source, "init": init_tree}, self.options.build_timeout,
+                                   init_payload)[0]
             result.phases["build"] = round(time.monotonic() - t0, 4)
             cuda = built.get("cuda") or {}
-            if cuda.get("built") or cuda.get("cached"):
-                result.phases["cuda_build"] = round(cuda["seconds"], 4)  # inside "build"
+            if cuda.get("cached"):
+                result.phases["cuda_load"] = round(cuda["seconds"], 4)  # inside "build"; built earlier (tools/builds.py)
             if not self.verdict_from_reply(built, "build", result):
                 return
-            result.checks.append(Check("build", True))
+            passed(result, "build")
             t0 = time.monotonic()
-            self._trials(worker, result)
+            trials.run(self, worker, result)
             result.phases["correctness"] = round(time.monotonic() - t0, 4)
             if result.ok:
                 self._profile(worker, result, kernel_names)
         except WorkerGone as exc:
-            fail(result, Verdict(exc.verdict), Check("worker", False, str(exc)), str(exc))
+            fail(result, Verdict(exc.verdict), "worker", str(exc))
 
     def _profile(self, worker: WorkerProcess, result: Result, kernel_names: list[str]) -> None:
         if not self.options.timing:
@@ -294,91 +311,26 @@ class Evaluator:
     def verdict_from_reply(self, reply: dict[str, Any], step: str, result: Result) -> bool:
         violations = reply.get("violations") or []
         if violations:
-            for v in violations:
-                result.checks.append(Check(f"sandbox:{v.split(':')[0]}", False, v))
-            return fail(result, Verdict.REJECTED, None, f"Rejected at run time during {step}: {violations[0]}")
+            for i, v in enumerate(violations):
+                fail(result, Verdict.REJECTED, f"sandbox:{v.split(':')[0]}", v,
+                     f"Rejected at run time during {step}: {violations[0]}" if i == 0 else None)
+            return False
         if reply.get("op") == "error":
-            verdict = Verdict(reply["kind"]) if reply.get("kind") in Verdict._value2member_map_ else Verdict.RUNTIME_ERROR
-            return fail(result, verdict, Check(step, False, reply.get("message", "")), reply.get("message", ""))
+            kind = reply.get("kind")
+            verdict = Verdict(kind) if kind in Verdict._value2member_map_ and kind != Verdict.ERROR.value else Verdict.RUNTIME_ERROR
+            return fail(result, verdict, step, reply.get("message", ""))
         return True
-
-    def _trials(self, worker: WorkerProcess, result: Result) -> None:
-        stats = Stats()
-        launched: int | None = None  # the fewest own-kernel launches in any trial: each must launch
-        torch_ops: set[str] = set()  # compute ops left to torch in any trial (every trial is recorded)
-        for i, seed in enumerate(self.seeds):
-            dist = self._distribution(i, seed)
-            ref_out, ref_in = self.reference_outputs(seed, dist)
-            header, payload = worker.request(
-                {"op": "trial", "seed": seed, "distribution": dist, "poison": True, "record": True,
-                 "arena_cap": self.arena_cap(2)}, self.options.trial_timeout)
-            name = f"trial-{i}:{dist}"
-            if i == 0:
-                result.phases["first_trial"] = round(float(header.get("seconds") or 0.0), 4)  # incl. JIT
-            if not self.verdict_from_reply(header, name, result):
-                return
-            count = int(header.get("launches") or 0)
-            launched = count if launched is None else min(launched, count)
-            result.kernel_launches = launched
-            if isinstance(header.get("ops"), dict):
-                torch_ops.update(compute_ops(header["ops"]))
-                result.torch_ops = sorted(torch_ops)
-            try:
-                cand_out, cand_in = worker.outputs(header, payload)
-            except (TransportError, KeyError, TypeError, ValueError) as exc:
-                fail(result, Verdict.REJECTED, Check(name, False, f"malformed output: {exc}"), f"The worker sent malformed outputs ({exc}).")
-                return
-            problem = (aliasing(header["tree"]) or mismatch(ref_out, cand_out, stats, self.options.tolerances, "output")
-                       or mismatch(ref_in, cand_in, Stats(), self.options.tolerances, "input", what="inputs after forward"))
-            del cand_out, cand_in  # the worker frees its side at its next request
-            result.errors = Errors(max_abs=stats.max_abs, max_rel=stats.max_rel, norm_rel=stats.norm_rel)
-            if problem:
-                check, verdict, message = problem
-                fail(result, verdict, Check(f"{name}:{check}", False, message),
-                     f"Trial {i + 1} of {len(self.seeds)} ({dist} inputs): {message}")
-                return
-            result.checks.append(Check(name, True))
-            result.trials = i + 1
-        self._integrity(result, launched or 0)
-
-    def _integrity(self, result: Result, launched: int) -> None:
-        if launched == 0:
-            fail(result, Verdict.REJECTED, Check("kernel-launched", False, "a forward() with no launch of the candidate's own kernels"),
-                 "Rejected: the candidate defines a kernel but did not launch it in every forward() call; the work must run in your own kernel.")
-            return
-        result.checks.append(Check("kernel-launched", True, f"{launched} launches in one forward"))
-        if self.problem.single_op and result.torch_ops:
-            ops = ", ".join(result.torch_ops)
-            fail(result, Verdict.REJECTED, Check("single-op", False, ops),
-                 f"Rejected (rule single-op): this problem is the single op {self.problem.single_op}, and forward() left {ops} to torch; compute it in your kernel.")
-            return
-        result.verdict = Verdict.OK
-        result.message = f"Correct on {result.trials} trials (max abs error {result.errors.max_abs:.3g}, relative norm error {result.errors.norm_rel:.3g})."
-
-    def _distribution(self, i: int, seed: int) -> str:
-        with self._lock:
-            dist = self.distributions[i % len(self.distributions)]
-            if dist == "shifted":
-                out, _ = self.reference_outputs(seed, "shifted")
-                base, _ = self.reference_outputs(seed, "problem")
-                if nonfinite(out) and not nonfinite(base):
-                    self.distributions = ["problem"]  # the problem does not allow it
-                    return "problem"
-            return dist
 
     def reference_outputs(self, seed: int, dist: str) -> Any:
         with self._lock:
-            return self._reference_outputs(seed, dist)
+            return self.reference.outputs_for(seed, dist, timeout=self.options.trial_timeout,
+                                              arena_cap=self.arena_cap(2),
+                                              keep_bytes=self.options.reference_cache_mb << 20)
 
-    def _reference_outputs(self, seed: int, dist: str) -> Any:
-        return self.reference.outputs_for(seed, dist, timeout=self.options.trial_timeout,
-                                          arena_cap=self.arena_cap(2),
-                                          keep_bytes=self.options.reference_cache_mb << 20)
-
-    def arena_cap(self, copies: int, outputs_only: bool = False) -> int:
+    def arena_cap(self, copies: int, outputs_only: bool = False, inputs_only: bool = False) -> int:
         """Bytes a worker's arena may grow to for a reply holding `copies` times the
         reference's outputs (and inputs): room for honest answers, not for runaway ones."""
-        size = self.problem.output_bytes + (0 if outputs_only else self.problem.input_bytes)
+        size = (0 if inputs_only else self.problem.output_bytes) + (0 if outputs_only else self.problem.input_bytes)
         return copies * size + (64 << 20)
 
 

@@ -1,26 +1,17 @@
-"""The evaluator's checks on one trial's outputs, and how a failed check sets the verdict.
+"""The evaluator's checks on one trial's outputs (which check failed, and the verdict it calls for).
 
 A trial fails when an output shares memory with an input (aliasing), or when the candidate's
-outputs, or its inputs after forward(), differ from the reference's (mismatch). fail() records
-the failed check, the verdict and the message for the model on the Result. nonfinite() tells
-whether a reference output holds NaN or infinity (the shifted input distribution is dropped
-for problems where it does).
+outputs, or its inputs after forward(), differ from the reference's (mismatch); each returns
+(check, verdict, message) for tools/verdict.py. nonfinite() tells whether a reference output
+holds NaN or infinity (the shifted input distribution is dropped for problems where it does).
 """
 from __future__ import annotations
 
 from typing import Any
 
 from tools.compare import Stats, Tolerance, compare_trees
-from tools.record import Check, Result, Verdict
+from tools.record import Verdict
 from tools.transport import tensor_nodes
-
-
-def fail(result: Result, verdict: Verdict, check: Check | None, message: str) -> bool:
-    if check is not None:
-        result.checks.append(check)
-    result.verdict = verdict
-    result.message = message
-    return False
 
 
 def mismatch(ref: Any, cand: Any, stats: Stats, tolerances: dict[str, Tolerance] | None, path: str,
