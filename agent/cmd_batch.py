@@ -30,11 +30,12 @@ from agent.batch_local import LocalScheduler, Slot
 from agent.batch_log import FINAL, LOGS, RESULTS, RUN_META, RunLog
 from agent.batch_problem import make_spec, problem_key
 from agent.cli import UsageError
-from tools.exit_codes import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK
+from tools.exit_codes import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK, EXIT_SANDBOX
+from tools.sandbox import Sandbox, SandboxUnavailable
 
 # flag -> AgentConfig field: the agent settings a batch passes to every problem
 SETTING_FLAGS = ("model", "base_url", "max_attempts", "language", "workspace", "max_tokens", "max_wall_s",
-                 "patience", "trials", "context_tokens", "roofline_target")
+                 "patience", "trials", "context_tokens", "roofline_target", "sandbox")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -62,6 +63,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--trials", type=int, metavar="N", help="correctness trials per attempt (default 5)")
     p.add_argument("--context-tokens", type=int, metavar="N", help="context budget of one request")
     p.add_argument("--roofline-target", type=float, metavar="F", help="stop a problem at F of its roofline floor")
+    p.add_argument("--sandbox", choices=("required", "best-effort"),
+                   help="confinement of candidate code: required (default; refuse without it) or best-effort (docs/sandbox.md)")
     p.add_argument("--config", metavar="FILE", help="TOML config file (default $RATCHET_CONFIG, else ./ratchet.toml)")
     p.set_defaults(func=run)
 
@@ -108,6 +111,7 @@ def settings_from(args: argparse.Namespace) -> dict:
         raise UsageError(str(exc)) from None
     if not uses_builtin(config):  # the built-in policy is made per problem, by each worker
         endpoint_client(config).close()  # UsageError when no model is configured
+    Sandbox(config.sandbox)  # SandboxUnavailable now, once, rather than from every problem
     given["workspace"] = str(resolve_root(config.workspace).resolve())  # the same root for every worker
     return given
 
@@ -124,7 +128,11 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"no problem files in {suite}" + (f" matching {args.filter!r}" if args.filter else ""))
     if args.resume and not args.out:
         raise UsageError("--resume needs --out DIR: the run directory to continue")
-    settings = settings_from(args)
+    try:
+        settings = settings_from(args)
+    except SandboxUnavailable as exc:
+        print(f"ratchet batch: {exc}", file=sys.stderr)
+        return EXIT_SANDBOX
     slots = slots_from(args)
     out = Path(args.out) if args.out else Path("runs") / f"{suite.resolve().name}-{time.strftime('%Y%m%d-%H%M%S')}"
     meta = _open_run(out, suite, problems, settings, slots, args)

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 from agent.cli import UsageError
 from tools.evaluate import EvalOptions, Evaluator
-from tools.exit_codes import EVAL_EXIT_CODES, EXIT_BAD_PROBLEM
+from tools.exit_codes import EVAL_EXIT_CODES, EXIT_BAD_PROBLEM, EXIT_SANDBOX
 from tools.problem import ProblemError
 from tools.record import Result, Verdict, describe_exception, fault_result
+from tools.sandbox import SandboxUnavailable
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,6 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-timing", action="store_true", help="skip timing (correctness only)")
     p.add_argument("--allow", action="append", default=[], metavar="RULE", help="switch off a guard rule (repeatable; see README)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds allowed per trial (default 60)")
+    p.add_argument("--sandbox", choices=("required", "best-effort"), default=os.environ.get("RATCHET_SANDBOX", "required"),
+                   help="confinement of the candidate's code: required (default; refuse without it) or best-effort "
+                        "(run with what this machine offers; the record says what was missing); docs/sandbox.md")
     p.set_defaults(func=run)
 
 
@@ -41,12 +46,18 @@ def run(args: argparse.Namespace) -> int:
         source = args.candidate.read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"{args.candidate}: cannot read the candidate ({exc.strerror if isinstance(exc, OSError) else exc})") from None
+    if args.sandbox not in ("required", "best-effort"):
+        raise UsageError(f"RATCHET_SANDBOX={args.sandbox}: expected required or best-effort")
     options = EvalOptions(device=args.device, trials=args.trials, timing=not args.no_timing,
-                          disabled_rules=frozenset(args.allow), trial_timeout=args.timeout, warm=False)
+                          disabled_rules=frozenset(args.allow), trial_timeout=args.timeout, warm=False,
+                          sandbox=args.sandbox)
     try:
         evaluator = Evaluator(args.reference, options, entry=args.entry)
     except ProblemError as exc:
         return bad_problem(exc)
+    except SandboxUnavailable as exc:
+        print(f"ratchet eval: {exc}", file=sys.stderr)
+        return EXIT_SANDBOX
     except ValueError as exc:  # a bad --device
         raise UsageError(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - an evaluator fault: one line and exit 9, never a traceback

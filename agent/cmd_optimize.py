@@ -27,11 +27,12 @@ from agent.model import ModelClient, OpenAIChatClient, RetryPolicy
 from agent.runner import NothingToResume, RunResult, optimize
 from agent.workspace import WorkspaceError
 from tools import ProblemError
-from tools.exit_codes import EXIT_BAD_PROBLEM, EXIT_UNRECOGNIZED
+from tools.exit_codes import EXIT_BAD_PROBLEM, EXIT_SANDBOX, EXIT_UNRECOGNIZED
+from tools.sandbox import SandboxUnavailable
 
 # flag -> AgentConfig field, for the flags that map onto settings
 SETTING_FLAGS = ("entry", "model", "base_url", "max_attempts", "language", "workspace", "device", "max_tokens",
-                 "max_wall_s", "patience", "roofline_target", "context_tokens", "trials")
+                 "max_wall_s", "patience", "roofline_target", "context_tokens", "trials", "sandbox")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -57,6 +58,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--roofline-target", type=float, metavar="F", help="stop when the best reaches F of the roofline floor")
     p.add_argument("--context-tokens", type=int, metavar="N", help="context budget of one request (default 32000)")
     p.add_argument("--trials", type=int, metavar="N", help="correctness trials per attempt (default 5)")
+    p.add_argument("--sandbox", choices=("required", "best-effort"),
+                   help="confinement of candidate code: required (default; refuse without it) or best-effort (docs/sandbox.md)")
     p.add_argument("--config", metavar="FILE", help="TOML config file (default $RATCHET_CONFIG, else ./ratchet.toml)")
     p.set_defaults(func=run)
 
@@ -117,6 +120,9 @@ def run(args: argparse.Namespace) -> int:
     except ProblemError as exc:
         print(f"ratchet optimize: {exc}", file=sys.stderr)
         return EXIT_BAD_PROBLEM
+    except SandboxUnavailable as exc:
+        print(f"ratchet optimize: {exc}", file=sys.stderr)
+        return EXIT_SANDBOX
     finally:
         close = getattr(client, "close", None)
         if close:

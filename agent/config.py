@@ -41,6 +41,7 @@ class AgentConfig:
     language: str = "triton"  # triton | cuda
     device: str | None = None  # None: cuda:0 when there is a GPU, else cpu (Triton interpreter)
     trials: int = 5
+    sandbox: str = "required"  # required | best-effort: how candidates' workers are confined (tools/sandbox/)
     workspace: str | None = None  # the root; None: $RATCHET_WORKSPACE (read below), else ./workspaces
     gpu: str | None = None  # the target named in the system prompt; None: ask the device
     # control: decide stops at the first budget spent
@@ -59,7 +60,7 @@ class AgentConfig:
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(AgentConfig)}
-CHOICES = {"language": ("triton", "cuda")}
+CHOICES = {"language": ("triton", "cuda"), "sandbox": ("required", "best-effort")}
 SECRET = {"api_key"}
 
 

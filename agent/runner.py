@@ -155,7 +155,8 @@ def run_summary(state: AgentState, repo, *, error: ModelError | None = None) -> 
 def _evaluator(problem: Path, config: AgentConfig):
     from tools import EvalOptions, Evaluator
 
-    return Evaluator(problem, EvalOptions(device=config.device, trials=config.trials, timing=True), entry=config.entry)
+    return Evaluator(problem, EvalOptions(device=config.device, trials=config.trials, timing=True, sandbox=config.sandbox),
+                     entry=config.entry)
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

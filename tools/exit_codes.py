@@ -103,7 +103,7 @@ TABLE: tuple[ExitCode, ...] = (
              "continue later with --resume"),
     ExitCode("EXIT_UNRECOGNIZED", EXIT_UNRECOGNIZED, (OPTIMIZE,),
              "the built-in policy recognizes nothing in the module; nothing was attempted (one line says why)"),
-    ExitCode("EXIT_SANDBOX", EXIT_SANDBOX, (EVAL, OPTIMIZE),
+    ExitCode("EXIT_SANDBOX", EXIT_SANDBOX, (EVAL, OPTIMIZE, BATCH),
              "the required OS sandbox is not available on this machine (one line on stderr names what is missing); "
              "use --sandbox best-effort to run with weaker isolation"),
     ExitCode("EXIT_INTERRUPTED", EXIT_INTERRUPTED, ALL + (WORKER,),

@@ -206,9 +206,13 @@ class KernelReward:
         from tools.env import resolve_device
         from tools.evaluate import EvalOptions
 
+        from tools.sandbox import Sandbox
+
         resolve_device(config.device)  # ValueError now for a device this machine does not have
-        return EvalOptions(device=config.device, trials=config.trials, timing=config.timing,
-                           spares=max(1, config.spares), **config.eval_options)
+        options = EvalOptions(device=config.device, trials=config.trials, timing=config.timing,
+                              spares=max(1, config.spares), **config.eval_options)
+        Sandbox(options.sandbox)  # SandboxUnavailable now (the trainer's machine), not per completion
+        return options
 
     def _resolve(self, problem: str | Path) -> str:
         path = Path(problem)
