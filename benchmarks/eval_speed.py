@@ -1,6 +1,7 @@
-"""Seconds per candidate evaluation: ratchet's evaluator against a KernelBench-style path.
+"""Seconds per candidate evaluation: ratchet's evaluator against a KernelBench-style path, and
+against another checkout of ratchet (`--baseline DIR`, e.g. a `git worktree` of an earlier commit).
 
-    python benchmarks/eval_speed.py [--evals 3] [--only NAME] [--json OUT]
+    python benchmarks/eval_speed.py [--evals 3] [--only NAME] [--json OUT] [--baseline DIR]
 
 For each problem, both paths evaluate the same honest Triton candidate:
 - ratchet: one Evaluator per problem (reference worker, spare candidate worker: paid once per
@@ -12,7 +13,10 @@ For each problem, both paths evaluate the same honest Triton candidate:
   reference and candidate, builds both models, makes inputs on the CPU and copies them to the
   GPU, runs 5 correctness trials (allclose 1e-2), then times 100 calls (mean of CUDA events).
 It prints seconds per evaluation by phase for both, the ratio, and how well two ratchet
-evaluations of the same kernel agree on its median time. Needs a CUDA GPU.
+evaluations of the same kernel agree on its median time. With --baseline, the same ratchet
+measurements run again with the evaluator of DIR, in the same run, and it prints the steady-state
+ratio (this tree / DIR) per problem and the start of one candidate worker (spawn to ready; a
+confined worker in this tree) in both. Needs a CUDA GPU.
 """
 from __future__ import annotations
 
@@ -99,6 +103,32 @@ def run_kernelbench_style(name: str, device: str) -> dict[str, float]:
     return phases
 
 
+def run_ratchet_in(root: Path, name: str, device: str, evals: int, spares: int) -> dict:
+    """run_ratchet with the evaluator of another checkout, in a process of its own."""
+    out = subprocess.run([sys.executable, __file__, "--ratchet-one", name, "--tools-root", str(root), "--device", device,
+                          "--evals", str(evals), "--spares", str(spares)], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def worker_start(device: str, count: int = 5) -> list[float]:
+    """Seconds from spawning a candidate worker to its `ready` (CUDA context, torch, the
+    evaluator's own kernels; in this tree, inside its OS sandbox)."""
+    from tools.evaluate import EvalOptions, Evaluator
+
+    problem, _ = CASES["swish_scale"]
+    times = []
+    with Evaluator(problem, EvalOptions(device=device, trials=1, spares=0, warm=False)) as ev:
+        for _ in range(count):
+            t0 = time.perf_counter()
+            proc = ev._spawn("candidate")
+            ready = proc.wait_ready(ev.options.start_timeout)
+            times.append(time.perf_counter() - t0)
+            proc.close()
+            if ready.get("op") != "ready":
+                raise RuntimeError(f"worker did not start: {ready}")
+    return times
+
+
 def run_ratchet(name: str, device: str, evals: int, spares: int) -> dict:
     from tools.evaluate import EvalOptions, Evaluator
 
@@ -132,12 +162,25 @@ def main() -> None:
     parser.add_argument("--only", action="append", choices=sorted(CASES))
     parser.add_argument("--device", default="cuda:0")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--baseline", type=Path, help="another checkout of ratchet to measure side by side")
     parser.add_argument("--kb-one", help=argparse.SUPPRESS)
+    parser.add_argument("--ratchet-one", help=argparse.SUPPRESS)
+    parser.add_argument("--start-only", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--tools-root", type=Path, default=ROOT, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.kb_one:
         print(json.dumps(kernelbench_style(*CASES[args.kb_one], args.device)))
         return
-    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(args.tools_root))
+    if args.ratchet_one:
+        print(json.dumps(run_ratchet(args.ratchet_one, args.device, args.evals, args.spares), default=str))
+        return
+    if args.start_only:
+        print(json.dumps(worker_start(args.device)))
+        return
+    if args.baseline:
+        compare_baseline(args)
+        return
     report = {}
     rows = []
     for name in args.only or list(CASES):
@@ -164,6 +207,34 @@ def main() -> None:
         print(f"{name:<12} {kb_s:>10.2f} {first:>13.2f} {per:>9.2f} {ratio:>5.1f}x {spread:>6.2%}  "
               f"{last['median_ms']:.4g} ms (n={last['samples']}), {last['speedup_eager']:.2f}x eager, "
               f"{(last['speedup_compile'] or float('nan')):.2f}x compile, roofline {(last['roofline'] or 0):.0%}")
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2, default=str))
+
+
+def compare_baseline(args: argparse.Namespace) -> None:
+    """This tree against --baseline, interleaved problem by problem in one run."""
+    rows, report = [], {}
+    for name in args.only or list(CASES):
+        ours = run_ratchet_in(ROOT, name, args.device, args.evals, args.spares)
+        base = run_ratchet_in(args.baseline, name, args.device, args.evals, args.spares)
+        per = [sum(r["wall"] for r in (x["runs"][1:] or x["runs"])) / len(x["runs"][1:] or x["runs"]) for x in (ours, base)]
+        report[name] = {"this": ours, "baseline": base, "ratio": per[0] / per[1]}
+        rows.append((name, per[0], per[1], per[0] / per[1], ours["runs"][-1]["median_ms"], base["runs"][-1]["median_ms"]))
+        print(f"{name}: this tree per evaluation " + "; ".join(", ".join(f"{k} {v:.3f}" for k, v in r["phases"].items()) for r in ours["runs"]), flush=True)
+        print(f"{name}: baseline per evaluation " + "; ".join(", ".join(f"{k} {v:.3f}" for k, v in r["phases"].items()) for r in base["runs"]), flush=True)
+    starts = {}
+    for label, root in (("this", ROOT), ("baseline", args.baseline)):
+        out = subprocess.run([sys.executable, __file__, "--start-only", "--tools-root", str(root), "--device", args.device],
+                             capture_output=True, text=True, check=True)
+        starts[label] = json.loads(out.stdout.strip().splitlines()[-1])
+    report["worker_start"] = starts
+    print()
+    print(f"{'problem':<12} {'this s':>8} {'baseline s':>10} {'ratio':>6}  median ms this / baseline")
+    for name, ours_s, base_s, ratio, m1, m0 in rows:
+        print(f"{name:<12} {ours_s:>8.3f} {base_s:>10.3f} {ratio:>5.2f}x  {m1:.4g} / {m0:.4g}")
+    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    print(f"worker start (spawn to ready, s): this {mean(starts['this']):.2f} {['%.2f' % x for x in starts['this']]}, "
+          f"baseline {mean(starts['baseline']):.2f} {['%.2f' % x for x in starts['baseline']]}")
     if args.json:
         args.json.write_text(json.dumps(report, indent=2, default=str))
 

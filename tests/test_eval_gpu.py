@@ -35,10 +35,11 @@ def test_cuda_candidate_accepted_and_its_build_cached(gpu):
     assert_ok(first)
     assert first.kernel_launches == 1  # calls into the extension are counted as launches
     assert first.torch_ops == []
+    assert first.phases["cuda_build"] > 0  # nvcc ran in the build sandbox (no GPU, no candidate inputs)
     second = gpu.evaluate(source("cuda_ok"))  # a new worker, the same source: no second build
     assert_ok(second)
-    print(f"cuda_build: first {first.phases['cuda_build']:.2f}s, second {second.phases['cuda_build']:.2f}s")
-    assert second.phases["cuda_build"] < max(5.0, first.phases["cuda_build"] / 3)
+    print(f"cuda_build: first {first.phases['cuda_build']:.2f}s; second loaded in {second.phases['cuda_load']:.2f}s")
+    assert "cuda_build" not in second.phases
 
 
 def test_cuda_build_error_names_its_line(gpu):

@@ -33,6 +33,9 @@ def evaluators(cache_dir):
 HONEST = [
     ("elementwise", "elementwise_ok", "Model", []),  # scalar init argument, two inputs
     ("elementwise", "elementwise_stdlib_ok", "Model", []),  # dataclass, NamedTuple, enum, namedtuple
+    ("elementwise", "aligned_vector_ok", "Model", []),  # data_ptr() read only to test alignment
+    ("elementwise", "dunder_all_ok", "Model", []),  # a module-level __all__
+    ("elementwise", "autotuned_ok", "Model", []),  # @triton.autotune: every config runs on the CPU
     ("row_softmax", "row_softmax_ok", "Model", []),  # a row reduction; a single-op problem
     ("matmul", "matmul_ok", "Model", []),  # tl.dot in a single-op matmul problem
     ("linear_relu", "linear_relu_ok", "Model", []),  # parameters: the same seed, the same weights

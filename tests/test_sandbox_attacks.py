@@ -1,0 +1,171 @@
+"""Attacks on the evaluator from inside a candidate's process, with native code (a C++ extension
+built by load_inline, on the CPU) and with Python that switched the in-process hooks off. The
+static guard's rules against them are switched off here: what must hold is the operating
+system's confinement (tools/sandbox/). Each test asserts the verdict, and that nothing escaped
+(tests/helpers_escape.py): no file outside the sandbox, no surviving process, the shared caches
+unchanged.
+"""
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from helpers_escape import PROJECT, cache_changes, cache_state, files_named, marker, wait_for_no_survivors
+from helpers_eval import PROBLEMS, describe, failed, options, source
+from tools import Verdict
+from tools.evaluate import Evaluator
+from tools.sandbox import UID_BASE
+
+NATIVE_RULES = frozenset({"threads-processes", "network"})  # the guard's C++ token list would stop these first
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("ratchet-cache")
+
+
+@pytest.fixture
+def attack(tmp_path, cache_dir):
+    """attack(what, arg, candidate=..., rules=..., **options) -> Result, then the escape checks."""
+    token = marker()
+    before = cache_state(cache_dir)
+
+    def run(what: str, arg: str = "", candidate: str = "native_attacks", rules=NATIVE_RULES, **overrides):
+        problem = tmp_path / "attack_target.py"
+        text = (PROBLEMS / "attack_target.py").read_text()
+        problem.write_text(text.replace('return ["none", ""]', f"return [{what!r}, {arg!r}]"))
+        with Evaluator(problem, options(cache_dir, disabled_rules=rules, trials=1, **overrides)) as ev:
+            result = ev.evaluate(source(candidate))
+            run.evaluator_alive_after = ev.reference.alive()
+        return result
+
+    run.token = token
+    yield run
+    assert not files_named(token, [(Path("/tmp"), 2), (Path.home(), 2), (PROJECT, -1), (cache_dir, -1)]), "a file escaped the sandbox"
+    assert not wait_for_no_survivors(token), "a process outlived the evaluation"
+    assert not cache_changes(before, cache_state(cache_dir)), "the shared cache changed"
+
+
+def report(result) -> str:
+    assert "attack report: " in result.message, describe(result)
+    return result.message.rsplit("attack report: ", 1)[1].strip()
+
+
+def test_secrets_are_out_of_reach(attack, monkeypatch):
+    """The evaluator's environment holds an API key; the candidate reads every environment and
+    command line it can see in /proc (its own included): none holds it."""
+    secret = f"sk-{attack.token}"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    monkeypatch.setenv("RATCHET_TEST_TOKEN", secret)
+    result = attack("secrets", secret)
+    assert result.verdict is Verdict.RUNTIME_ERROR, describe(result)
+    assert report(result).startswith("ok:secret found in none among"), describe(result)
+    assert secret not in result.message
+
+
+@pytest.mark.parametrize("where", ["tmp", "home", "project", "cache"])
+def test_writes_land_nowhere_outside_the_sandbox(attack, cache_dir, where):
+    """/tmp is the sandbox's own (the write succeeds there and vanishes with it); the user's home
+    and the caches are not there at all; the evaluator's code is read-only."""
+    target = {"tmp": Path("/tmp"), "home": Path.home(), "project": PROJECT / "tools", "cache": cache_dir}[where]
+    result = attack("write", str(target / attack.token))
+    assert result.verdict is Verdict.RUNTIME_ERROR, describe(result)
+    seen = report(result)
+    if where == "tmp":
+        assert seen.startswith("ok:wrote"), seen  # into its private tmpfs
+    else:
+        assert seen.startswith("err:open:"), seen
+
+
+def test_no_shell_in_the_run_sandbox(attack):
+    result = attack("exec", "/bin/sh")
+    assert result.verdict is Verdict.RUNTIME_ERROR, describe(result)
+    assert report(result) == "ok:exec exit status 113", describe(result)  # 100 + EACCES: landlock
+
+
+def test_a_daemon_dies_with_the_evaluation(attack):
+    """A grandchild in a session of its own, named after the marker: gone when the evaluation
+    ends (the pid namespace dies whole); the candidate itself is honest otherwise."""
+    result = attack("daemon", attack.token[:15])
+    assert result.verdict is Verdict.OK, describe(result)
+
+
+def test_signals_reach_only_the_sandbox(attack):
+    """kill(-1, SIGKILL) signals every process the caller may: in its pid namespace there is none
+    but its own init (which kill(-1) spares)."""
+    result = attack("killall")
+    assert result.verdict is Verdict.RUNTIME_ERROR, describe(result)
+    assert report(result) == "err:kill:No such process", describe(result)
+    assert attack.evaluator_alive_after  # the reference worker, outside the sandbox, was not touched
+
+
+@pytest.mark.parametrize("what", ["ptrace", "vmread"])
+def test_reading_another_process_is_killed_from_outside(attack, what):
+    """ptrace and process_vm_readv kill the process (seccomp): a fact the parent sees whatever
+    the candidate hides in its process."""
+    result = attack(what)
+    assert result.verdict is Verdict.REJECTED, describe(result)
+    assert "system-call filter" in result.message and "worker" in failed(result), describe(result)
+
+
+def test_no_network(attack):
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+        server.setblocking(False)
+        result = attack("connect", str(server.getsockname()[1]))
+        with pytest.raises(BlockingIOError):
+            server.accept()  # nobody connected
+    assert result.verdict is Verdict.RUNTIME_ERROR, describe(result)
+    assert report(result).startswith("err:socket:"), describe(result)
+
+
+def test_a_fork_bomb_is_bounded(attack):
+    result = attack("forkbomb", max_processes=128)
+    assert result.verdict in (Verdict.RUNTIME_ERROR, Verdict.CRASHED, Verdict.TIMEOUT), describe(result)
+    if result.verdict is Verdict.RUNTIME_ERROR:
+        forked = int(report(result).rsplit(" ", 1)[1])
+        assert forked < 128, describe(result)
+
+
+def test_the_scratch_disk_is_capped(attack):
+    result = attack("fill", f"/tmp/{attack.token}-fill", scratch_mb=16)
+    assert result.verdict is Verdict.RUNTIME_ERROR, describe(result)
+    seen = report(result)
+    assert "No space left on device" in seen and int(seen.split(" after ")[1].split()[0]) <= 16, seen
+
+
+def test_build_flags_are_never_shell_code(attack):
+    """-DRATCHET_MARK=$(echo 42) and a backtick flag reach the compiler as they are: ninja runs
+    every build step through /bin/sh, and an unquoted flag would have run `echo`."""
+    result = attack("mark")
+    assert report(result) == "ok:mark=$(echo 42) tick=`echo 7`", describe(result)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a root evaluator's workers drop to an unprivileged uid")
+def test_a_root_evaluator_runs_candidates_unprivileged(attack):
+    seen = report(attack("uid"))
+    assert int(seen.split("=")[1]) >= UID_BASE, seen
+
+
+def test_a_laundered_process_start_is_rejected(attack):
+    """os.system called from torch's frame (torch.no_grad() as a decorator): refused whoever calls."""
+    result = attack("none", candidate="laundered_system", rules=frozenset({"threads-processes"}))
+    assert result.verdict is Verdict.REJECTED, describe(result)
+    assert "sandbox:threads-processes" in failed(result) and "os.system" in result.message, describe(result)
+
+
+def test_hooks_switched_off_still_leave_no_shell(attack):
+    result = attack("none", candidate="disarm_then_shell", rules=frozenset({"dunder", "import", "threads-processes"}))
+    assert result.verdict is Verdict.RUNTIME_ERROR, describe(result)
+    assert report(result) == "hooks off, shell exit status 127", describe(result)  # the shell could not start
+
+
+def test_inputs_cannot_be_known_ahead(attack):
+    """The problem's file never runs in the candidate's process, and the global RNG it finds says
+    nothing about its inputs."""
+    result = attack("none", candidate="predict_inputs", rules=frozenset({"import"}))
+    assert report(result) == "problem modules []; predicted False", describe(result)
