@@ -73,6 +73,7 @@ class Evaluator:
     def __init__(self, problem_path: Path | str, options: EvalOptions | None = None, entry: str = "Model") -> None:
         self.options = options or EvalOptions()
         self.device = resolve_device(self.options.device)
+        self.device_index = int(self.device.split(":")[1]) if self.device.startswith("cuda:") else 0
         self.problem: ProblemInfo = read_problem(Path(problem_path), entry)
         self.sandbox = Sandbox(self.options.sandbox, tmp_mb=self.options.scratch_mb,
                                max_processes=self.options.max_processes)  # SandboxUnavailable: refuse now
@@ -167,7 +168,8 @@ class Evaluator:
         if files:
             config["files"] = files[0]
         return WorkerProcess(config, launch=launch, cwd=self.root, log=scratch / "output.log", limits=limits,
-                             cuda=device.startswith("cuda"), payload=files[1] if files else b"")
+                             cuda=device.startswith("cuda"), device_index=self.device_index,
+                             payload=files[1] if files else b"")
 
     def _start(self, proc: WorkerProcess) -> None:
         ready = proc.wait_ready(self.options.start_timeout)

@@ -10,6 +10,7 @@ import resource
 import secrets
 import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -41,19 +42,22 @@ class Limits:
 
 
 class WorkerProcess:
-    def __init__(self, config: dict[str, Any], *, launch: Callable[[tuple[int, int]], Launch], cwd: Path,
-                 log: Path, limits: Limits, cuda: bool, payload: bytes = b"") -> None:
+    def __init__(self, config: dict[str, Any], *, launch: Callable[[tuple[int, ...]], Launch], cwd: Path,
+                 log: Path, limits: Limits, cuda: bool, device_index: int = 0, payload: bytes = b"") -> None:
         to_child_r, self._to_child = os.pipe()
         self._from_child, from_child_w = os.pipe()
+        self._memory, child_memory = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)  # device memory as fds
         self.log = log
         self.limits = limits
         self.cuda = cuda
-        plan = launch((to_child_r, from_child_w))
+        self.device_index = device_index
+        plan = launch((to_child_r, from_child_w, child_memory.fileno()))
         self.wrapped = plan.argv[0] != sys.executable  # bwrap reports a signal death as 128 + signal
         try:
             with open(log, "wb") as out:
                 self.proc = subprocess.Popen(
-                    plan.argv, pass_fds=(to_child_r, from_child_w, *plan.pass_fds), stdin=subprocess.DEVNULL,
+                    plan.argv, pass_fds=(to_child_r, from_child_w, child_memory.fileno(), *plan.pass_fds),
+                    stdin=subprocess.DEVNULL,
                     stdout=out, stderr=subprocess.STDOUT, cwd=cwd, env=plan.env, start_new_session=True,
                     user=plan.user, group=plan.user, extra_groups=[] if plan.user is not None else None,
                     preexec_fn=self._set_limits,
@@ -61,6 +65,7 @@ class WorkerProcess:
         finally:
             for fd in (to_child_r, from_child_w, *plan.close_after):
                 os.close(fd)
+            child_memory.close()
         self.reader = FrameReader(self._from_child)
         self.arena: Any = None  # our mapping of the worker's exchange buffer (CUDA)
         self.input_arena: Any = None  # our mapping of the buffer we write the worker's inputs into (CUDA)
@@ -119,8 +124,22 @@ class WorkerProcess:
 
         if header.get("arena"):
             self.arena = None
-            self.arena = open_arena(header["arena"])
+            self.arena = open_arena(header["arena"], self._receive_fd(), self.device_index)
         return self.arena
+
+    def _receive_fd(self, timeout: float = 30.0) -> int:
+        """The memory handle a reply announced, from the worker's socket (sent before the reply)."""
+        if not select.select([self._memory], [], [], timeout)[0]:
+            raise WorkerGone("rejected", "the worker announced device memory but sent no handle for it")
+        try:
+            _, fds, _, _ = socket.recv_fds(self._memory, 1, 4)
+        except OSError as exc:
+            raise WorkerGone("crashed", f"the worker's memory socket failed ({exc})") from None
+        for extra in fds[1:]:
+            os.close(extra)
+        if not fds:
+            raise WorkerGone("rejected", "the worker announced device memory but sent no handle for it")
+        return fds[0]
 
     def outputs(self, header: dict[str, Any], payload: bytes) -> Any:
         """The value tree of a reply. CUDA tensors are views into the worker's arena, valid
@@ -143,7 +162,7 @@ class WorkerProcess:
                 raise WorkerGone("rejected", "the worker answered the request for an input arena with something else")
             self.input_arena = None
             try:
-                self.input_arena = open_arena(header["arena"])
+                self.input_arena = open_arena(header["arena"], self._receive_fd(), self.device_index)
             except (TransportError, RuntimeError, KeyError, TypeError, ValueError) as exc:
                 raise WorkerGone("rejected", f"the worker's input arena could not be mapped ({exc})") from None
         return self.input_arena
@@ -231,6 +250,7 @@ class WorkerProcess:
             except OSError:
                 pass
         self._to_child = self._from_child = -1
+        self._memory.close()
 
     def close(self) -> None:
         """Ask the worker to exit; kill it if it does not."""
@@ -299,7 +319,9 @@ def _children(pid: int) -> list[int]:
 
 def plain_launch(env: dict[str, str]) -> Callable[[tuple[int, int]], Launch]:
     """An unconfined worker (the reference: the user's own problem code, trusted)."""
-    return lambda fds: Launch(argv=[sys.executable, "-m", "tools.worker", str(fds[0]), str(fds[1])], env=env)
+    from tools.sandbox.bwrap import python_command
+
+    return lambda fds: Launch(argv=python_command(fds), env=env)
 
 
 def worker_env(device: str, extra: dict[str, str]) -> dict[str, str]:

@@ -2,15 +2,15 @@
 
 A worker encodes a Python value into a JSON tree plus raw bytes. CPU tensors travel as raw
 bytes in the frame's payload. CUDA tensors are copied (device to device) into the worker's
-exchange arena: one buffer per worker, shared with the parent once through CUDA IPC and
-mapped there once, so multi-GB outputs never leave the GPU and no per-tensor IPC reference
-counting is involved (torch keeps every block it shares until the consumer's release is seen,
-which in practice leaked each shared output). The parent reads views into the arena until its
-next request. It decodes only what this module defines, so a hostile worker can send wrong
-data but cannot run code in the parent.
+exchange arena: one buffer per worker, shared with the parent once as a file descriptor
+(tools/cuda_vmm.py, sent over the worker's Unix socket) and mapped there once, so multi-GB
+outputs never leave the GPU and nothing depends on the sandbox's namespaces. The parent reads
+views into the arena until its next request. It decodes only what this module defines, so a
+hostile worker can send wrong data but cannot run code in the parent.
 """
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -40,12 +40,14 @@ ALIGN = 256
 
 
 class Arena:
-    """The worker's side of the exchange buffer for CUDA tensors."""
+    """A worker's side of an exchange buffer for CUDA tensors. `fd` (the allocation, to send to
+    the parent) is closed by whoever sends it."""
 
     def __init__(self, device: torch.device, nbytes: int) -> None:
-        self.buf = torch.empty(max(nbytes, ALIGN), dtype=torch.uint8, device=device)
-        self.descriptor = _share_cuda(self.buf)
-        self.descriptor["nbytes"] = self.buf.numel()
+        from tools.cuda_vmm import create
+
+        self.buf, self.fd = create(device.index or 0, max(nbytes, ALIGN))
+        self.descriptor = {"nbytes": self.buf.numel(), "fd": True}
         self.used = 0
 
     def put(self, t: torch.Tensor) -> list[int] | None:
@@ -128,29 +130,19 @@ def encode(value: Any, arena: Arena | None = None) -> tuple[dict[str, Any], byte
     return enc(value), bytes(payload)
 
 
-def _share_cuda(t: torch.Tensor) -> dict[str, Any]:
-    storage = t.untyped_storage()
-    (device, handle, size_bytes, offset_bytes, rc_handle, rc_offset, ev_handle, ev_sync) = (
-        storage._share_cuda_()
-    )
-    return {
-        "device": device,
-        "handle": handle.hex() if handle else None,
-        "size_bytes": size_bytes,
-        "offset_bytes": offset_bytes,
-        "rc_handle": rc_handle.hex() if rc_handle else None,
-        "rc_offset": rc_offset,
-        "ev_handle": ev_handle.hex() if ev_handle else None,
-        "ev_sync": bool(ev_sync),
-        "storage_offset": t.storage_offset(),
-        "stride": list(t.stride()),
-    }
+def open_arena(descriptor: dict[str, Any], fd: int, device: int) -> torch.Tensor:
+    """The parent's mapping of a worker's arena (a flat uint8 CUDA tensor), from the allocation
+    the worker sent as `fd` (closed here)."""
+    from tools.cuda_vmm import VmmError, import_fd
 
-
-def open_arena(descriptor: dict[str, Any]) -> torch.Tensor:
-    """The parent's mapping of a worker's arena (a flat uint8 CUDA tensor)."""
-    n = int(descriptor["nbytes"])
-    return _open_cuda({**descriptor, "storage_offset": 0, "stride": [1]}, torch.uint8, [n], n)
+    n = descriptor.get("nbytes")
+    if not isinstance(n, int) or n <= 0:
+        os.close(fd)
+        raise TransportError("bad arena size")
+    try:
+        return import_fd(device, fd, n)
+    except VmmError as exc:
+        raise TransportError(f"the worker's memory could not be mapped ({exc})") from None
 
 
 def decode(tree: dict[str, Any], payload: bytes, arena: torch.Tensor | None = None) -> Any:
@@ -264,24 +256,6 @@ def _decode_flat(node: dict[str, Any], buf: bytearray, arena: torch.Tensor | Non
         return torch.empty(shape, dtype=dtype)
     raw = torch.frombuffer(buf, dtype=torch.uint8, count=length, offset=start)
     return raw.view(dtype).reshape(shape).clone()
-
-
-def _open_cuda(ipc: dict[str, Any], dtype: torch.dtype, shape: list[int], numel: int) -> torch.Tensor:
-    from torch.multiprocessing.reductions import rebuild_cuda_tensor
-
-    device = ipc.get("device")
-    if numel == 0 or not ipc.get("handle"):
-        return torch.empty(shape, dtype=dtype, device=f"cuda:{device}")
-    stride = ipc.get("stride")
-    if not isinstance(stride, list) or len(stride) != len(shape):
-        raise TransportError("bad stride")
-    return rebuild_cuda_tensor(
-        torch.Tensor, tuple(shape), tuple(stride), int(ipc["storage_offset"]), torch.UntypedStorage,
-        dtype, int(device), bytes.fromhex(ipc["handle"]), int(ipc["size_bytes"]),
-        int(ipc["offset_bytes"]), False,
-        bytes.fromhex(ipc["rc_handle"]) if ipc.get("rc_handle") else None, int(ipc["rc_offset"]),
-        bytes.fromhex(ipc["ev_handle"]) if ipc.get("ev_handle") else None, bool(ipc["ev_sync"]),
-    )
 
 
 def tensor_nodes(tree: dict[str, Any]) -> list[dict[str, Any]]:

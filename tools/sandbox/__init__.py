@@ -78,7 +78,7 @@ class Sandbox:
             used.append("unprivileged-uid")
         return {"mode": self.mode, "mechanisms": used, "missing": list(m.missing)}
 
-    def launch(self, fds: tuple[int, int], *, scratch: Path, profile: str, device: str, gpu: bool,
+    def launch(self, fds: tuple[int, ...], *, scratch: Path, profile: str, device: str, gpu: bool,
                extra_env: dict[str, str]) -> Launch:
         """The command, environment and self-confinement of one worker of `profile`."""
         m = self.mechanisms

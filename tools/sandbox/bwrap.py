@@ -109,5 +109,6 @@ def describe(a: list[str]) -> str:
     return " ".join(shlex.quote(x) for x in a)
 
 
-def python_command(fds: tuple[int, int]) -> list[str]:
-    return [sys.executable, "-m", "tools.worker", str(fds[0]), str(fds[1])]
+def python_command(fds: tuple[int, ...]) -> list[str]:
+    """`python -m tools.worker REQUESTS REPLIES MEMORY`: two pipes and the socket for memory handles."""
+    return [sys.executable, "-m", "tools.worker", *(str(fd) for fd in fds)]

@@ -102,9 +102,25 @@ def python_dirs() -> list[Path]:
     return _outermost([*real, *_existing(dirs)])
 
 
+@functools.lru_cache(maxsize=1)
+def compiler_prefixes() -> list[Path]:
+    """Installations of the C/C++ compiler outside /usr that the evaluator's own environment uses
+    ($CC, $CXX, or cc/c++ on its PATH; e.g. /opt/gcc): shown and executable in the sandbox."""
+    found: list[Path] = []
+    for name in (os.environ.get("CC"), os.environ.get("CXX"), "cc", "gcc", "c++", "g++"):
+        exe = shutil.which(name) if name else None
+        if not exe:
+            continue
+        real = Path(exe).resolve()
+        prefix = real.parent.parent if real.parent.name == "bin" else real.parent
+        if not str(real).startswith("/usr/") and prefix != Path("/") and prefix not in found:
+            found.append(prefix)
+    return found
+
+
 def readable_dirs(extra: list[Path] | None = None) -> list[Path]:
     """Directories bound read-only into the sandbox (besides the system ones and /etc files)."""
-    dirs = python_dirs() + [PROJECT_ROOT / "tools"]
+    dirs = python_dirs() + [PROJECT_ROOT / "tools"] + compiler_prefixes()
     home = cuda_home()
     if home is not None and not str(home).startswith("/usr/"):
         dirs.append(home)
@@ -146,7 +162,7 @@ def _is_script(path: Path) -> bool:
 
 def tool_path() -> list[str]:
     """PATH inside the sandbox: the interpreter's bin, the CUDA toolkit's, then the system's."""
-    dirs = [str(Path(sys.executable).parent)]
+    dirs = [str(Path(sys.executable).parent)] + [str(p / "bin") for p in compiler_prefixes()]
     home = cuda_home()
     if home is not None:
         dirs.append(str(home / "bin"))
@@ -157,7 +173,7 @@ def tool_path() -> list[str]:
 def executables(profile: str) -> list[Path]:
     """Files and directories a worker of `profile` ("run" or "build") may execute."""
     paths: list[Path] = [Path(p).resolve() for p in LOADERS if Path(p).exists()]
-    paths += _existing(GCC_DIRS)
+    paths += _existing(GCC_DIRS) + compiler_prefixes()
     for name in RUN_TOOLS:
         paths += _tool(name)
     paths += triton_bins()

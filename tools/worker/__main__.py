@@ -8,6 +8,8 @@ violations the Python-level hooks saw.
 """
 from __future__ import annotations
 
+import os
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,9 +17,11 @@ from typing import Any
 from tools.protocol import FrameReader, write_frame
 
 
-def serve(in_fd: int, out_fd: int) -> None:
+def serve(in_fd: int, out_fd: int, memory_fd: int) -> None:
     reader = FrameReader(in_fd)
     config, files = reader.read()
+    config["memory_fd"] = memory_fd
+    memory = socket.socket(fileno=memory_fd)  # device memory handles go to the parent over it
     try:
         from tools.worker import confine
 
@@ -44,6 +48,10 @@ def serve(in_fd: int, out_fd: int) -> None:
         reply, data = _answer(worker, handlers, op, msg, payload)
         reply["nonce"] = msg.get("nonce")
         reply["violations"] = violations()
+        for fd in worker.outgoing:  # before the reply: the parent reads the handle once the reply says so
+            socket.send_fds(memory, [b"m"], [fd])
+            os.close(fd)
+        worker.outgoing.clear()
         write_frame(out_fd, reply, data)
 
 
@@ -71,4 +79,4 @@ def _answer(worker, handlers, op, msg, payload) -> tuple[dict[str, Any], bytes]:
 
 
 if __name__ == "__main__":
-    serve(int(sys.argv[1]), int(sys.argv[2]))
+    serve(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))

@@ -34,7 +34,7 @@ class CandidateWorker(Worker):
         self.build_only = config.get("profile") == "build"
         self.hooks = Sandbox(scratch=self.scratch, writable=[Path(p) for p in config["writable"]],
                              hidden=[Path(p) for p in config.get("hidden", [])], toolchains=toolchain_dirs(),
-                             executables=tuple(config.get("executables", ())))
+                             executables=tuple(config.get("executables", ())), own_sockets=(config["memory_fd"],))
         self.input_arena: Any = None  # where the parent writes this worker's inputs (CUDA)
         self.builder: Any = None
         if not self.build_only:
@@ -107,10 +107,9 @@ class CandidateWorker(Worker):
         """A buffer of at least msg["bytes"] for the parent to write input sets into."""
         from tools.transport import Arena
 
-        need = int(msg["bytes"])
-        if self.input_arena is None or self.input_arena.buf.numel() < need:
-            self.input_arena = None
-            self.input_arena = Arena(self.device, need)
+        self.input_arena = None  # the parent asks only when it needs more room
+        self.input_arena = Arena(self.device, int(msg["bytes"]))
+        self.outgoing.append(self.input_arena.fd)
         return {"op": "input_arena", "arena": self.input_arena.descriptor}, b""
 
     def _inputs(self, tree: dict[str, Any], payload: bytes) -> Any:

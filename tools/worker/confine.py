@@ -5,7 +5,7 @@ torch is imported (so the process still has one thread: landlock restricts the c
 and the threads and processes it creates later, never the others). What it applies comes from
 the trusted parent (tools/sandbox/): resource limits, then a landlock ruleset under which the
 process may execute only the profile's toolchain and write only below its scratch, /tmp,
-/dev/shm and the device nodes. Neither can be undone by the process later.
+/dev/shm, the device nodes and its own /proc entry. Neither can be undone by the process later.
 """
 from __future__ import annotations
 
@@ -49,7 +49,9 @@ def _restrict(writable: list[str], executable: list[str], devices: list[str]) ->
     for path in writable:
         ruleset.allow(path, rules=changes)
     file_rights = FSAccess.WRITE_FILE | (FSAccess.TRUNCATE if abi >= 3 else 0)
-    for path in devices:
+    # its own /proc/<pid> (resolved now, from /proc/self): CUDA names its threads through
+    # /proc/self/task/<tid>/comm and fails to start when it cannot
+    for path in [*devices, "/proc/self"]:
         ruleset.allow(path, rules=file_rights)
     for path in executable:
         ruleset.allow(path, rules=FSAccess.EXECUTE)

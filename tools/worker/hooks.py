@@ -48,6 +48,7 @@ class Sandbox:
     hidden: list[Path]  # the evaluator's private dirs: not even readable
     toolchains: tuple[str, ...] = ()  # package dirs (torch, triton): their frames are not the candidate's
     executables: tuple[str, ...] = ()  # files, or directories below which, a process may start
+    own_sockets: tuple[int, ...] = ()  # the worker's own socket to the parent (device memory handles)
     violations: list[str] = field(default_factory=list)
     armed: bool = False
     _tripwires: dict[str, Any] = field(default_factory=dict)
@@ -153,7 +154,8 @@ class Sandbox:
         if event == "open":
             self._check_open(args)
         elif event.startswith(NETWORK_EVENTS):
-            self._refuse("network", f"network access ({event})")
+            if not (event == "socket.sendmsg" and _fileno(args[0]) in self.own_sockets):
+                self._refuse("network", f"network access ({event})")
         elif event.startswith(PROCESS_EVENTS):
             self._check_process(event, args)
         elif event.startswith("ctypes."):
@@ -310,3 +312,10 @@ def toolchain_dirs() -> tuple[str, ...]:
     import triton
 
     return (str(Path(triton.__file__).parent), str(Path(torch.__file__).parent))
+
+
+def _fileno(sock: Any) -> int:
+    try:
+        return int(sock.fileno())
+    except (AttributeError, OSError, TypeError, ValueError):
+        return -1

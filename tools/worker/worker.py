@@ -41,6 +41,7 @@ class Worker:
         self.model: Any = None
         self.source_name: str | None = None
         self.arena: Any = None  # the exchange buffer for CUDA outputs (tools.transport.Arena)
+        self.outgoing: list[int] = []  # memory handles (fds) to send the parent before the next reply
         self.timer: Any = None
         self.warmed: set[str] = set()  # functions given the full timing warm-up in this process
 
@@ -63,6 +64,7 @@ class Worker:
         if self.arena is None or self.arena.buf.numel() < need:
             self.arena = None  # the old one may stay mapped by the parent; this worker is short-lived
             self.arena = Arena(self.device, need)
+            self.outgoing.append(self.arena.fd)
             fresh = self.arena.descriptor
         tree, payload = encode(value, self.arena)
         synchronize(self.device)  # the copies are done before the parent reads them
