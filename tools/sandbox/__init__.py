@@ -83,7 +83,7 @@ class Sandbox:
         """The command, environment and self-confinement of one worker of `profile`."""
         m = self.mechanisms
         command = bw.python_command(fds)
-        env = candidate_env(device, scratch, extra_env)
+        env = candidate_env(device, scratch, profile, extra_env)
         uid = UID_BASE + (os.getpid() % 20_000) * 100 + next(_uids) % 100 if m.root else None
         writable = [str(scratch), "/dev/shm"] + (["/tmp"] if m.bwrap else [])
         confine: dict[str, Any] = {"rlimits": dict(self.rlimits)}

@@ -12,8 +12,9 @@ from pathlib import Path
 
 from tools.sandbox import paths
 
-PASS_THROUGH = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "LD_LIBRARY_PATH", "CC", "CXX", "TRITON_PTXAS_PATH",
+PASS_THROUGH = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "LD_LIBRARY_PATH", "TRITON_PTXAS_PATH",
                 "TRITON_CUOBJDUMP_PATH", "TRITON_NVDISASM_PATH", "NVIDIA_TF32_OVERRIDE")
+BUILD_PASS_THROUGH = ("CC", "CXX", "CUDAHOSTCXX", "NVCC_CCBIN", "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS")
 SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL", "AUTH", "COOKIE", "SESSION")
 
 
@@ -23,7 +24,10 @@ def secret(name: str) -> bool:
     return upper.startswith("OPENAI_") or any(w in upper for w in SECRET_WORDS)
 
 
-def candidate_env(device: str, scratch: Path, extra: dict[str, str]) -> dict[str, str]:
+def candidate_env(device: str, scratch: Path, profile: str, extra: dict[str, str]) -> dict[str, str]:
+    """The environment of a confined worker of `profile` ("run" or "build"). A build uses the
+    user's compilers ($CC, $CXX, $CUDAHOSTCXX: torch's C++ ABI); a run needs a C compiler only for
+    Triton's launchers, and gets the system's (paths.launcher_cc) when there is one."""
     env = {
         "PATH": os.pathsep.join(paths.tool_path()),
         "HOME": str(scratch),
@@ -45,7 +49,10 @@ def candidate_env(device: str, scratch: Path, extra: dict[str, str]) -> dict[str
         env["TRITON_LIBCUDA_PATH"] = str(lib)
     if device == "cpu":
         env["TRITON_INTERPRET"] = "1"
-    wanted = list(PASS_THROUGH) + [n.strip() for n in os.environ.get("RATCHET_SANDBOX_ENV", "").split(",") if n.strip()]
+    if profile == "run" and paths.launcher_cc() is not None:
+        env["CC"] = str(paths.launcher_cc())
+    wanted = list(PASS_THROUGH) + (list(BUILD_PASS_THROUGH) if profile == "build" else ["CC"] if "CC" not in env else [])
+    wanted += [n.strip() for n in os.environ.get("RATCHET_SANDBOX_ENV", "").split(",") if n.strip()]
     for name in wanted:
         if name in os.environ and not secret(name):
             env[name] = os.environ[name]

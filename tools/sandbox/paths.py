@@ -118,6 +118,17 @@ def compiler_prefixes() -> list[Path]:
     return found
 
 
+@functools.lru_cache(maxsize=1)
+def launcher_cc() -> Path | None:
+    """The system's C compiler (an ELF binary under /usr), for Triton's launchers in a run
+    sandbox; None when there is none (then $CC, and the interpreter of a script $CC, are used)."""
+    for name in ("cc", "gcc", "clang"):
+        exe = shutil.which(name, path="/usr/bin:/bin")
+        if exe and not _is_script(Path(exe).resolve()):
+            return Path(exe)
+    return None
+
+
 def readable_dirs(extra: list[Path] | None = None) -> list[Path]:
     """Directories bound read-only into the sandbox (besides the system ones and /etc files)."""
     dirs = python_dirs() + [PROJECT_ROOT / "tools"] + compiler_prefixes()
@@ -152,6 +163,24 @@ def _tool(name: str) -> list[Path]:
     return paths
 
 
+def _interpreter(path: Path) -> list[Path]:
+    """The interpreter named on a script's #! line (and /usr/bin/env's target), else nothing."""
+    try:
+        with open(path, "rb") as f:
+            line = f.readline(256).decode(errors="replace")
+    except OSError:
+        return []
+    if not line.startswith("#!"):
+        return []
+    words = line[2:].split()
+    if not words:
+        return []
+    found = [Path(words[0]).resolve()]
+    if Path(words[0]).name == "env" and len(words) > 1 and shutil.which(words[1]):
+        found.append(Path(shutil.which(words[1]) or words[1]).resolve())
+    return found
+
+
 def _is_script(path: Path) -> bool:
     try:
         with open(path, "rb") as f:
@@ -176,6 +205,9 @@ def executables(profile: str) -> list[Path]:
     paths += _existing(GCC_DIRS) + compiler_prefixes()
     for name in RUN_TOOLS:
         paths += _tool(name)
+    cc = os.environ.get("CC")
+    if launcher_cc() is None and cc and shutil.which(cc):  # the user's $CC serves the launchers: a script needs its interpreter
+        paths += _interpreter(Path(shutil.which(cc) or cc).resolve())
     paths += triton_bins()
     if profile == "build":
         for name in BUILD_TOOLS:
