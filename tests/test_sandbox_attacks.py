@@ -17,7 +17,7 @@ from helpers_escape import PROJECT, cache_changes, cache_state, files_named, mar
 from helpers_eval import PROBLEMS, describe, failed, options, source
 from tools import Verdict
 from tools.evaluate import Evaluator
-from tools.sandbox import UID_BASE
+from tools.sandbox import UID_BASE, paths
 
 NATIVE_RULES = frozenset({"threads-processes", "network"})  # the guard's C++ token list would stop these first
 
@@ -169,3 +169,13 @@ def test_inputs_cannot_be_known_ahead(attack):
     nothing about its inputs."""
     result = attack("none", candidate="predict_inputs", rules=frozenset({"import"}))
     assert report(result) == "problem modules []; predicted False", describe(result)
+
+
+def test_the_run_sandbox_runs_the_toolchain_triton_needs(attack):
+    """The honest side of the exec allowlist: Triton's ptxas and the C compiler (its launchers)
+    run (a shell does not: test_no_shell_in_the_run_sandbox)."""
+    ptxas = next(iter(b / "ptxas" for b in paths.triton_bins() if (b / "ptxas").exists()), None)
+    if ptxas is None:
+        pytest.skip("this triton has no bundled ptxas")
+    result = attack("none", str(ptxas), candidate="toolchain_probe", rules=frozenset({"import", "file-io", "threads-processes", "own-kernel"}))
+    assert report(result) == "ptxas 0 cc 0", describe(result)

@@ -63,19 +63,27 @@ def cuda_home() -> Path | None:
 
 @functools.lru_cache(maxsize=1)
 def libcuda_dir() -> Path | None:
-    """Where the driver's libcuda.so lives (Triton links its launcher against it): told to
-    Triton through TRITON_LIBCUDA_PATH, so it need not run ldconfig inside the sandbox."""
-    import ctypes.util
+    """Where the driver's libcuda.so.1 lives, found as Triton finds it (ldconfig, then
+    LD_LIBRARY_PATH): told to Triton through TRITON_LIBCUDA_PATH, so that it need not run
+    ldconfig inside the sandbox."""
+    import subprocess
 
     if os.environ.get("TRITON_LIBCUDA_PATH"):
         return Path(os.environ["TRITON_LIBCUDA_PATH"])
-    candidates = ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib/wsl/lib", "/usr/local/nvidia/lib64",
-                  "/usr/lib/aarch64-linux-gnu"]
-    for d in candidates:
-        if (Path(d) / "libcuda.so.1").exists() or (Path(d) / "libcuda.so").exists():
+    for ldconfig in ("/sbin/ldconfig", "/usr/sbin/ldconfig"):
+        if os.path.exists(ldconfig):
+            try:
+                out = subprocess.run([ldconfig, "-p"], capture_output=True, text=True, timeout=30).stdout
+            except (OSError, subprocess.SubprocessError):
+                break
+            for line in out.splitlines():
+                if "libcuda.so.1" in line and "=>" in line:
+                    return Path(line.split("=>")[-1].strip()).parent
+            break
+    for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep):
+        if d and (Path(d) / "libcuda.so.1").exists():
             return Path(d)
-    name = ctypes.util.find_library("cuda")
-    return Path(name).parent if name and os.path.isabs(name) else None
+    return None
 
 
 def python_dirs() -> list[Path]:
@@ -220,9 +228,14 @@ def executables(profile: str) -> list[Path]:
 
 def triton_bins() -> list[Path]:
     """Triton's bundled ptxas, cuobjdump and nvdisasm (found without importing triton)."""
-    for base in python_dirs():
-        backends = base / "triton" / "backends"
-        if backends.is_dir():
-            return [b.resolve() for b in backends.glob("*/bin") if b.is_dir()]
-    ptxas = os.environ.get("TRITON_PTXAS_PATH")
-    return [Path(ptxas).resolve()] if ptxas and Path(ptxas).exists() else []
+    import importlib.util
+
+    found: list[Path] = []
+    spec = importlib.util.find_spec("triton")
+    if spec is not None and spec.origin:
+        backends = Path(spec.origin).parent / "backends"
+        found += [b.resolve() for b in backends.glob("*/bin") if b.is_dir()]
+    for name in ("TRITON_PTXAS_PATH", "TRITON_CUOBJDUMP_PATH", "TRITON_NVDISASM_PATH"):
+        if os.environ.get(name) and Path(os.environ[name]).exists():
+            found.append(Path(os.environ[name]).resolve())
+    return found
