@@ -83,6 +83,9 @@ def measure(ev: "Evaluator", worker: WorkerProcess, result: Result) -> None:
         calls = [p.call(n + i) for i in range(p.block)]
         candidate_timed = not collectors["candidate"].done()
         replies = {}
+        # the candidate's sets are written first: feeding uses the reference worker, whose arena
+        # must not change between its timed reply and the verification below
+        fed = _fed(ev, worker, calls, p.call(10**9)[1] if "candidate" in unwarmed else None) if candidate_timed else {}
         for arm in block_order(block, tuple(arms)):
             timed = not collectors[arm].done()
             if not timed and not (arm == "eager" and candidate_timed):
@@ -92,7 +95,7 @@ def measure(ev: "Evaluator", worker: WorkerProcess, result: Result) -> None:
             msg = {"op": "time", "calls": calls, "keep_outputs": candidate_timed, "untimed": not timed,
                    "warmup_seed": warmup_seed, "arena_cap": ev.arena_cap(2 * p.block, outputs_only=True)}
             if arm == "candidate":
-                msg.update(_fed(ev, worker, calls, warmup_seed))
+                msg.update(fed)
             header, payload = arms[arm].request(msg, timeout)
             if not ev.verdict_from_reply(header, "timing", result):
                 return

@@ -28,9 +28,11 @@ def serve(in_fd: int, out_fd: int, memory_fd: int) -> None:
         scratch = Path(config["scratch"])
         (scratch / "tmp").mkdir(parents=True, exist_ok=True)
         applied = confine.apply(config.get("confine"))  # before torch: one thread, no candidate yet
+        if files:  # the evaluator's own compiled kernels (tools/builds.py: the tools layer), before prewarm
+            from tools.worker.candidate import install_files
+
+            install_files(scratch, config["files"], files)
         worker = _make(config)
-        if files:
-            worker.handlers()["install"](config["files"], files)
     except BaseException as exc:  # noqa: BLE001 - every failure is reported, none swallowed
         from tools.worker.errors import describe_exception
 

@@ -51,11 +51,7 @@ class CandidateWorker(Worker):
     def install(self, msg: dict[str, Any], payload: bytes) -> Reply:
         """Files a previous build of this source left (published by the parent): CUDA
         extensions and Triton's compiled kernels, written below the scratch directory."""
-        for entry in msg["files"]:
-            target = safe_target(self.scratch, entry["path"])
-            target.parent.mkdir(parents=True, exist_ok=True)
-            start, length = int(entry["offset"]), int(entry["length"])
-            target.write_bytes(payload[start:start + length])
+        install_files(self.scratch, msg["files"], payload)
         return {"op": "installed", "files": len(msg["files"])}, b""
 
     def build(self, msg: dict[str, Any], payload: bytes) -> Reply:
@@ -172,6 +168,14 @@ class CandidateWorker(Worker):
         files = [p for d in ARTIFACT_DIRS for p in sorted((self.scratch / d).rglob("*")) if p.is_file()]
         reply, blob = pack_files(self.scratch, files, limit=int(msg.get("limit") or 0))
         return {"op": "artifacts", **reply}, blob
+
+
+def install_files(root: Path, manifest: list[dict[str, Any]], payload: bytes) -> None:
+    for entry in manifest:
+        target = safe_target(root, entry["path"])
+        target.parent.mkdir(parents=True, exist_ok=True)
+        start, length = int(entry["offset"]), int(entry["length"])
+        target.write_bytes(payload[start:start + length])
 
 
 def pack_files(root: Path, files: list[Path], limit: int = 0) -> tuple[dict[str, Any], bytes]:
