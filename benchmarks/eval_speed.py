@@ -106,7 +106,9 @@ def run_kernelbench_style(name: str, device: str) -> dict[str, float]:
 def run_ratchet_in(root: Path, name: str, device: str, evals: int, spares: int) -> dict:
     """run_ratchet with the evaluator of another checkout, in a process of its own."""
     out = subprocess.run([sys.executable, __file__, "--ratchet-one", name, "--tools-root", str(root), "--device", device,
-                          "--evals", str(evals), "--spares", str(spares)], capture_output=True, text=True, check=True)
+                          "--evals", str(evals), "--spares", str(spares)], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"{name} with {root}: " + " | ".join((out.stderr or out.stdout).strip().splitlines()[-4:]))
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -215,8 +217,12 @@ def compare_baseline(args: argparse.Namespace) -> None:
     """This tree against --baseline, interleaved problem by problem in one run."""
     rows, report = [], {}
     for name in args.only or list(CASES):
-        ours = run_ratchet_in(ROOT, name, args.device, args.evals, args.spares)
-        base = run_ratchet_in(args.baseline, name, args.device, args.evals, args.spares)
+        try:
+            ours = run_ratchet_in(ROOT, name, args.device, args.evals, args.spares)
+            base = run_ratchet_in(args.baseline, name, args.device, args.evals, args.spares)
+        except RuntimeError as exc:
+            print(f"{name}: FAILED: {exc}", flush=True)
+            continue
         per = [sum(r["wall"] for r in (x["runs"][1:] or x["runs"])) / len(x["runs"][1:] or x["runs"]) for x in (ours, base)]
         report[name] = {"this": ours, "baseline": base, "ratio": per[0] / per[1]}
         rows.append((name, per[0], per[1], per[0] / per[1], ours["runs"][-1]["median_ms"], base["runs"][-1]["median_ms"]))

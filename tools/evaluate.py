@@ -157,10 +157,12 @@ class Evaluator:
             extra.update(TRITON_HOME=str(scratch), TRITON_CACHE_DIR=str(self.cache_dir / "triton" / "reference"))
             launch = plain_launch(worker_env(device, extra))
         else:
-            extra["TRITON_CACHE_DIR"] = str(scratch / "triton")
+            # one path in every sandbox (its private /tmp): Triton's cache records absolute paths
+            triton = Path("/tmp/ratchet-triton") if self.sandbox.mechanisms.bwrap else scratch / "triton"
+            extra["TRITON_CACHE_DIR"] = str(triton)
             if profile_name == "build":
                 extra["CUDA_VISIBLE_DEVICES"] = ""
-            config.update(profile=profile_name, writable=[str(scratch)],
+            config.update(profile=profile_name, writable=[str(scratch), str(triton)], triton_cache=str(triton),
                           executables=[str(p) for p in builds.executables(profile_name)])
             files = builds.tools_layer(self) if profile_name == "run" else None
             launch = lambda fds: self.sandbox.launch(fds, scratch=scratch, profile=profile_name, device=device,  # noqa: E731

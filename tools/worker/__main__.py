@@ -29,9 +29,9 @@ def serve(in_fd: int, out_fd: int, memory_fd: int) -> None:
         (scratch / "tmp").mkdir(parents=True, exist_ok=True)
         applied = confine.apply(config.get("confine"))  # before torch: one thread, no candidate yet
         if files:  # the evaluator's own compiled kernels (tools/builds.py: the tools layer), before prewarm
-            from tools.worker.candidate import install_files
+            from tools.worker.candidate import install_files, roots
 
-            install_files(scratch, config["files"], files)
+            install_files(roots(config), config["files"], files)
         worker = _make(config)
     except BaseException as exc:  # noqa: BLE001 - every failure is reported, none swallowed
         from tools.worker.errors import describe_exception

@@ -20,7 +20,7 @@ from typing import Any
 from tools.worker.errors import Failure, describe_exception, load_module
 from tools.worker.worker import Reply, Worker, prewarm
 
-ARTIFACT_DIRS = ("cuda", "triton")  # below the scratch directory: what a build leaves for the next worker
+ARTIFACT_DIRS = ("cuda", "triton")  # what a build leaves for the next worker (see roots())
 
 
 class CandidateWorker(Worker):
@@ -51,7 +51,7 @@ class CandidateWorker(Worker):
     def install(self, msg: dict[str, Any], payload: bytes) -> Reply:
         """Files a previous build of this source left (published by the parent): CUDA
         extensions and Triton's compiled kernels, written below the scratch directory."""
-        install_files(self.scratch, msg["files"], payload)
+        install_files(roots(self.config), msg["files"], payload)
         return {"op": "installed", "files": len(msg["files"])}, b""
 
     def build(self, msg: dict[str, Any], payload: bytes) -> Reply:
@@ -68,7 +68,7 @@ class CandidateWorker(Worker):
             raise Failure("compile_error" if kind == "runtime_error" else kind, message) from None
         cuda = {"seconds": self.builder.seconds, "built": self.builder.built, "cached": self.builder.cached}
         if self.build_only:  # a build step: importing ran load_inline; hand over what it built
-            reply, files = pack_files(self.scratch, self.builder.artifacts)
+            reply, files = pack_files(roots(self.config), self.builder.artifacts)
             return {"op": "built", "seconds": time.monotonic() - start, "cuda": cuda, **reply}, files
         init_inputs = decode(msg["init"], payload)
         try:
@@ -165,34 +165,44 @@ class CandidateWorker(Worker):
     def artifacts(self, msg: dict[str, Any], payload: bytes) -> Reply:
         """What this worker compiled (Triton's cache, built extensions), for the parent to keep
         for the next evaluation of the same source."""
-        files = [p for d in ARTIFACT_DIRS for p in sorted((self.scratch / d).rglob("*")) if p.is_file()]
-        reply, blob = pack_files(self.scratch, files, limit=int(msg.get("limit") or 0))
+        files = [p for d in roots(self.config).values() for p in sorted(d.rglob("*")) if p.is_file()]
+        reply, blob = pack_files(roots(self.config), files, limit=int(msg.get("limit") or 0))
         return {"op": "artifacts", **reply}, blob
 
 
-def install_files(root: Path, manifest: list[dict[str, Any]], payload: bytes) -> None:
+def roots(config: dict[str, Any]) -> dict[str, Path]:
+    """Where build products live: CUDA extensions below the scratch directory; Triton's cache at
+    the path the parent chose (the same in every sandbox, as Triton's cache records absolute paths)."""
+    scratch = Path(config["scratch"])
+    return {"cuda": scratch / "cuda", "triton": Path(config.get("triton_cache") or scratch / "triton")}
+
+
+def install_files(where: dict[str, Path], manifest: list[dict[str, Any]], payload: bytes) -> None:
     for entry in manifest:
-        target = safe_target(root, entry["path"])
+        target = safe_target(where, entry["path"])
         target.parent.mkdir(parents=True, exist_ok=True)
         start, length = int(entry["offset"]), int(entry["length"])
         target.write_bytes(payload[start:start + length])
 
 
-def pack_files(root: Path, files: list[Path], limit: int = 0) -> tuple[dict[str, Any], bytes]:
-    """Files below `root` as a manifest [{"path", "offset", "length"}] and one payload."""
+def pack_files(where: dict[str, Path], files: list[Path], limit: int = 0) -> tuple[dict[str, Any], bytes]:
+    """Files below the roots as a manifest [{"path": "<root>/<relative>", "offset", "length"}] and one payload."""
     manifest, chunks, offset = [], [], 0
     for path in files:
+        name = next((n for n, root in where.items() if root in path.parents), None)
+        if name is None:
+            continue
         data = path.read_bytes()
         if limit and offset + len(data) > limit:
             return {"files": manifest, "truncated": True}, b"".join(chunks)
-        manifest.append({"path": str(path.relative_to(root)), "offset": offset, "length": len(data)})
+        manifest.append({"path": f"{name}/{path.relative_to(where[name])}", "offset": offset, "length": len(data)})
         chunks.append(data)
         offset += len(data)
     return {"files": manifest}, b"".join(chunks)
 
 
-def safe_target(root: Path, relative: str) -> Path:
+def safe_target(where: dict[str, Path], relative: str) -> Path:
     parts = Path(relative).parts
-    if not parts or parts[0] not in ARTIFACT_DIRS or any(p in ("", ".", "..") or os.sep in p for p in parts):
+    if len(parts) < 2 or parts[0] not in where or any(p in ("", ".", "..") or os.sep in p for p in parts):
         raise Failure("runtime_error", f"refusing to install {relative!r}")
-    return root.joinpath(*parts)
+    return where[parts[0]].joinpath(*parts[1:])
