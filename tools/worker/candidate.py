@@ -178,11 +178,18 @@ def roots(config: dict[str, Any]) -> dict[str, Path]:
 
 
 def install_files(where: dict[str, Path], manifest: list[dict[str, Any]], payload: bytes) -> None:
+    """Write kept build products into place. A file already there is left alone: it is the same
+    product (its name is its cache key), and this process may have it mapped (a loaded Triton
+    launcher or driver module), which rewriting in place would corrupt under it."""
     for entry in manifest:
         target = safe_target(where, entry["path"])
+        if target.exists():
+            continue
         target.parent.mkdir(parents=True, exist_ok=True)
         start, length = int(entry["offset"]), int(entry["length"])
-        target.write_bytes(payload[start:start + length])
+        staging = target.with_name(f".{target.name}.installing")
+        staging.write_bytes(payload[start:start + length])
+        os.replace(staging, target)
 
 
 def pack_files(where: dict[str, Path], files: list[Path], limit: int = 0) -> tuple[dict[str, Any], bytes]:
