@@ -74,7 +74,7 @@ class Sandbox:
             used.append("seccomp")
         if m.landlock_abi:
             used.append(f"landlock-abi{m.landlock_abi}")
-        if m.root:
+        if m.root and m.drop_uid:
             used.append("unprivileged-uid")
         return {"mode": self.mode, "mechanisms": used, "missing": list(m.missing)}
 
@@ -84,7 +84,7 @@ class Sandbox:
         m = self.mechanisms
         command = bw.python_command(fds)
         env = candidate_env(device, scratch, profile, extra_env)
-        uid = UID_BASE + (os.getpid() % 20_000) * 100 + next(_uids) % 100 if m.root else None
+        uid = UID_BASE + (os.getpid() % 20_000) * 100 + next(_uids) % 100 if m.root and m.drop_uid else None
         writable = [str(scratch), "/dev/shm"] + (["/tmp"] if m.bwrap else [])
         confine: dict[str, Any] = {"rlimits": dict(self.rlimits)}
         if m.landlock_abi:

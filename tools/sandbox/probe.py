@@ -20,6 +20,7 @@ class Mechanisms:
     seccomp: bool  # libseccomp compiled our filter
     root: bool  # the evaluator runs as root: workers drop to an unprivileged uid
     missing: tuple[str, ...] = field(default=())  # one phrase per missing mechanism, for messages
+    drop_uid: bool = True  # whether a worker can run as an unprivileged uid (always, inside bwrap)
 
 
 def bwrap_path() -> str | None:
@@ -35,7 +36,23 @@ def probe() -> Mechanisms:
     seccomp = _seccomp(missing)
     abi = _landlock(missing)
     path = _bwrap(root, missing)
-    return Mechanisms(path, abi, seccomp, root, tuple(missing))
+    drop_uid = bool(path) or not root or _python_for_others(missing)
+    return Mechanisms(path, abi, seccomp, root, tuple(missing), drop_uid)
+
+
+def _python_for_others(missing: list[str]) -> bool:
+    """Without bwrap's own view of the file system, an unprivileged uid must be able to reach
+    the Python installation where it is (not under a home directory only root may enter)."""
+    try:
+        done = subprocess.run([sys.executable, "-c", "import torch"], user=65534, group=65534, extra_groups=[],
+                              capture_output=True, timeout=PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        missing.append(f"an unprivileged uid: {sys.executable} cannot run as another user ({exc})")
+        return False
+    if done.returncode != 0:
+        missing.append(f"an unprivileged uid: the Python installation ({sys.executable}) is not usable by another user")
+        return False
+    return True
 
 
 def _seccomp(missing: list[str]) -> bool:
