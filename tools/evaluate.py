@@ -163,6 +163,7 @@ class Evaluator:
             if profile_name == "build":
                 extra["CUDA_VISIBLE_DEVICES"] = ""
             config.update(profile=profile_name, writable=[str(scratch), str(triton)], triton_cache=str(triton),
+                          hidden=[str(self.cache_dir)],  # not even mounted under bwrap; refused in Python without it
                           executables=[str(p) for p in builds.executables(profile_name)])
             files = builds.tools_layer(self) if profile_name == "run" else None
             launch = lambda fds: self.sandbox.launch(fds, scratch=scratch, profile=profile_name, device=device,  # noqa: E731
