@@ -131,10 +131,10 @@ KNOWN_MODULES = frozenset({
 # (besides dunders, private names, frame attributes and the modules above): the in-process
 # sandbox's and the worker's own state, which a candidate could otherwise switch off or read.
 WORKER_ATTRIBUTES = frozenset({
-    "armed", "arm", "check", "violations", "scratch", "writable", "hidden", "toolchains", "executables", "hooks",
+    "armed", "arm", "check", "violations", "scratch", "writable", "hidden", "toolchains", "executables", "own_sockets", "hooks",
     "sandbox", "build_only",
     "launches", "count", "names", "module_name", "reset", "install_triton", "wrap_extension", "ops",
-    "config", "builder", "arena", "input_arena", "timer", "pool", "compiled", "warmed", "source_name",
+    "config", "builder", "arena", "input_arena", "outgoing", "timer", "pool", "compiled", "warmed", "source_name",
     "model", "problem", "data_ptr", "from_file", "load_library",
 })
 STRING_ACCESS = frozenset({"operator.attrgetter", "operator.methodcaller"})
