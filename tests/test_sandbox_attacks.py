@@ -179,3 +179,29 @@ def test_the_run_sandbox_runs_the_toolchain_triton_needs(attack):
         pytest.skip("this triton has no bundled ptxas")
     result = attack("none", str(ptxas), candidate="toolchain_probe", rules=frozenset({"import", "file-io", "threads-processes", "own-kernel"}))
     assert report(result) == "ptxas 0 cc 0", describe(result)
+
+
+# -- the parent believes nothing a worker sends ----------------------------------------------------
+
+FORGERY_RULES = frozenset({"import", "dunder", "threads-processes", "dynamic-code", "file-io", "own-kernel"})
+
+
+def test_a_worker_cannot_report_success(attack):
+    result = attack("none", candidate="forge_ok_verdict", rules=FORGERY_RULES)
+    assert result.verdict is Verdict.RUNTIME_ERROR and not result.ok, describe(result)
+
+
+def test_a_worker_that_stops_reading_cannot_hang_the_evaluator(attack):
+    result = attack("none", candidate="forge_stalled_pipe", rules=FORGERY_RULES, trial_timeout=10.0)
+    assert result.verdict is Verdict.TIMEOUT, describe(result)
+    assert "stopped reading its requests" in result.message, describe(result)
+
+
+def test_an_oversized_reply_is_refused_before_it_is_read(attack):
+    result = attack("none", candidate="forge_flood_reply", rules=FORGERY_RULES)
+    assert result.verdict is Verdict.REJECTED and "more than the" in result.message, describe(result)
+
+
+def test_a_malformed_reply_is_the_candidates_doing(attack):
+    result = attack("none", candidate="forge_malformed_reply", rules=FORGERY_RULES)
+    assert result.verdict is Verdict.REJECTED and "malformed reply" in result.message, describe(result)

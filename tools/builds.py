@@ -81,6 +81,7 @@ def start(ev: "Evaluator", source: str) -> bool:
         if ev.artifacts.published(ev.artifacts.namespace("cuda", digest, ev.toolchain)):
             return False
         proc = ev._spawn("candidate", "build")
+        proc.max_reply_bytes = ev.reply_cap()
         proc.send({"op": "build", "source": source, "init": {"t": "list", "items": []}})
         ev._prebuilds[digest] = proc
         return True

@@ -175,9 +175,9 @@ def create(device: int, nbytes: int) -> tuple[Any, int]:
 
 def import_fd(device: int, fd: int, nbytes: int) -> Any:
     """Map an allocation a worker sent as `fd` (closed here); a uint8 tensor of `nbytes`."""
-    lib = _current(device)
     handle = ctypes.c_uint64()
     try:
+        lib = _current(device)
         _check(lib.cuMemImportFromShareableHandle(ctypes.byref(handle), ctypes.c_void_p(fd), HANDLE_POSIX_FD),
                "cuMemImportFromShareableHandle")
     finally:

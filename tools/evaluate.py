@@ -38,6 +38,7 @@ from tools.sandbox import Sandbox
 from tools.verdict import fail, passed
 
 INIT_SEED = 42  # both models are built after torch.manual_seed(INIT_SEED), so weights match
+WORKER_FAILURES = {v.value: v for v in (Verdict.COMPILE_ERROR, Verdict.RUNTIME_ERROR, Verdict.CRASHED)}
 PROBE_SEED = 1234  # inputs of the one descriptive reference run (shapes, ops); not a trial seed
 
 
@@ -172,7 +173,7 @@ class Evaluator:
             config["files"] = files[0]
         return WorkerProcess(config, launch=launch, cwd=self.root, log=scratch / "output.log", limits=limits,
                              cuda=device.startswith("cuda"), device_index=self.device_index,
-                             payload=files[1] if files else b"")
+                             payload=files[1] if files else b"", untrusted=role != "reference")
 
     def _start(self, proc: WorkerProcess) -> None:
         ready = proc.wait_ready(self.options.start_timeout)
@@ -263,7 +264,14 @@ class Evaluator:
             worker = self._spares.popleft() if self._spares else self._spawn("candidate")
             if self.options.warm and self.options.spares > 0:
                 self._spares.append(self._spawn("candidate"))
+            worker.max_reply_bytes = self.reply_cap()
             return worker
+
+    def reply_cap(self) -> int:
+        """The largest reply a candidate's worker may send: its outputs and inputs of one trial
+        (on the CPU they travel as bytes), or what a build hands over. Known once the reference
+        has described the problem."""
+        return max(self.arena_cap(2), self.artifacts.namespace_cap_bytes + (1 << 20))
 
     def _run(self, worker: WorkerProcess, source: str, files: tuple[list[dict[str, Any]], bytes], result: Result,
              kernel_names: list[str]) -> None:
@@ -321,8 +329,8 @@ class Evaluator:
                      f"Rejected at run time during {step}: {violations[0]}" if i == 0 else None)
             return False
         if reply.get("op") == "error":
-            kind = reply.get("kind")
-            verdict = Verdict(kind) if kind in Verdict._value2member_map_ and kind != Verdict.ERROR.value else Verdict.RUNTIME_ERROR
+            # a worker reports how it failed, never a verdict of success or a fault of ours
+            verdict = WORKER_FAILURES.get(reply.get("kind"), Verdict.RUNTIME_ERROR)
             return fail(result, verdict, step, reply.get("message", ""))
         return True
 

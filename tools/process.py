@@ -19,11 +19,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tools.protocol import Deadline, FrameReader, PeerClosed, ProtocolError, write_frame
+from tools.replies import MalformedReply
+from tools.replies import check as check_reply
 from tools.sandbox import Launch
 from tools.sandbox.env import secret
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SANDBOX_KILL = "killed by the sandbox's system-call filter (SIGSYS)"
+WRITE_TIMEOUT_S = 60.0  # a request not taken in by then: the worker stopped reading (multi-GB CPU payloads take seconds)
 
 
 class WorkerGone(Exception):
@@ -43,7 +46,8 @@ class Limits:
 
 class WorkerProcess:
     def __init__(self, config: dict[str, Any], *, launch: Callable[[tuple[int, ...]], Launch], cwd: Path,
-                 log: Path, limits: Limits, cuda: bool, device_index: int = 0, payload: bytes = b"") -> None:
+                 log: Path, limits: Limits, cuda: bool, device_index: int = 0, payload: bytes = b"",
+                 untrusted: bool = False, max_reply_bytes: int | None = None) -> None:
         to_child_r, self._to_child = os.pipe()
         self._from_child, from_child_w = os.pipe()
         self._memory, child_memory = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)  # device memory as fds
@@ -51,6 +55,8 @@ class WorkerProcess:
         self.limits = limits
         self.cuda = cuda
         self.device_index = device_index
+        self.untrusted = untrusted  # a candidate's worker: every reply header is checked (tools/replies.py)
+        self.max_reply_bytes = max_reply_bytes
         plan = launch((to_child_r, from_child_w, child_memory.fileno()))
         self.wrapped = plan.argv[0] != sys.executable  # bwrap reports a signal death as 128 + signal
         try:
@@ -69,7 +75,11 @@ class WorkerProcess:
         self.reader = FrameReader(self._from_child)
         self.arena: Any = None  # our mapping of the worker's exchange buffer (CUDA)
         self.input_arena: Any = None  # our mapping of the buffer we write the worker's inputs into (CUDA)
-        write_frame(self._to_child, {**config, "confine": plan.confine}, payload)
+        os.set_blocking(self._to_child, False)  # every write has a deadline: a worker may stop reading
+        try:
+            write_frame(self._to_child, {**config, "confine": plan.confine}, payload, time.monotonic() + WRITE_TIMEOUT_S)
+        except (Deadline, OSError):
+            pass  # the worker died or stalled at once: its first read of a reply says how
 
     def _set_limits(self) -> None:  # runs in the child between fork and exec
         _die_with_parent()
@@ -92,9 +102,18 @@ class WorkerProcess:
 
     def wait_ready(self, timeout: float) -> dict[str, Any]:
         header, _ = self._read(timeout)
-        return header
+        return self._checked(header)
 
-    def send(self, msg: dict[str, Any], payload: bytes = b"") -> None:
+    def _checked(self, header: dict[str, Any]) -> dict[str, Any]:
+        if not self.untrusted:
+            return header
+        try:
+            return check_reply(header)
+        except MalformedReply as exc:
+            self.kill()
+            raise WorkerGone("rejected", f"the candidate's worker sent a malformed reply ({exc})") from None
+
+    def send(self, msg: dict[str, Any], payload: bytes = b"", timeout: float = WRITE_TIMEOUT_S) -> None:
         """Send a request without waiting; reply() collects the answer. A frame already waiting
         on the result channel was written unasked: a forgery."""
         if select.select([self._from_child], [], [], 0)[0] and self.alive():
@@ -102,7 +121,11 @@ class WorkerProcess:
             raise WorkerGone("rejected", "the worker wrote to the result channel unasked (forged output)")
         self._nonce = secrets.token_hex(8)
         try:
-            write_frame(self._to_child, {**msg, "nonce": self._nonce}, payload)
+            write_frame(self._to_child, {**msg, "nonce": self._nonce}, payload, time.monotonic() + timeout)
+        except Deadline:
+            self.kill()
+            raise WorkerGone("timeout", f"the worker stopped reading its requests for {timeout:.0f} s; "
+                                        "the process group was killed") from None
         except (BrokenPipeError, OSError):
             raise self._gone("crashed") from None
 
@@ -111,11 +134,11 @@ class WorkerProcess:
         if header.get("nonce") != self._nonce:
             self.kill()
             raise WorkerGone("rejected", "a reply on the result channel did not answer the request (forged output)")
-        return header, payload
+        return self._checked(header), payload
 
     def request(self, msg: dict[str, Any], timeout: float, payload: bytes = b"") -> tuple[dict[str, Any], bytes]:
         """Send a request and wait for its reply; raises WorkerGone on timeout, death or forgery."""
-        self.send(msg, payload)
+        self.send(msg, payload, max(timeout, 5.0))
         return self.reply(timeout)
 
     def map_arena(self, header: dict[str, Any]) -> Any:
@@ -123,6 +146,9 @@ class WorkerProcess:
         from tools.transport import open_arena
 
         if header.get("arena"):
+            if not self.cuda:
+                self.kill()
+                raise WorkerGone("rejected", "the worker announced device memory on a CPU run")
             self.arena = None
             self.arena = open_arena(header["arena"], self._receive_fd(), self.device_index)
         return self.arena
@@ -175,7 +201,7 @@ class WorkerProcess:
     def _read(self, timeout: float) -> tuple[dict[str, Any], bytes]:
         deadline = time.monotonic() + timeout
         try:
-            return self.reader.read(deadline, on_wait=self._watchdog)
+            return self.reader.read(deadline, on_wait=self._watchdog, max_payload=self.max_reply_bytes)
         except Deadline:
             self.kill()
             tail = self.log_tail(800).strip()
@@ -183,9 +209,9 @@ class WorkerProcess:
             raise WorkerGone("timeout", f"no answer within {timeout:.0f} s; the process group was killed{output}") from None
         except PeerClosed:
             raise self._gone("crashed") from None
-        except ProtocolError as exc:
+        except ProtocolError as exc:  # an honest worker never does: it is forging, or flooding us
             self.kill()
-            raise WorkerGone("crashed", f"the worker broke the protocol ({exc})") from None
+            raise WorkerGone("rejected", f"the worker broke the protocol ({exc})") from None
 
     def _watchdog(self) -> None:
         limit = self.limits.host_memory_bytes
@@ -256,10 +282,10 @@ class WorkerProcess:
         """Ask the worker to exit; kill it if it does not."""
         if self.proc.poll() is None and self._to_child >= 0:
             try:
-                write_frame(self._to_child, {"op": "exit"})
+                write_frame(self._to_child, {"op": "exit"}, deadline=time.monotonic() + 5)
                 self.proc.wait(timeout=5)
-            except (OSError, subprocess.TimeoutExpired):
-                pass
+            except (OSError, Deadline, subprocess.TimeoutExpired):
+                pass  # it did not go: killed below
         self.kill()
 
 

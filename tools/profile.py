@@ -24,6 +24,7 @@ from tools.process import WorkerProcess
 from tools.record import Result, TimeStats, Verdict
 from tools.roofline import Ceilings, build_roofline, impossible
 from tools.stats import SampleCollector, speedup, to_time_stats
+from tools.transport import TransportError
 from tools.verdict import fail, passed
 
 if TYPE_CHECKING:
@@ -99,10 +100,19 @@ def measure(ev: "Evaluator", worker: WorkerProcess, result: Result) -> None:
             header, payload = arms[arm].request(msg, timeout)
             if not ev.verdict_from_reply(header, "timing", result):
                 return
-            collectors[arm].extend(header["samples"])
-            gaps[arm].extend(s - e for s, e in zip(header["synced"], header["samples"]))
+            samples, synced = header.get("samples"), header.get("synced")
+            if len(samples or []) != (len(calls) if timed else 0) or len(synced or []) != len(samples or []):
+                fail(result, Verdict.REJECTED, "timing:reply", f"the {arm} worker answered {len(calls)} timed calls "
+                     f"with {len(samples or [])} samples", "Rejected: the timing reply does not match the request.")
+                return
+            collectors[arm].extend(samples)
+            gaps[arm].extend(s - e for s, e in zip(synced, samples))
             if candidate_timed:
-                replies[arm] = arms[arm].outputs(header, payload)
+                try:
+                    replies[arm] = arms[arm].outputs(header, payload)
+                except (TransportError, KeyError, TypeError, ValueError) as exc:
+                    fail(result, Verdict.REJECTED, "timing:outputs", f"malformed outputs from the {arm} worker: {exc}")
+                    return
         if candidate_timed and not _verify(ev, replies, n, result):
             return
         n += p.block

@@ -13,7 +13,7 @@ import struct
 import time
 from typing import Any
 
-MAX_HEADER = 64 << 20  # a header larger than this is a forged or broken frame
+MAX_HEADER = 16 << 20  # a header larger than this is a forged or broken frame
 
 
 class ProtocolError(Exception):
@@ -28,19 +28,28 @@ class Deadline(Exception):
     """No complete frame arrived before the deadline."""
 
 
-def write_frame(fd: int, header: dict[str, Any], payload: bytes | memoryview = b"") -> None:
+def write_frame(fd: int, header: dict[str, Any], payload: bytes | memoryview = b"", deadline: float | None = None) -> None:
+    """Write one frame. With a deadline (time.monotonic()), `fd` must be non-blocking: a peer that
+    stops reading cannot hold the writer past it (Deadline)."""
     if payload:
         header = {**header, "payload_bytes": len(payload)}
     data = json.dumps(header).encode()
-    _write_all(fd, struct.pack(">I", len(data)) + data)
+    _write_all(fd, struct.pack(">I", len(data)) + data, deadline)
     if payload:
-        _write_all(fd, payload)
+        _write_all(fd, payload, deadline)
 
 
-def _write_all(fd: int, data: bytes | memoryview) -> None:
+def _write_all(fd: int, data: bytes | memoryview, deadline: float | None = None) -> None:
     view = memoryview(data)
     while view:
-        n = os.write(fd, view)
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([], [fd], [], left)[1]:
+                raise Deadline()
+        try:
+            n = os.write(fd, view)
+        except BlockingIOError:
+            continue
         view = view[n:]
 
 
@@ -50,20 +59,23 @@ class FrameReader:
     def __init__(self, fd: int) -> None:
         self.fd = fd
 
-    def read(self, deadline: float | None = None, on_wait=None) -> tuple[dict[str, Any], bytes]:
+    def read(self, deadline: float | None = None, on_wait=None, max_payload: int | None = None) -> tuple[dict[str, Any], bytes]:
+        """One frame; a payload over `max_payload` bytes is refused before any of it is read."""
         (size,) = struct.unpack(">I", self._read_exact(4, deadline, on_wait))
         if size > MAX_HEADER:
             raise ProtocolError(f"frame header of {size} bytes")
         try:
             header = json.loads(self._read_exact(size, deadline, on_wait))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ProtocolError(f"frame header is not JSON: {exc}") from exc
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
+            raise ProtocolError(f"frame header is not JSON: {str(exc)[:200]}") from None
         if not isinstance(header, dict):
             raise ProtocolError("frame header is not a JSON object")
         payload = b""
         n = header.get("payload_bytes", 0)
-        if not isinstance(n, int) or n < 0:
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
             raise ProtocolError("bad payload_bytes")
+        if max_payload is not None and n > max_payload:
+            raise ProtocolError(f"a reply of {n} bytes, more than the {max_payload} this request allows")
         if n:
             payload = self._read_exact(n, deadline, on_wait)
         return header, payload

@@ -100,7 +100,8 @@ class Result:
 
     @property
     def ok(self) -> bool:
-        return self.verdict is Verdict.OK
+        """The candidate computes the reference's function: verdict ok and no failed check."""
+        return self.verdict is Verdict.OK and all(c.passed for c in self.checks)
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

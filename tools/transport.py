@@ -37,6 +37,7 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 ALIGN = 256
+MAX_DEPTH = 64  # nesting of output trees: a deeper one is forged, not an honest output
 
 
 class Arena:
@@ -141,7 +142,7 @@ def open_arena(descriptor: dict[str, Any], fd: int, device: int) -> torch.Tensor
         raise TransportError("bad arena size")
     try:
         return import_fd(device, fd, n)
-    except VmmError as exc:
+    except (VmmError, OSError) as exc:
         raise TransportError(f"the worker's memory could not be mapped ({exc})") from None
 
 
@@ -151,14 +152,16 @@ def decode(tree: dict[str, Any], payload: bytes, arena: torch.Tensor | None = No
     unexpected."""
     buf = bytearray(payload)
 
-    def dec(node: Any) -> Any:
+    def dec(node: Any, depth: int = 0) -> Any:
         if not isinstance(node, dict):
             raise TransportError("tree node is not an object")
+        if depth > MAX_DEPTH:
+            raise TransportError(f"a tree nested deeper than {MAX_DEPTH}")
         kind = node.get("t")
         if kind == "tensor":
             return _decode_tensor(node, buf, arena)
         if kind in ("tuple", "list"):
-            items = [dec(x) for x in _as_list(node.get("items"))]
+            items = [dec(x, depth + 1) for x in _as_list(node.get("items"))]
             return tuple(items) if kind == "tuple" else items
         if kind == "none":
             return None
@@ -262,12 +265,14 @@ def tensor_nodes(tree: dict[str, Any]) -> list[dict[str, Any]]:
     """All tensor nodes of a tree, depth first (for aliasing and type checks)."""
     out: list[dict[str, Any]] = []
 
-    def walk(node: Any) -> None:
+    def walk(node: Any, depth: int) -> None:
+        if depth > MAX_DEPTH:
+            raise TransportError(f"a tree nested deeper than {MAX_DEPTH}")
         if isinstance(node, dict):
             if node.get("t") == "tensor":
                 out.append(node)
             for item in node.get("items", []) if isinstance(node.get("items"), list) else []:
-                walk(item)
+                walk(item, depth + 1)
 
-    walk(tree)
+    walk(tree, 0)
     return out

@@ -12,7 +12,9 @@ from tools.record import Check, Result, Verdict
 
 def fail(result: Result, verdict: Verdict, check: str, detail: str, message: str | None = None) -> bool:
     """Record a failed check; if it is the first, it decides the verdict. Returns False (so a
-    caller can `return fail(...)`)."""
+    caller can `return fail(...)`). A failed check never means `ok`."""
+    if verdict is Verdict.OK:
+        verdict = Verdict.REJECTED
     decided = any(not c.passed for c in result.checks)
     result.checks.append(Check(check, False, detail))
     if not decided:

@@ -1,0 +1,59 @@
+"""What the parent accepts in a reply header from a candidate's worker, checked before anything
+reads it. The worker is the candidate's process: it can write any frame it likes, with the
+request's nonce, so every field the parent uses is checked for its type (and numbers for being
+finite) here, once. A malformed reply is the candidate's doing: verdict `rejected`, never an
+evaluator fault.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+
+class MalformedReply(Exception):
+    """A reply header the parent refuses; str() names the field."""
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _list_of(check: Callable[[Any], bool], limit: int) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, list) and len(v) <= limit and all(check(x) for x in v)
+
+
+def _dict_of(check: Callable[[Any], bool], limit: int = 100_000) -> Callable[[Any], bool]:
+    return lambda v: isinstance(v, dict) and len(v) <= limit and all(isinstance(k, str) and check(x) for k, x in v.items())
+
+
+def _str(v: Any) -> bool:
+    return isinstance(v, str)
+
+
+FIELDS: dict[str, Callable[[Any], bool]] = {
+    "op": _str, "nonce": _str, "kind": _str, "message": _str, "cause": _str,
+    "violations": _list_of(_str, 1000),
+    "seconds": _number, "launches": _int, "warmup_calls": _int,
+    "kernels": _dict_of(_int), "ops": _dict_of(_int), "kernels_us": _dict_of(_number),
+    "samples": _list_of(_number, 100_000), "synced": _list_of(_number, 100_000),
+    "own_share": lambda v: v is None or _number(v),
+    "cuda": _dict_of(_number, 10),
+    "tree": lambda v: isinstance(v, dict),
+    "arena": lambda v: isinstance(v, dict) and _int(v.get("nbytes")) and v.get("fd") is True,
+    "files": _list_of(lambda e: isinstance(e, dict), 100_000),
+    "truncated": lambda v: isinstance(v, bool),
+    "confined": _list_of(_str, 100),
+    "installed": _int,
+}
+
+
+def check(header: dict[str, Any]) -> dict[str, Any]:
+    """The header, if every field the parent reads has the right type; else MalformedReply."""
+    for key, ok in FIELDS.items():
+        if key in header and not ok(header[key]):
+            raise MalformedReply(f"field {key!r} has the wrong type or value")
+    return header
