@@ -19,7 +19,7 @@ from tools import Verdict
 from tools.evaluate import Evaluator
 from tools.sandbox import UID_BASE, paths
 
-NATIVE_RULES = frozenset({"threads-processes", "network"})  # the guard's C++ token list would stop these first
+NATIVE_RULES = frozenset({"threads-processes", "network", "file-io"})  # the guard's C++ token list would stop these first
 
 
 @pytest.fixture(scope="module")

@@ -165,5 +165,12 @@ CXX_FORBIDDEN: tuple[tuple[str, str], ...] = (
     (r"\bsocket\s*\(", "network"), (r"\bdlopen\s*\(", "threads-processes"),
     (r"\bcudaDeviceReset\b", "streams-graphs"), (r"\bcudaDeviceSetLimit\b", "streams-graphs"),
     (r"\bcudaSetDevice\b", "streams-graphs"),
+    (r"\bexecl\w*\s*\(", "threads-processes"), (r"\bvfork\s*\(", "threads-processes"),
+    (r"\bposix_spawn\w*\s*\(", "threads-processes"), (r"\bptrace\s*\(", "threads-processes"),
+    (r"\bkill\s*\(", "threads-processes"), (r"\bsetsid\s*\(", "threads-processes"),
+    (r"\bsyscall\s*\(", "threads-processes"), (r"\bprocess_vm_\w+", "threads-processes"),
+    # Python from C++: a pybind11 import, exec or eval reaches every module of the worker
+    (r"\bpy::(module_?::import|exec|eval|eval_file)\b", "dynamic-code"), (r"\bPy(Run|Import|Eval)_\w+", "dynamic-code"),
+    (r"\b(f|fd)?open\s*\(", "file-io"),
 )
 CXX_LIBRARIES = r"\b(cublas\w*|cudnn\w*|cublasLt\w*|at::(mm|matmul|bmm|addmm|conv\w*|linear|softmax|layer_norm)|torch::(mm|matmul|bmm|addmm|conv\w*|linear|softmax|layer_norm))\b"
