@@ -52,7 +52,7 @@ class CandidateWorker(Worker):
         """Files a previous build of this source left (published by the parent): CUDA
         extensions and Triton's compiled kernels, written below the scratch directory."""
         install_files(roots(self.config), msg["files"], payload)
-        return {"op": "installed", "files": len(msg["files"])}, b""
+        return {"op": "installed", "installed": len(msg["files"])}, b""
 
     def build(self, msg: dict[str, Any], payload: bytes) -> Reply:
         """Import the candidate and construct ModelNew with the reference's constructor arguments."""
