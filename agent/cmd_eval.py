@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 
 from agent.cli import UsageError
-from tools.evaluate import EvalOptions, Evaluator
+from tools.evaluate import EvalOptions, Evaluator, precheck
 from tools.exit_codes import EVAL_EXIT_CODES, EXIT_BAD_PROBLEM, EXIT_SANDBOX
-from tools.problem import ProblemError
+from tools.problem import ProblemError, read_problem
 from tools.record import Result, Verdict, describe_exception, fault_result
 from tools.sandbox import SandboxUnavailable
 
@@ -48,6 +48,13 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.candidate}: cannot read the candidate ({exc.strerror if isinstance(exc, OSError) else exc})") from None
     if args.sandbox not in ("required", "best-effort"):
         raise UsageError(f"RATCHET_SANDBOX={args.sandbox}: expected required or best-effort")
+    try:
+        read_problem(Path(args.reference), args.entry)  # static: no worker yet
+    except ProblemError as exc:
+        return bad_problem(exc)
+    early = precheck(source, args.reference)  # not a candidate at all: no worker needs to start
+    if early is not None:
+        return report(early, args)
     options = EvalOptions(device=args.device, trials=args.trials, timing=not args.no_timing,
                           disabled_rules=frozenset(args.allow), trial_timeout=args.timeout, warm=False,
                           sandbox=args.sandbox)
@@ -69,6 +76,10 @@ def run(args: argparse.Namespace) -> int:
         return bad_problem(exc)
     except Exception as exc:  # noqa: BLE001 - evaluate() never raises for the candidate: this is ours
         return internal_error(exc, args, source)
+    return report(result, args)
+
+
+def report(result: Result, args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
@@ -100,6 +111,8 @@ def summary(result: Result, candidate: Path) -> str:
                      f"own kernel launches per forward: {result.kernel_launches}")
     if result.torch_ops:
         lines.append(f"  ops left to torch: {', '.join(result.torch_ops)}")
+    for dist, why in result.dropped.items():
+        lines.append(f"  {dist} inputs: {why}")
     t = result.candidate_time
     if t.measured:
         lines.append(f"  time: {t.median_ms:.4g} ms (95% CI {t.ci_low_ms:.4g}-{t.ci_high_ms:.4g}, n={t.samples})")

@@ -115,6 +115,7 @@ def run_best(args: argparse.Namespace) -> int:
         if attempt is None:
             raise UsageError(f"workspace {repo.name} has no correct attempt yet")
         source = repo.source(attempt)
+        note = generality_note(attempt.number, repo.record(attempt))
     if args.output:
         out = Path(args.output)
         if not out.parent.is_dir():
@@ -126,4 +127,21 @@ def run_best(args: argparse.Namespace) -> int:
         print(f"wrote attempt {attempt.number} ({attempt.summary()}) to {out}", file=sys.stderr)
     else:
         sys.stdout.write(source)
+    print(note, file=sys.stderr)
     return EXIT_OK
+
+
+def generality_note(number: int, record: dict) -> str:
+    """One line on whether the kept kernel is a drop-in beyond the problem's own sizes
+    (the evaluator's held-out trials, tools/heldout.py)."""
+    tried = [h for h in record.get("heldout", []) if h.get("outcome") != "not used"]
+    if record.get("generalizes") is True:
+        return f"attempt {number} is general: also right on held-out {'; '.join(h['variant'] for h in tried)}"
+    if record.get("generalizes") is False:
+        refused = next((h for h in tried if h.get("outcome") == "refused"), {})
+        return (f"attempt {number} is specialized to the problem's shapes and arguments (declared): it refuses others, "
+                f"e.g. {refused.get('variant', 'held-out sizes')}: {refused.get('detail', '')}")
+    if "heldout" not in record:
+        return f"attempt {number} was evaluated before the drop-in check: it is unknown whether it works beyond the problem's own sizes"
+    why = "; ".join(h.get("detail", "") for h in record.get("heldout", [])) or "no held-out variant"
+    return f"attempt {number} was not checked beyond the problem's own sizes ({why})"

@@ -120,3 +120,18 @@ def test_baseline_before_any_candidate_says_what_it_knows_on_the_cpu():
     assert base["measured"] is False and base["eager_ms"] is None and base["floor_ms"] is None
     assert base["bytes_moved"] == info.input_bytes + info.output_bytes + info.param_bytes > 0
     assert base["flops"] == info.flops > 0  # a matrix product: torch's flop counter sees it
+
+
+@pytest.mark.parametrize("candidate", ["no_modelnew", "syntax_error"])
+def test_a_file_that_is_not_a_candidate_is_refused_before_any_worker_starts(tmp_path, capsys, candidate):
+    """No class ModelNew, or a syntax error: compile_error from the static check, and the
+    reference's file is never run (its import would leave a mark)."""
+    mark = tmp_path / "reference-ran"
+    problem = tmp_path / "marked.py"
+    problem.write_text(f"import pathlib\npathlib.Path({str(mark)!r}).write_text('ran')\n"
+                       + (PROBLEMS / "elementwise.py").read_text())
+    code = main(cli(str(problem), str(CANDIDATES / f"{candidate}.py")))
+    out, _ = capsys.readouterr()
+    assert code == EVAL_EXIT_CODES[Verdict.COMPILE_ERROR]
+    assert out.splitlines()[0] == f"{candidate}.py: compile_error"
+    assert not mark.exists()

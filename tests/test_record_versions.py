@@ -36,15 +36,21 @@ SCHEMA_1 = {
 
 
 def test_schema_1_records_are_still_read():
-    assert SCHEMA_VERSION == 2 and READABLE_VERSIONS == (1, 2)
+    assert SCHEMA_VERSION == 4 and READABLE_VERSIONS == (1, 2, 3, 4)
     result = Result.from_dict(json.loads(json.dumps(SCHEMA_1)))
     assert result.verdict is Verdict.INCORRECT and result.schema_version == 1  # it says what wrote it
     assert result.errors.max_abs == 1.0 and result.checks[2].name == "trial-1" and result.roofline.bytes_moved == 8192
     assert "sandbox" not in result.environment
     assert result.to_dict() == SCHEMA_1  # read and written back unchanged
+    assert result.distributions == [] and result.dropped == {}  # schema 3's fields, absent before
+    assert result.generalizes is None and result.heldout == []  # schema 4's
     current = Result(verdict=Verdict.ERROR, message="the evaluator failed").to_dict()
-    assert current["schema_version"] == 2 and Result.from_dict(current).verdict is Verdict.ERROR
-    for version in (None, 0, 3, "2"):
+    assert current["schema_version"] == 4 and Result.from_dict(current).verdict is Verdict.ERROR
+    assert current["distributions"] == [] and current["dropped"] == {} and current["heldout"] == []
+    schema_3 = {**current, "schema_version": 3}
+    del schema_3["generalizes"], schema_3["heldout"]
+    assert Result.from_dict(schema_3).to_dict() == schema_3  # a schema 3 record is written back as it was
+    for version in (None, 0, 5, "2"):
         with pytest.raises(ValueError, match="schema_version"):
             Result.from_dict({**SCHEMA_1, "schema_version": version})
 

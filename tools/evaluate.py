@@ -5,7 +5,7 @@ per problem (the problem's Model; the only process that knows the secret seeds a
 input), and gives each candidate a fresh worker confined by the operating system
 (tools/sandbox/), spawned ahead of need so CUDA start-up is off the critical path. Steps: static
 checks and guard; for CUDA C++, a build in a sandbox of its own (tools/builds.py); build of the
-model; trials (inputs written into the candidate's memory by the parent, two distributions,
+model; trials (inputs written into the candidate's memory by the parent, three distributions,
 poisoned memory; tools/trials.py); the run-time integrity checks; timing (tools/profile.py).
 Every check reports through tools/verdict.py, where the first failure decides the verdict.
 """
@@ -92,7 +92,8 @@ class Evaluator:
         self._prebuilds: dict[str, WorkerProcess] = {}
         self._baseline: dict[str, Any] | None = None
         self._count = 0
-        self.distributions = ["problem", "shifted"]
+        self.distributions = ["problem", "shifted", "signed"]  # rotated over trials (tools/trials.py)
+        self.dropped: dict[str, str] = {}  # a distribution this problem does not allow: why
         # evaluate() may run in several threads at once (RL rewards): this guards what they share,
         # the reference worker (and its output cache) and the pool of spare candidate workers
         self._lock = threading.RLock()
@@ -299,7 +300,7 @@ class Evaluator:
                 return
             passed(result, "build")
             t0 = time.monotonic()
-            trials.run(self, worker, result)
+            trials.run(self, worker, result, source)
             result.phases["correctness"] = round(time.monotonic() - t0, 4)
             if result.ok:
                 self._profile(worker, result, kernel_names)
@@ -345,6 +346,19 @@ class Evaluator:
         reference's outputs (and inputs): room for honest answers, not for runaway ones."""
         size = (0 if inputs_only else self.problem.output_bytes) + (0 if outputs_only else self.problem.input_bytes)
         return copies * size + (64 << 20)
+
+
+def precheck(source: str, problem: Path | str = "") -> Result | None:
+    """The verdict of a file that is not a candidate at all (a syntax error, no class ModelNew),
+    decided before any worker starts; None for anything else. The same rule as an evaluation's
+    first check (tools/problem.py candidate_problems)."""
+    why = candidate_problems(source)
+    if why is None:
+        return None
+    result = Result(verdict=Verdict.OK, message="", problem=str(problem),
+                    source_hash=hashlib.sha256(source.encode()).hexdigest())
+    fail(result, Verdict.COMPILE_ERROR, "parse", why)
+    return result
 
 
 def evaluate(problem_path: Path | str, source: str, options: EvalOptions | None = None, entry: str = "Model") -> Result:

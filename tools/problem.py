@@ -33,6 +33,9 @@ class ProblemInfo:
     param_bytes: int = 0
     flops: int = 0  # torch's flop counter over one forward (matmul/conv/attention only)
     dtype: str = "float32"  # the floating dtype holding most of the bytes
+    # held-out variants for the drop-in check (tools/worker/variants.py, tools/heldout.py)
+    variants: list[dict[str, Any]] = field(default_factory=list)
+    variants_dropped: list[dict[str, str]] = field(default_factory=list)  # not used: {variant, why}
 
     @property
     def compute_ops(self) -> dict[str, int]:
@@ -58,7 +61,7 @@ class ProblemInfo:
             "outputs": self.outputs, "init_args": self.init_args, "ops": self.ops,
             "single_op": self.single_op, "input_bytes": self.input_bytes,
             "output_bytes": self.output_bytes, "param_bytes": self.param_bytes,
-            "flops": self.flops, "dtype": self.dtype,
+            "flops": self.flops, "dtype": self.dtype, "variants": self.variants,
         }
 
 
@@ -117,6 +120,8 @@ def apply_description(info: ProblemInfo, described: dict[str, Any]) -> None:
     info.param_bytes = described["param_bytes"]
     info.flops = described["flops"]
     info.dtype = described["dtype"]
+    info.variants = described.get("variants", [])
+    info.variants_dropped = described.get("variants_dropped", [])
 
 
 def candidate_problems(source: str) -> str | None:

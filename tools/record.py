@@ -4,8 +4,12 @@ Everything downstream (the CLI, the workspace's commit trailers, the agent's fee
 reward) reads these fields, so renaming one is a breaking change: bump SCHEMA_VERSION.
 
 Versions: 1, the first; 2 adds the verdict `error` (an evaluator fault) and
-`environment["sandbox"]` (how the candidate's worker was confined). `Result.from_dict` reads both
-(a version 1 record simply has neither). The exit code of each verdict: tools/exit_codes.py.
+`environment["sandbox"]` (how the candidate's worker was confined); 3 adds `distributions` (the
+input distribution of each trial passed) and `dropped` (a distribution the problem does not
+allow, and why); 4 adds `generalizes` (whether the candidate computes the module's function on
+held-out sizes and constructor arguments: the drop-in check, tools/heldout.py) and `heldout` (each
+held-out variant and its outcome). `Result.from_dict` reads every version (an older record simply
+lacks the newer fields). The exit code of each verdict: tools/exit_codes.py.
 """
 from __future__ import annotations
 
@@ -15,8 +19,9 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-SCHEMA_VERSION = 2
-READABLE_VERSIONS = (1, 2)  # from_dict reads these; workspaces hold records of every one
+SCHEMA_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)  # from_dict reads these; workspaces hold records of every one
+ADDED_IN = {"distributions": 3, "dropped": 3, "generalizes": 4, "heldout": 4}  # fields an older record does not have (written back without them)
 
 
 class Verdict(str, enum.Enum):
@@ -86,6 +91,12 @@ class Result:
     checks: list[Check] = field(default_factory=list)
     errors: Errors = field(default_factory=Errors)
     trials: int = 0  # correctness trials passed
+    distributions: list[str] = field(default_factory=list)  # the input distribution of each trial passed
+    dropped: dict[str, str] = field(default_factory=dict)  # a distribution the problem does not allow: why
+    # the drop-in check (tools/heldout.py): True right on every held-out variant, False declared
+    # specialized and refused one, None not tested (no variant, or failed before)
+    generalizes: bool | None = None
+    heldout: list[dict[str, Any]] = field(default_factory=list)  # {variant, outcome, detail} per variant
     candidate_time: TimeStats = field(default_factory=TimeStats)
     eager_time: TimeStats = field(default_factory=TimeStats)
     compile_time: TimeStats = field(default_factory=TimeStats)
@@ -106,6 +117,9 @@ class Result:
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["verdict"] = self.verdict.value
+        for name, version in ADDED_IN.items():
+            if isinstance(self.schema_version, int) and self.schema_version < version:
+                del data[name]
         return data
 
     @classmethod

@@ -32,6 +32,7 @@ class Reference:
         self.restarts = 0
         self.cache: dict[tuple[int, str], Any] = {}
         self.init: tuple[dict[str, Any], bytes] = ({"t": "list", "items": []}, b"")  # get_init_inputs(), encoded
+        self.variant_inits: dict[int, tuple[dict[str, Any], bytes]] = {}  # the same, per held-out variant
 
     # the worker -----------------------------------------------------------------------
     def build(self) -> None:
@@ -40,6 +41,14 @@ class Reference:
         built, payload = self.checked({"op": "build"}, self._build_timeout)
         apply_description(self.problem, built["problem"])
         self.init = (built["init"], payload)  # what a candidate's constructor gets: it never runs the problem file
+        self.variant_inits.clear()
+
+    def variant_init(self, index: int, timeout: float) -> tuple[dict[str, Any], bytes]:
+        """get_init_inputs() of held-out variant `index`, encoded (asked once, then kept)."""
+        if index not in self.variant_inits:
+            header, payload = self.checked({"op": "variant_init", "index": index}, timeout)
+            self.variant_inits[index] = (header["init"], payload)
+        return self.variant_inits[index]
 
     def ensure_alive(self) -> bool:
         """Restart the worker if it has died since its last request; True if it was restarted.

@@ -136,7 +136,7 @@ def _defines(tree: ast.Module, name: str) -> bool:
 
 PROFILE_FIELDS = ("verdict", "candidate_time", "eager_time", "compile_time", "speedup_vs_eager",
                   "speedup_vs_compile", "roofline", "own_kernel_share", "kernel_launches", "torch_ops",
-                  "errors", "checks", "trials", "phases")
+                  "errors", "checks", "trials", "distributions", "dropped", "phases")
 
 
 def profile_payload(attempt: int | None, record: dict[str, Any] | None) -> str:

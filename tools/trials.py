@@ -3,15 +3,24 @@
 Each trial: the reference's outputs on the trial's inputs (cached per seed and distribution), the
 same inputs written into the candidate's worker, one forward there with uninitialized memory
 poisoned, then, in the parent: no output aliasing an input, outputs equal to the reference's
-within tolerance, inputs unchanged unless the reference changes them. Distributions alternate
-between the problem's own and a shifted one (dropped for a problem whose reference stops being
-finite under it). After the trials: the candidate's own kernels ran in every forward, and in a
-single-op problem nothing computing was left to torch.
+within tolerance, inputs unchanged unless the reference changes them. After the trials: one
+trial per held-out variant (other sizes and constructor arguments, tools/heldout.py); then the
+candidate's own kernels ran in every forward (held-out ones included), and in a single-op
+problem nothing computing was left to torch.
+
+Distributions (tools/worker/inputs.py) rotate over the trials: the problem's own, a shifted one
+(wider, off-centre), and a signed one (centred on zero: both signs of every continuous input).
+A distribution under which the reference's output stops being finite where it was finite on the
+problem's own inputs is not what the problem allows: "shifted" is then dropped; "signed" keeps
+the inputs that can cross zero (each tried alone, then together) and leaves the others as the
+problem made them, or is dropped when none can. What was dropped, and why, is in the record
+(`Result.dropped`); the distribution of every trial too (`Result.distributions`).
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tools import heldout
 from tools.compare import Stats
 from tools.feed import feed
 from tools.ops import compute_ops
@@ -25,7 +34,7 @@ if TYPE_CHECKING:
     from tools.evaluate import Evaluator
 
 
-def run(ev: "Evaluator", worker: WorkerProcess, result: Result) -> None:
+def run(ev: "Evaluator", worker: WorkerProcess, result: Result, source: str) -> None:
     stats = Stats()
     launched: int | None = None  # the fewest own-kernel launches in any trial: each must launch
     torch_ops: set[str] = set()  # compute ops left to torch in any trial (every trial is recorded)
@@ -56,12 +65,23 @@ def run(ev: "Evaluator", worker: WorkerProcess, result: Result) -> None:
         del cand_out, cand_in  # the worker frees its side at its next request
         result.errors = Errors(max_abs=stats.max_abs, max_rel=stats.max_rel, norm_rel=stats.norm_rel)
         if problem:
+            result.dropped = dict(ev.dropped)
             check, verdict, message = problem
-            fail(result, verdict, f"{name}:{check}", message, f"Trial {i + 1} of {len(ev.seeds)} ({dist} inputs): {message}")
+            fail(result, verdict, f"{name}:{check}", message, f"Trial {i + 1} of {len(ev.seeds)} ({words(dist)}): {message}")
             return
         passed(result, name)
         result.trials = i + 1
-    integrity(ev, result, launched or 0)
+        result.distributions.append(dist)
+    result.dropped = dict(ev.dropped)
+    extra = heldout.run(ev, worker, result, source)  # the drop-in check: other sizes, other arguments
+    if extra is None:
+        return
+    launched = min([launched or 0, *extra.launches])
+    for ops in extra.ops:
+        torch_ops.update(compute_ops(ops))
+    result.torch_ops = sorted(torch_ops)
+    result.kernel_launches = launched
+    integrity(ev, result, launched)
 
 
 def integrity(ev: "Evaluator", result: Result, launched: int) -> None:
@@ -80,12 +100,83 @@ def integrity(ev: "Evaluator", result: Result, launched: int) -> None:
 
 
 def distribution(ev: "Evaluator", i: int, seed: int) -> str:
+    """The distribution of trial i: the rotation's next one still allowed for this problem."""
     with ev._lock:
-        dist = ev.distributions[i % len(ev.distributions)]
-        if dist == "shifted":
-            out, _ = ev.reference_outputs(seed, "shifted")
-            base, _ = ev.reference_outputs(seed, "problem")
-            if nonfinite(out) and not nonfinite(base):
-                ev.distributions = ["problem"]  # the problem does not allow it
-                return "problem"
-        return dist
+        while True:
+            dist = ev.distributions[i % len(ev.distributions)]
+            if dist == "shifted" and _breaks(ev, seed, "shifted"):
+                _drop(ev, "shifted", "the reference's output is not finite on shifted inputs")
+            elif dist == "signed":
+                _choose_signed(ev, seed)  # replaced by the inputs that may cross zero, or dropped
+            else:
+                return dist
+
+
+def words(dist: str) -> str:
+    """A trial's distribution as the model and the user read it in a failure message."""
+    kind, _, leaves = dist.partition(":")
+    if kind == "signed":
+        return f"signed inputs: input {_names([int(n) for n in leaves.split(',')])} drawn around zero, both signs"
+    return {"problem": "problem inputs", "shifted": "shifted inputs: wider and off-centre"}.get(kind, f"{dist} inputs")
+
+
+def _breaks(ev: "Evaluator", seed: int, dist: str) -> bool:
+    """The reference stops being finite under `dist` where it is finite on the problem's own inputs."""
+    out, _ = ev.reference_outputs(seed, dist)
+    if not nonfinite(out):
+        return False
+    base, _ = ev.reference_outputs(seed, "problem")
+    return not nonfinite(base)
+
+
+def _choose_signed(ev: "Evaluator", seed: int) -> None:
+    """Replace "signed" in the rotation by the inputs that may cross zero: all, some, or none."""
+    at = ev.distributions.index("signed")
+    leaves = floating_leaves(ev.problem.inputs)
+    if not leaves:
+        _drop(ev, "signed", "the problem has no floating inputs")
+        return
+    keep = leaves if not _breaks(ev, seed, _signed(leaves)) else [n for n in leaves if not _breaks(ev, seed, _signed([n]))]
+    if len(keep) > 1 and keep != leaves and _breaks(ev, seed, _signed(keep)):
+        keep = keep[:1]  # each may cross zero alone, not together: the first
+    lost = [n for n in leaves if n not in keep]
+    if not keep:
+        _drop(ev, "signed", f"the reference's output is not finite when input {_names(lost)} cross zero")
+        return
+    ev.distributions[at] = _signed(keep)
+    if lost:
+        ev.dropped["signed"] = (f"input {_names(lost)} keep the problem's own signs: the reference's output is not "
+                                f"finite when they cross zero")
+
+
+def _signed(leaves: list[int]) -> str:
+    return "signed:" + ",".join(map(str, leaves))
+
+
+def _drop(ev: "Evaluator", dist: str, why: str) -> None:
+    ev.distributions.remove(dist)
+    ev.dropped[dist] = why
+
+
+def _names(leaves: list[int]) -> str:
+    return ", ".join(f"#{n}" for n in leaves)
+
+
+def floating_leaves(described: list[dict]) -> list[int]:
+    """The numbers of the floating tensor leaves, depth-first, in get_inputs()'s description
+    (tools/worker/inputs.py describe(); the numbering of "signed:N")."""
+    found: list[int] = []
+    count = 0
+
+    def walk(items: list[dict]) -> None:
+        nonlocal count
+        for d in items:
+            if d.get("kind") == "tensor":
+                if d.get("dtype", "").startswith(("float", "bfloat")):
+                    found.append(count)
+                count += 1
+            elif d.get("kind") in ("list", "tuple"):
+                walk(d.get("items", []))
+
+    walk(described)
+    return found

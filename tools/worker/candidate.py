@@ -37,11 +37,13 @@ class CandidateWorker(Worker):
                              executables=tuple(config.get("executables", ())), own_sockets=(config["memory_fd"],))
         self.input_arena: Any = None  # where the parent writes this worker's inputs (CUDA)
         self.builder: Any = None
+        self.cls: Any = None
+        self.variant_model: Any = None  # ModelNew built with a held-out variant's arguments
         if not self.build_only:
             prewarm(self.device)
 
     def handlers(self):
-        return {"install": self.install, "build": self.build, "input_arena": self.grow_input_arena,
+        return {"install": self.install, "build": self.build, "variant": self.variant, "input_arena": self.grow_input_arena,
                 "trial": self.trial, "time": self.time, "profile": self.profile, "artifacts": self.artifacts}
 
     def violations(self) -> list[str]:
@@ -77,7 +79,22 @@ class CandidateWorker(Worker):
             raise Failure("compile_error", f"{cls.__name__}(*get_init_inputs()) does not fit its constructor: {exc}") from None
         torch.manual_seed(self.config["init_seed"])  # public: both models' weights must match
         self.model = cls(*init_inputs).to(self.device)
+        self.cls = cls
         return {"op": "built", "seconds": time.monotonic() - start, "cuda": cuda}, b""
+
+    def variant(self, msg: dict[str, Any], payload: bytes) -> Reply:
+        """ModelNew again, with a held-out variant's constructor arguments (tools/heldout.py)."""
+        import torch
+
+        from tools.transport import decode
+
+        if self.cls is None:
+            raise Failure("runtime_error", "no model was built")
+        self.variant_model = None
+        init_inputs = decode(msg["init"], payload)
+        torch.manual_seed(self.config["init_seed"])
+        self.variant_model = self.cls(*init_inputs).to(self.device)
+        return {"op": "built", "seconds": 0.0}, b""
 
     def _import(self, source: str):
         import torch.utils.cpp_extension as cpp_extension
@@ -119,18 +136,19 @@ class CandidateWorker(Worker):
 
         from tools.worker.instrument import OpRecorder
 
-        if self.model is None:
+        model = self.variant_model if msg.get("model") == "variant" else self.model
+        if model is None:
             raise Failure("runtime_error", "no model was built")
         inputs = self._inputs(msg["inputs"], payload)
         try:
-            inspect.signature(self.model.forward).bind(*inputs)
+            inspect.signature(model.forward).bind(*inputs)
         except TypeError as exc:
             raise Failure("compile_error", f"forward(*get_inputs()) does not fit the signature of forward: {exc}") from None
         torch.manual_seed(secrets.randbits(63))  # the global RNG tells nothing about the inputs
         recorder = OpRecorder()
         self.launches.reset()
         with recorder:
-            outputs, seconds = self.forward(inputs, poison=bool(msg.get("poison")))
+            outputs, seconds = self.forward(inputs, poison=bool(msg.get("poison")), model=model)
         reply = {"op": "outputs", "seconds": seconds, "launches": self.launches.count,
                  "kernels": dict(self.launches.names), "ops": dict(recorder.ops)}
         return self.reply_with(reply, [outputs, inputs], int(msg.get("arena_cap") or 0))

@@ -14,14 +14,20 @@ Distributions:
   Floating inputs with few distinct values (+-1 targets, 0/1 masks) and all integer and bool
   inputs are left as the problem made them. The evaluator drops "shifted" for a problem whose
   reference output stops being finite under it (the problem does not allow it).
+- "signed": every continuous floating input x is replaced by s*z, z ~ N(0,1) (seeded), with
+  s = max(|mean(x)|, std(x)): the same magnitude as the problem's, centred on zero, so both
+  signs are tested (ReLU on `torch.rand` inputs sees negatives). "signed:0,2" signs only those
+  tensor leaves (numbered depth-first over the inputs) and leaves the others as the problem
+  made them: the evaluator chooses the leaves where the reference stays finite (tools/trials.py).
 """
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import torch
 
-DISTRIBUTIONS = ("problem", "shifted")
+DISTRIBUTIONS = ("problem", "shifted", "signed")
 CATEGORICAL_MAX_VALUES = 16
 
 
@@ -54,15 +60,55 @@ def _allowed(item: Any) -> bool:
 
 def generate(get_inputs, seed: int, distribution: str, device: torch.device) -> list[Any]:
     """The inputs of one trial. Deterministic in (problem, seed, distribution, device)."""
-    if distribution not in DISTRIBUTIONS:
-        raise ValueError(f"unknown distribution {distribution!r}")
+    kind, leaves = parse_distribution(distribution)
     torch.manual_seed(seed)
     inputs = [_to_device(x, device) for x in call_factory(get_inputs, "get_inputs", device)]
-    if distribution == "shifted":
+    if kind == "shifted":
         gen = torch.Generator(device=device)
         gen.manual_seed(seed ^ 0x5EED)
         inputs = [_shift(x, gen) for x in inputs]
+    elif kind == "signed":
+        gen = torch.Generator(device=device)
+        gen.manual_seed(seed ^ 0x5167)
+        numbers = itertools.count()
+
+        def sign_leaf(t: torch.Tensor) -> torch.Tensor:
+            number = next(numbers)
+            return _sign(t, gen) if leaves is None or number in leaves else t
+
+        inputs = [_map_leaves(x, sign_leaf) for x in inputs]
     return inputs
+
+
+def parse_distribution(name: str) -> tuple[str, frozenset[int] | None]:
+    """("problem" | "shifted" | "signed", the signed tensor leaves or None for all)."""
+    kind, _, rest = name.partition(":")
+    if kind not in DISTRIBUTIONS or (rest and kind != "signed"):
+        raise ValueError(f"unknown distribution {name!r}")
+    if not rest:
+        return kind, None
+    try:
+        return kind, frozenset(int(i) for i in rest.split(","))
+    except ValueError:
+        raise ValueError(f"unknown distribution {name!r}") from None
+
+
+def _map_leaves(x: Any, fn) -> Any:
+    """fn applied to every tensor leaf, depth-first (the order of leaf numbers)."""
+    if isinstance(x, torch.Tensor):
+        return fn(x)
+    if isinstance(x, (list, tuple)):
+        return type(x)(_map_leaves(v, fn) for v in x)
+    return x
+
+
+def _sign(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    if not x.is_floating_point() or x.numel() < 2 or is_categorical(x):
+        return x
+    stats = x.float()
+    scale = torch.maximum(stats.mean().abs(), stats.std()).clamp_min(1e-3)
+    z = torch.randn(x.shape, generator=gen, device=x.device, dtype=torch.float32)
+    return (scale * z).to(x.dtype).contiguous(memory_format=_memory_format(x))
 
 
 def _to_device(x: Any, device: torch.device) -> Any:

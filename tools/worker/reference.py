@@ -23,6 +23,8 @@ class ReferenceWorker(Worker):
         self.get_init_inputs = getattr(self.problem, "get_init_inputs", lambda: [])
         self.pool: Any = None
         self.compiled: Any = None
+        self.variants: list[Any] = []  # held-out variants the reference accepted (tools/worker/variants.py)
+        self.variant_models: dict[int, Any] = {}
         if self.device.type == "cuda":
             from tools.worker.worker import prewarm
 
@@ -30,12 +32,21 @@ class ReferenceWorker(Worker):
 
     def handlers(self):
         return {"build": self.build, "trial": self.trial, "inputs": self.inputs, "time": self.time,
-                "ceilings": self.ceilings}
+                "ceilings": self.ceilings, "variant_init": self.variant_init}
 
     def generate(self, seed: int, dist: str) -> list[Any]:
+        """Inputs of (seed, distribution); "variant:K" is the problem's own distribution at the
+        sizes of held-out variant K."""
         from tools.worker.inputs import generate
+        from tools.worker.variants import applied
 
+        if dist.startswith("variant:"):
+            with applied(self.problem, self.variants[int(dist.split(":")[1])]):
+                return generate(self.get_inputs, seed, "problem", self.device)
         return generate(self.get_inputs, seed, dist, self.device)
+
+    def model_for(self, dist: str) -> Any:
+        return self.variant_models[int(dist.split(":")[1])] if dist.startswith("variant:") else self.model
 
     # requests ---------------------------------------------------------------------------
     def build(self, msg: dict[str, Any], payload: bytes) -> Reply:
@@ -57,14 +68,24 @@ class ReferenceWorker(Worker):
         from tools.transport import encode
 
         init_tree, init_payload = encode(init_inputs)
-        reply = {"op": "built", "seconds": time.monotonic() - start, "problem": self._describe(), "init": init_tree}
+        described = self._describe()
+        described["variants"], described["variants_dropped"] = self._choose_variants(cls, init_inputs)
+        reply = {"op": "built", "seconds": time.monotonic() - start, "problem": described, "init": init_tree}
         return reply, init_payload
 
     def trial(self, msg: dict[str, Any], payload: bytes) -> Reply:
         """The reference's outputs, and its inputs after forward, on the inputs of (seed, distribution)."""
-        inputs = self.generate(int(msg["seed"]), msg["distribution"])
-        outputs, seconds = self.forward(inputs, poison=False)
+        dist = msg["distribution"]
+        inputs = self.generate(int(msg["seed"]), dist)
+        outputs, seconds = self.forward(inputs, poison=False, model=self.model_for(dist))
         return self.reply_with({"op": "outputs", "seconds": seconds}, [outputs, inputs], int(msg.get("arena_cap") or 0))
+
+    def variant_init(self, msg: dict[str, Any], payload: bytes) -> Reply:
+        """The constructor's arguments of held-out variant K, for the candidate's ModelNew."""
+        from tools.transport import encode
+
+        tree, blob = encode(self._variant_init(self.variants[int(msg["index"])]))
+        return {"op": "variant_init", "init": tree}, blob
 
     def inputs(self, msg: dict[str, Any], payload: bytes) -> Reply:
         """Input sets for a candidate: [[slot or None, seed, distribution], ...]. A slot names a
@@ -87,6 +108,64 @@ class ReferenceWorker(Worker):
         return {"op": "ceilings", "ceilings": measure_ceilings(self.device).to_dict()}, b""
 
     # helpers ----------------------------------------------------------------------------
+    def _variant_init(self, variant: Any) -> list[Any]:
+        from tools.worker.inputs import call_factory
+        from tools.worker.variants import applied, scale_floats
+
+        with applied(self.problem, variant):
+            return scale_floats(call_factory(self.get_init_inputs, "get_init_inputs", None), variant.float_scale)
+
+    def _choose_variants(self, cls: Any, init_inputs: list[Any]) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+        """The held-out variants the reference accepts: every declared one, or the first derived
+        one; and why the others were not used (tools/worker/variants.py)."""
+        import torch
+
+        from tools.worker import variants as v
+
+        try:
+            tried = v.candidates(self.problem, Path(self.config["problem"]).read_text())
+        except v.VariantError as exc:
+            raise Failure("compile_error", str(exc)) from None
+        if tried is None:
+            return [], [{"variant": "any", "why": f"the problem declares its shapes fixed ({v.DECLARED} = [])"}]
+        if not any(isinstance(x, float) for x in init_inputs):
+            for variant in tried:
+                variant.float_scale = 1.0  # nothing to scale: say nothing of it
+        own_inputs = self.generate(self.config["probe_seed"], "problem")
+        with torch.no_grad():
+            own_finite = v.finite(self.model(*own_inputs))
+        built: dict[int, Any] = {}
+
+        def build(variant: Any) -> tuple[list[Any], list[Any], bool]:
+            init = self._variant_init(variant)
+            torch.manual_seed(self.config["init_seed"])
+            model = cls(*init).to(self.device)
+            with v.applied(self.problem, variant):
+                from tools.worker.inputs import generate
+
+                inputs = generate(self.get_inputs, self.config["probe_seed"], "problem", self.device)
+            with torch.no_grad():
+                ok = v.finite(model(*inputs)) or not own_finite
+            built[id(variant)] = model
+            return init, inputs, ok
+
+        dropped: list[dict[str, str]] = []
+        for variant in tried:
+            if not variant.sizes and variant.float_scale == 1.0:
+                dropped.append({"variant": "any", "why": "the problem has no module-level sizes and no floating constructor "
+                                                         f"arguments to vary (a problem may declare {v.DECLARED})"})
+                continue
+            why = v.accepted(build, variant, (init_inputs, own_inputs))
+            if why is not None:
+                dropped.append({"variant": variant.describe(), "why": why})
+                built.pop(id(variant), None)
+                continue
+            self.variant_models[len(self.variants)] = built.pop(id(variant))
+            self.variants.append(variant)
+            if variant.origin == "derived":
+                break
+        return [x.to_dict() for x in self.variants], dropped
+
     def _pool(self):
         from tools.worker.timing import InputPool
 

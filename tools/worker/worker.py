@@ -109,15 +109,16 @@ class Worker:
             return self.reply_with(reply, outputs, int(msg.get("arena_cap") or 0))
         return reply, b""
 
-    def forward(self, inputs: list[Any], poison: bool) -> tuple[Any, float]:
-        """One forward pass (no grad; uninitialized memory poisoned when asked), synchronized."""
+    def forward(self, inputs: list[Any], poison: bool, model: Any = None) -> tuple[Any, float]:
+        """One forward pass of `model` (default: the worker's model; no grad; uninitialized
+        memory poisoned when asked), synchronized."""
         import torch
 
         from tools.worker.timing import synchronize
 
         start = time.monotonic()
         with poisoned_memory(poison), torch.no_grad():
-            outputs = self.model(*inputs)
+            outputs = (model if model is not None else self.model)(*inputs)
         if self.device.type == "cuda":
             synchronize(self.device)  # bound before the candidate loaded: it cannot be rebound
         return outputs, time.monotonic() - start

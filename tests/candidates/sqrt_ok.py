@@ -1,0 +1,20 @@
+"""Honest: sqrt in one Triton kernel."""
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def sqrt_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, tl.sqrt(tl.load(x_ptr + offsets, mask=mask, other=1.0)), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        out = torch.empty_like(x)
+        n = x.numel()
+        sqrt_kernel[(triton.cdiv(n, 1024),)](x, out, n, BLOCK=1024)
+        return out

@@ -1,0 +1,46 @@
+"""Input distributions that test both halves (tools/worker/inputs.py, tools/trials.py): besides
+the problem's own and a shifted one, a signed one in which every continuous input crosses zero
+wherever the reference stays finite there; an input that cannot cross zero keeps its own signs,
+and a distribution the problem does not allow is dropped and recorded as dropped."""
+from __future__ import annotations
+
+import pytest
+
+from helpers_eval import assert_ok, assert_verdict, evaluator, source
+from tools import Verdict
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("ratchet-cache")
+
+
+def test_relu_as_a_copy_fails_on_inputs_that_cross_zero(cache_dir):
+    """The problem draws x in [0, 1) and the shifted inputs stay non-negative: only the signed
+    trial shows that a copy is not a ReLU. The honest kernel passes all five trials."""
+    with evaluator("relu_rand", cache_dir) as ev:
+        cheat = ev.evaluate(source("relu_as_copy"))
+        assert_verdict(cheat, Verdict.INCORRECT, "trial-2:signed:0:values", "signed inputs")
+        assert cheat.distributions == ["problem", "shifted"] and cheat.dropped == {}
+        honest = ev.evaluate(source("relu_ok"))
+    assert_ok(honest)
+    assert honest.distributions == ["problem", "shifted", "signed:0", "problem", "shifted"]
+    assert honest.dropped == {} and honest.to_dict()["distributions"] == honest.distributions
+
+
+def test_an_input_that_cannot_cross_zero_keeps_its_signs(cache_dir):
+    """log(x) * y: y crosses zero in the signed trials; x (under the log) keeps the problem's
+    signs, and the record says so."""
+    with evaluator("log_mul", cache_dir) as ev:
+        result = ev.evaluate(source("log_mul_ok"))
+    assert_ok(result)
+    assert result.distributions == ["problem", "shifted", "signed:1", "problem", "shifted"]
+    assert list(result.dropped) == ["signed"] and "input #0 keep the problem's own signs" in result.dropped["signed"]
+
+
+def test_a_problem_that_allows_no_sign_change_drops_the_signed_trials(cache_dir):
+    with evaluator("sqrt_only", cache_dir) as ev:
+        result = ev.evaluate(source("sqrt_ok"))
+    assert_ok(result)
+    assert result.distributions == ["problem", "shifted", "problem", "shifted", "problem"]
+    assert "not finite when input #0 cross zero" in result.dropped["signed"]

@@ -1,0 +1,138 @@
+"""The drop-in check: one untimed trial per held-out variant of the problem (other sizes and
+constructor arguments, derived or declared by the problem: tools/worker/variants.py), after the
+correctness trials, in the same candidate worker.
+
+A kernel must compute the module's function for what a user varies, not only for the benchmark's
+shapes. On a variant, the candidate's ModelNew is built again with the variant's constructor
+arguments (same initialization seed as the reference's), runs once on inputs the reference
+worker made at the variant's sizes, and is compared with the reference like any trial. Outcomes,
+recorded per variant in `Result.heldout`, and in `Result.generalizes`:
+
+- right on every variant: generalizes True;
+- a candidate that declares itself specialized (a line `# ratchet: specialized` in its file) and
+  raises an error on a variant (refuses it): generalizes False, the verdict is unaffected, and
+  `ratchet best` says so;
+- anything else (a wrong result, an error from an undeclared kernel, a wrong result from a
+  declared one): the candidate fails, naming the variant's sizes and the inputs' shapes;
+- no variant (the problem declares its shapes fixed, or none the reference accepts):
+  generalizes None, and `heldout` says why.
+"""
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from tools.compare import Stats
+from tools.feed import feed
+from tools.process import WorkerGone, WorkerProcess
+from tools.record import Result, Verdict
+from tools.trial_checks import aliasing, mismatch
+from tools.transport import TransportError
+from tools.verdict import fail, passed
+
+if TYPE_CHECKING:
+    from tools.evaluate import Evaluator
+
+SPECIALIZED = re.compile(r"^\s*#\s*ratchet:\s*specialized\b", re.MULTILINE)
+HOW = ("A kernel must compute the module's function for every size and constructor argument a user "
+       "passes (batch and other leading dimensions, sequence lengths, scalar arguments): take sizes from "
+       "the inputs and arguments from __init__, mask the tails. A kernel specialized on purpose says "
+       "`# ratchet: specialized` in its file and raises an error for other shapes.")
+
+
+def declares_specialized(source: str) -> bool:
+    return bool(SPECIALIZED.search(source))
+
+
+class Outcome:
+    """What the held-out trials add to the correctness trials' evidence."""
+
+    def __init__(self) -> None:
+        self.launches: list[int] = []  # own-kernel launches of each variant that ran
+        self.ops: list[dict[str, int]] = []  # torch ops of each variant that ran
+
+
+def run(ev: "Evaluator", worker: WorkerProcess, result: Result, source: str) -> Outcome | None:
+    """The held-out trials; None if the candidate failed one (the result says how)."""
+    specialized = declares_specialized(source)
+    result.heldout = [{"variant": d["variant"], "outcome": "not used", "detail": d["why"]}
+                      for d in ev.problem.variants_dropped]
+    outcome = Outcome()
+    refused = False
+    for k, variant in enumerate(ev.problem.variants):
+        name, desc = f"heldout-{k}", variant["describe"]
+        try:
+            step = _one(ev, worker, result, k, name, desc, specialized, outcome)
+        except WorkerGone as exc:
+            raise WorkerGone(exc.verdict, f"on held-out sizes ({desc}): {exc}") from None
+        if step is None:
+            return None
+        refused = refused or step == "refused"
+    if ev.problem.variants:
+        result.generalizes = not refused
+    return outcome
+
+
+def _one(ev: "Evaluator", worker: WorkerProcess, result: Result, k: int, name: str, desc: str,
+         specialized: bool, outcome: Outcome) -> str | None:
+    dist = f"variant:{k}"
+    seed = ev.seeds[k % len(ev.seeds)]
+    with ev._lock:
+        init_tree, init_payload = ev.reference.variant_init(k, ev.options.build_timeout)
+    ref_out, ref_in = ev.reference_outputs(seed, dist)
+    where = f"held-out sizes ({desc}; inputs {_shapes(ref_in)})"
+    built = worker.request({"op": "variant", "init": init_tree}, ev.options.build_timeout, init_payload)[0]
+    if built.get("op") == "error" and not built.get("violations"):
+        return _raised(result, name, desc, where, built, specialized)
+    if not ev.verdict_from_reply(built, name, result):
+        return None
+    trees, payload = feed(ev, worker, [(None, seed, dist)])
+    header, payload = worker.request({"op": "trial", "inputs": trees[0], "poison": True, "model": "variant",
+                                      "arena_cap": ev.arena_cap(2)}, ev.options.trial_timeout, payload)
+    if header.get("op") == "error" and header.get("kind") == "runtime_error" and not header.get("violations"):
+        return _raised(result, name, desc, where, header, specialized)
+    if not ev.verdict_from_reply(header, name, result):
+        return None
+    try:
+        cand_out, cand_in = worker.outputs(header, payload)
+    except (TransportError, KeyError, TypeError, ValueError) as exc:
+        fail(result, Verdict.REJECTED, name, f"malformed output: {exc}", f"The worker sent malformed outputs ({exc}).")
+        return None
+    problem = (aliasing(header["tree"]) or mismatch(ref_out, cand_out, Stats(), ev.options.tolerances, "output")
+               or mismatch(ref_in, cand_in, Stats(), ev.options.tolerances, "input", what="inputs after forward"))
+    del cand_out, cand_in
+    if problem:
+        check, verdict, message = problem
+        declared = (" It declares `# ratchet: specialized`, but returned a wrong result instead of refusing these "
+                    "inputs with an error." if specialized else "")
+        result.heldout.append({"variant": desc, "outcome": "failed", "detail": message})
+        fail(result, verdict, f"{name}:{check}", f"{where}: {message}",
+             f"Correct on the problem's own sizes, but not on {where}: {message}{declared} {HOW}")
+        return None
+    outcome.launches.append(int(header.get("launches") or 0))
+    if isinstance(header.get("ops"), dict):
+        outcome.ops.append(header["ops"])
+    result.heldout.append({"variant": desc, "outcome": "ok", "detail": f"inputs {_shapes(ref_in)}"})
+    passed(result, name, desc)
+    return "ok"
+
+
+def _raised(result: Result, name: str, desc: str, where: str, reply: dict[str, Any], specialized: bool) -> str | None:
+    """The candidate raised on a variant: a refusal if it declares itself specialized, else a failure."""
+    message = str(reply.get("message") or "an error").strip()
+    first = message.splitlines()[-1].strip() if message else "an error"  # the exception, after its frames
+    if specialized:
+        result.heldout.append({"variant": desc, "outcome": "refused", "detail": first})
+        passed(result, name, f"refused {where} (declared specialized): {first}")
+        return "refused"
+    result.heldout.append({"variant": desc, "outcome": "failed", "detail": first})
+    fail(result, Verdict.RUNTIME_ERROR, name, f"{where}: {message}",
+         f"Correct on the problem's own sizes, but it raised on {where}: {first}. {HOW}")
+    return None
+
+
+def _shapes(tree: Any) -> str:
+    import torch
+
+    items = tree if isinstance(tree, (list, tuple)) else [tree]
+    return ", ".join(str(tuple(x.shape)) if isinstance(x, torch.Tensor) else repr(x) for x in items) or "none"
