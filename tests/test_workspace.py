@@ -77,11 +77,11 @@ def test_attempt_commit_holds_source_record_extras_and_trailers(ws: Workspace, p
     result = timed(Verdict.OK, 0.412, 0.409, 0.415, trials=5, checks=[Check("trial 1", True)], errors=Errors(1e-6, 2e-5, 3e-7))
     with ws.open_problem(problem) as repo:
         att = repo.commit_attempt(SRC.format(1), result, model="qwen/coder:32b", run_id="r-7",
-                                  extra_files={"trajectory.json": "[1, 2]\n", "replies/1.txt": "hello\n"})
+                                  extra_files={"notes.json": "[1, 2]\n", "replies/1.txt": "hello\n"})
         assert (att.number, att.became_best, att.is_best) == (1, True, True)
         files = git(repo.path, "show", "--name-only", "--format=", att.sha).stdout.split()
-        assert sorted(files) == ["best/candidate.py", "best/result.json", "candidate.py", "replies/1.txt",
-                                 "result.json", "trajectory.json"]
+        assert sorted(files) == ["best/candidate.py", "best/result.json", "candidate.py", "notes.json",
+                                 "replies/1.txt", "result.json"]
         assert git(repo.path, "show", f"{att.sha}:candidate.py").stdout == SRC.format(1)
         assert repo.record(att) == result.to_dict()
         assert Result.from_dict(repo.record(att)) == result
