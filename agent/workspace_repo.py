@@ -11,6 +11,10 @@ around this, and on taking the lock first runs `_recover`: a journal found then 
 writer that died or raised, so its git lock files (once `_STALE_GRACE_S` old, so that its
 orphaned git children can finish) and its temporary files are removed, its paths are reset to
 HEAD, and the `best` branch is set to the last attempt whose trailer says it became best.
+
+Trajectory saves (agent.workspace_trajectories) use the same plumbing under the same lock, but
+publish on `refs/ratchet/trajectories` and write nothing to the work tree or the real index;
+their journal lists no paths, so recovery has only stale lock and temporary files to clear.
 """
 from __future__ import annotations
 
@@ -25,7 +29,8 @@ import git
 from agent.workspace_attempt import Attempt, beats, parse_trailers
 from agent.workspace_lock import FileLock, LockTimeout, atomic_write, fsync_dir, wait_gone, write_durable
 from agent.workspace_review import review_lines
-from agent.workspace_trajectories import LEGACY_FILE, TRAJECTORIES, SavedTrajectory, save, saved_trajectories, trajectory_at
+from agent.workspace_trajectories import (LEGACY_FILE, TRAJECTORIES, SavedTrajectory, check_run_id, save, saved_trajectories,
+                                         trajectory_at)
 from tools.record import Result
 
 MAIN, BEST = "refs/heads/main", "refs/heads/best"
@@ -170,6 +175,8 @@ class ProblemRepo:
         `trajectory` (the run's conversation so far) is saved on the trajectories ref, linked to
         this attempt, under the same lock; `extra_files` go into the attempt's commit."""
         result = result if isinstance(result, Result) else Result.from_dict(result)
+        if trajectory is not None:
+            check_run_id(run_id)  # before anything is committed
         files = {CANDIDATE: source.encode(), RESULT: (json.dumps(result.to_dict(), indent=2) + "\n").encode()}
         for name, text in (extra_files or {}).items():
             files[_check_extra_name(name)] = text.encode()
@@ -303,7 +310,8 @@ class ProblemRepo:
                     atomic_write(self.path / name, text.encode(), tmp_dir=self._gitdir)
                 else:
                     (self.path / name).unlink(missing_ok=True)
-            self._git("reset", "-q", "HEAD", "--", *journal["paths"])
+            if journal["paths"]:  # with none (a trajectory save), `reset HEAD --` would reset the whole index
+                self._git("reset", "-q", "HEAD", "--", *journal["paths"])
         shutil.rmtree(self._gitdir / _TMP, ignore_errors=True)
         best = next((a for a in self.attempts() if a.is_best), None)
         current = self._git("rev-parse", "-q", "--verify", BEST, check=False)

@@ -54,15 +54,22 @@ class SavedTrajectory:
     first_saved_at: int  # unix seconds of the run's first save: runs are listed in this order
 
 
+def check_run_id(run_id: str) -> str:
+    """A run id a trajectory can be saved under: one non-empty line (it is a trailer's value)."""
+    if not run_id or run_id != one_line(run_id):
+        raise ValueError(f"a trajectory's run id must be one non-empty line, not {run_id!r}")
+    return run_id
+
+
 def run_file(run_id: str) -> str:
     """The run's file in the trajectories tree."""
-    if _SAFE_RUN.fullmatch(run_id) and not run_id.endswith(".lock"):
+    if _SAFE_RUN.fullmatch(run_id):
         return f"{run_id}.json"
     return f"run-{hashlib.sha256(run_id.encode()).hexdigest()[:16]}.json"
 
 
 def message(run_id: str, attempt: Attempt | None) -> str:
-    run = one_line(run_id) or "n/a"
+    run = one_line(run_id)
     subject = f"trajectory: run {run}" + (f", attempt {attempt.number}" if attempt else "")
     trailers = [("Ratchet-Kind", KIND_TRAJECTORY), ("Ratchet-Run-Id", run)]
     if attempt is not None:
@@ -72,7 +79,7 @@ def message(run_id: str, attempt: Attempt | None) -> str:
 
 def save(repo: "ProblemRepo", run_id: str, text: str, attempt: Attempt | None = None) -> str | None:
     """Under the writer lock: save `text` as the run's trajectory; None if unchanged (and no attempt)."""
-    name = run_file(run_id)
+    name = run_file(check_run_id(run_id))
     data = text.encode()
     if attempt is None:
         current = repo._git("rev-parse", "-q", "--verify", f"{TRAJECTORIES}:{name}", check=False)

@@ -203,6 +203,12 @@ def test_trajectories_live_on_their_own_ref_not_on_main(ws: Workspace, problem: 
         assert saves[:2] == ["trajectory: run run b/odd, attempt 4", "trajectory: run run-a"]
         assert len(saves) == 7  # 3 with attempts, 3 between them, 1 of the other run
         assert_consistent(repo)
+        for bad in ("", "two\nlines"):  # a run id is a trailer's value: refused before anything is committed
+            with pytest.raises(ValueError, match="run id"):
+                repo.commit_attempt("y", untimed(), model="m", run_id=bad, trajectory="{}")
+            with pytest.raises(ValueError, match="run id"):
+                repo.save_trajectory(bad, "{}")
+        assert len(repo.attempts()) == 4
     with ws.open_existing("19_ReLU") as reader:  # read-only readers see them too
         assert reader.trajectory(reader.attempt(2)) == '{"run_id": "run-a", "turn": 2}\n'
 
