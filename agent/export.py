@@ -1,10 +1,11 @@
 """Attempts as training data: rows for supervised fine-tuning (SFT) and for RL, from workspaces.
 
 Where the data is: every problem's git repository (agent.workspace) holds each attempt as a
-commit (candidate.py, result.json, trailers), and the agent commits `trajectory.json` (the whole
-conversation of a run, `agent.nodes.trajectory_text`) with every attempt and after every model
-turn. Past runs' trajectories live on in the history, so the latest saved version of each run
-(by `run_id`) is read from `git log main -- trajectory.json`.
+commit on main (candidate.py, result.json, trailers), and the agent saves each run's trajectory
+(the whole conversation, `agent.nodes.trajectory_text`) with every attempt and after every model
+turn on the ref `refs/ratchet/trajectories`, whose tip holds the latest version of every run
+(agent.workspace_trajectories). Workspaces written before that ref existed committed
+`trajectory.json` on main; those runs are read from main's history, the latest version of each.
 
 SFT rows (`sft_rows`), one JSON object per line:
 
@@ -46,10 +47,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import git
-
 from agent.turns import first_line, system_text, task_text
-from agent.workspace import MARKER, REFERENCE, TRAJECTORY, ProblemRepo, Workspace
+from agent.workspace import MARKER, REFERENCE, ProblemRepo, Workspace
 from agent.workspace_attempt import Attempt
 from tools.record import Verdict
 from tools.toolcalls import SUBMIT_KERNEL, Submission, parse_call, tool_schemas
@@ -106,21 +105,16 @@ def marker(repo: Path) -> dict[str, Any]:
 
 def saved_trajectories(repo: Path) -> list[dict[str, Any]]:
     """The latest saved trajectory of each run in a problem's repository, oldest run first."""
-    latest: dict[str, dict[str, Any]] = {}
-    first_seen: dict[str, int] = {}
-    handle = git.Repo(repo)
-    try:
-        for commit in handle.iter_commits("main", paths=TRAJECTORY):  # newest first
+    out = []
+    with ProblemRepo(repo, read_only=True) as handle:
+        for saved in handle.trajectories():
             try:
-                data = json.loads((commit.tree / TRAJECTORY).data_stream.read())
-            except (KeyError, ValueError):
-                continue
-            run_id = str(data.get("run_id") or commit.hexsha)
-            latest.setdefault(run_id, data)
-            first_seen[run_id] = commit.committed_date
-    finally:
-        handle.close()
-    return [latest[r] for r in sorted(latest, key=lambda r: first_seen[r])]
+                data = json.loads(saved.text)
+            except ValueError:
+                continue  # not JSON: nothing to train on (the agent only ever saves JSON)
+            if isinstance(data, dict):
+                out.append(data)
+    return out
 
 
 def clean_message(message: dict[str, Any], *, reasoning: bool = False) -> dict[str, Any]:

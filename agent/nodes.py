@@ -105,7 +105,7 @@ def compile(state: AgentState, runtime: Node) -> dict[str, Any]:  # noqa: A001 (
             result = fault_result(exc, problem=state["problem"], source=source)
             result.problem_hash = state["problem_hash"]
         attempt = ctx.repo.commit_attempt(source, result, model=ctx.model.name, run_id=state["run_id"],
-                                          extra_files={"trajectory.json": trajectory_text(state, ctx)})
+                                          summary=change_summary(state), trajectory=trajectory_text(state, ctx))
         record = result.to_dict()
     seen = {a["attempt"] for a in state.get("attempts", [])}
     summary = attempt_summary(attempt, record, reused=done is not None, repeat=attempt.number in seen)
@@ -180,6 +180,17 @@ def after_decide(state: AgentState) -> str:
 
 
 # --- helpers -----------------------------------------------------------------------------------
+
+
+def change_summary(state: AgentState) -> str:
+    """The model's own words on the submitted change: the first line of the text of the reply
+    that made the submission ("" if it sent only the tool call), for the attempt's commit body."""
+    call_id = (state.get("proposal") or {}).get("tool_call_id")
+    for message in reversed(state.get("messages") or []):
+        if message.get("role") == "assistant" and any(c.get("id") == call_id for c in message.get("tool_calls") or []):
+            content = message.get("content")
+            return first_line(content, 200) if isinstance(content, str) else ""
+    return ""
 
 
 def committed_attempt(repo: ProblemRepo, source_hash: str, run_id: str) -> Attempt | None:

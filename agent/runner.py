@@ -1,5 +1,6 @@
 """One optimization run of one problem: open the workspace, the evaluator and the checkpointer,
-then drive the graph (agent.graph) to its end, saving the trajectory after every step.
+then drive the graph (agent.graph) to its end, saving the trajectory after every step (on the
+workspace's trajectories ref, agent.workspace_trajectories, never as a commit on main).
 
 Graph state is checkpointed with LangGraph's SQLite checkpointer after every node (durability
 "sync": the checkpoint is on disk before the next node starts), in
@@ -106,14 +107,14 @@ def optimize(problem: Path, config: AgentConfig, model: ModelClient, *, resume: 
         try:
             for state in graph.stream(graph_input, run_config, context=ctx, stream_mode="values", durability="sync"):
                 if _trajectory_key(state) != saved_key:
-                    repo.save_trajectory(trajectory_text(state, ctx))
+                    repo.save_trajectory(run_id, trajectory_text(state, ctx))
                     saved_key = _trajectory_key(state)
         except ModelError as exc:
             error = exc
             state = graph.get_state(run_config).values or state
             log(f"model error: {exc}")
         if error is None and state.get("stop_reason"):
-            repo.save_trajectory(trajectory_text(state, ctx))  # with the last attempt's outcome
+            repo.save_trajectory(run_id, trajectory_text(state, ctx))  # with the last attempt's outcome
         finished = error is None and bool(state.get("stop_reason"))
         if finished:
             _write_json(pointer_path, {**(_read_json(pointer_path) or {}), "finished": True})

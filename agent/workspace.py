@@ -9,7 +9,7 @@ Layout of a workspace root (default `./workspaces`; `--workspace DIR` or `RATCHE
         result.json            its full result record (Result)    }
         best/candidate.py      the best attempt's source and record, committed; written only
         best/result.json       when the best changes
-        trajectory.json ...    extra files the agent commits; kept until overwritten
+        (extra files)          committed with an attempt when asked (`extra_files`); kept until overwritten
 
 `<name>` is the problem file's stem, characters outside [A-Za-z0-9._-] replaced by `_`, leading
 `.`/`-`/`_` dropped, at most 80 characters ("problem" if nothing is left). A workspace belongs
@@ -22,6 +22,9 @@ The branch `best` points at the best attempt's commit; it only moves forward alo
 and always equals the last attempt whose `Ratchet-New-Best` trailer says yes. The rule for a
 new best is `agent.workspace_attempt.beats`: only verdict ok; 95% intervals must not overlap;
 a timed attempt beats an untimed one; ties and untimed challengers keep the incumbent.
+`git log main` is the reference commit and one commit per attempt, nothing else: the agent's
+trajectories are saved on the ref `refs/ratchet/trajectories`, beside main, never in the work
+tree (see `agent.workspace_trajectories`; docs/workspace.md describes every ref and trailer).
 
 Concurrency: a writer holds an flock on `.git/ratchet.lock` for each commit (not for the
 whole session), waiting up to `lock_timeout` seconds before `WorkspaceBusy`; so writers on
@@ -41,13 +44,13 @@ The agent's API (errors are `WorkspaceError` subclasses, each with a one-line me
     ws = Workspace(root, lock_timeout=120.0)                 # Workspace() for the default root
     with ws.open_problem(problem_path) as repo:              # creates the repo on first use
         att = repo.commit_attempt(source, result, model=..., run_id=...,
-                                  extra_files={"trajectory.json": text})   # -> Attempt
+                                  trajectory=text)           # -> Attempt; trajectory on its ref
         att.number, att.sha, att.became_best, att.is_best
         repo.best(); repo.attempts(); repo.attempt(3); repo.latest()     # Attempt | list | None
         repo.source(att); repo.record(att)                   # candidate source; result dict
         repo.best_path, repo.best_result_path                # <repo>/best/candidate.py, .json
-        repo.save_trajectory(text)                           # commit trajectory.json alone
-        repo.save_files({"notes.md": text}, "subject")       # any extra files alone
+        repo.save_trajectory(run_id, text)                   # between attempts, on the trajectories ref
+        repo.trajectories(); repo.trajectory(att)            # each run's latest; as of an attempt
     ws.open_existing("19_ReLU" or "path/to/19_ReLU.py")      # read-only, for the CLI
 """
 from __future__ import annotations
@@ -66,13 +69,13 @@ import git
 
 from agent.workspace_attempt import Attempt, beats
 from agent.workspace_lock import fsync_dir, pid_alive
-from agent.workspace_repo import (BEST, BEST_DIR, CANDIDATE, MAIN, MARKER, REFERENCE, RESULT, TRAJECTORY, DirtyWorkspace,
-                                  ForeignRepository, ProblemRepo, UnknownProblem, WorkspaceBusy, WorkspaceError,
-                                  _crash_point, _marker)
+from agent.workspace_repo import (BEST, BEST_DIR, CANDIDATE, MAIN, MARKER, REFERENCE, RESULT, TRAJECTORIES, TRAJECTORY,
+                                  DirtyWorkspace, ForeignRepository, ProblemRepo, UnknownProblem, WorkspaceBusy,
+                                  WorkspaceError, _crash_point, _marker)
 
 __all__ = ["Workspace", "ProblemRepo", "Attempt", "beats", "resolve_root", "repo_name", "WorkspaceError",
            "ForeignRepository", "DirtyWorkspace", "WorkspaceBusy", "UnknownProblem", "MAIN", "BEST", "BEST_DIR",
-           "CANDIDATE", "RESULT", "REFERENCE", "MARKER", "TRAJECTORY"]
+           "CANDIDATE", "RESULT", "REFERENCE", "MARKER", "TRAJECTORY", "TRAJECTORIES"]
 
 ENV_ROOT = "RATCHET_WORKSPACE"
 DEFAULT_ROOT = "workspaces"

@@ -2,6 +2,9 @@
 
 Pure functions, no git: `agent.workspace` writes the messages made here and parses them back.
 
+The message: a subject (`attempt 3: ok, 1.83x vs eager, 0.412 ms, new best`), a few lines on
+what changed and what it measured (agent.workspace_review), then the trailers.
+
 Trailers (the last paragraph of every attempt commit; "n/a" where the record has no value;
 floats written with `repr`, so they parse back to exactly the record's numbers):
 
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -147,12 +151,12 @@ class Attempt:
             parts.append("not timed")
         return ", ".join(parts)
 
-    def message(self, note: str = "") -> str:
-        """The full commit message: subject, an optional one-line note, the trailers."""
+    def message(self, body: Sequence[str] = ()) -> str:
+        """The full commit message: subject, the body's lines (agent.workspace_review), the trailers."""
         subject = f"attempt {self.number}: {self.summary()}" + (", new best" if self.became_best else "")
-        note = one_line(note)[:300].lstrip("-# ")  # a leading '---' would hide the trailers from git
-        body = f"\n\n{note}" if note else ""
-        return f"{subject}{body}\n\n" + "".join(f"{k}: {v}\n" for k, v in self.trailers())
+        lines = [one_line(line)[:300].lstrip("-# ") for line in body]  # a leading '---' would hide the trailers
+        text = "\n".join(line for line in lines if line)
+        return f"{subject}\n\n" + (f"{text}\n\n" if text else "") + "".join(f"{k}: {v}\n" for k, v in self.trailers())
 
 
 def format_ms(ms: float) -> str:

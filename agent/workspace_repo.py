@@ -11,6 +11,10 @@ around this, and on taking the lock first runs `_recover`: a journal found then 
 writer that died or raised, so its git lock files (once `_STALE_GRACE_S` old, so that its
 orphaned git children can finish) and its temporary files are removed, its paths are reset to
 HEAD, and the `best` branch is set to the last attempt whose trailer says it became best.
+
+Trajectory saves (agent.workspace_trajectories) use the same plumbing under the same lock, but
+publish on `refs/ratchet/trajectories` and write nothing to the work tree or the real index;
+their journal lists no paths, so recovery has only stale lock and temporary files to clear.
 """
 from __future__ import annotations
 
@@ -24,10 +28,14 @@ import git
 
 from agent.workspace_attempt import Attempt, beats, parse_trailers
 from agent.workspace_lock import FileLock, LockTimeout, atomic_write, fsync_dir, wait_gone, write_durable
+from agent.workspace_review import review_lines
+from agent.workspace_trajectories import (LEGACY_FILE, TRAJECTORIES, SavedTrajectory, check_run_id, save, saved_trajectories,
+                                         trajectory_at)
 from tools.record import Result
 
 MAIN, BEST = "refs/heads/main", "refs/heads/best"
-MARKER, REFERENCE, CANDIDATE, RESULT, TRAJECTORY = "ratchet.json", "reference.py", "candidate.py", "result.json", "trajectory.json"
+MARKER, REFERENCE, CANDIDATE, RESULT = "ratchet.json", "reference.py", "candidate.py", "result.json"
+TRAJECTORY = LEGACY_FILE  # on main in older workspaces; trajectories now live on TRAJECTORIES
 BEST_DIR = "best"
 _RESERVED = {MARKER, REFERENCE, CANDIDATE, RESULT}
 _LOCK, _JOURNAL, _TMP = "ratchet.lock", "ratchet-journal.json", "ratchet-tmp"
@@ -150,11 +158,25 @@ class ProblemRepo:
     def record(self, attempt: Attempt) -> dict:
         return json.loads(self._git("cat-file", "blob", f"{attempt.sha}:{RESULT}", raw=True))
 
+    def trajectories(self) -> list[SavedTrajectory]:
+        """The latest saved trajectory of each run, oldest run first (agent.workspace_trajectories)."""
+        return saved_trajectories(self, MAIN)
+
+    def trajectory(self, attempt: Attempt) -> str | None:
+        """The run's trajectory as it stood when this attempt was committed, if one was saved with it."""
+        return trajectory_at(self, attempt)
+
     # -- writing --------------------------------------------------------------------------
-    def commit_attempt(self, source: str, result: Result | dict, *, model: str, run_id: str,
-                       extra_files: dict[str, str] | None = None) -> Attempt:
-        """Commit one evaluated attempt (any verdict); move `best` if it beats the incumbent."""
+    def commit_attempt(self, source: str, result: Result | dict, *, model: str, run_id: str, summary: str = "",
+                       trajectory: str | None = None, extra_files: dict[str, str] | None = None) -> Attempt:
+        """Commit one evaluated attempt (any verdict) on main; move `best` if it beats the incumbent.
+
+        `summary` is the model's one-line account of the change, for the commit body;
+        `trajectory` (the run's conversation so far) is saved on the trajectories ref, linked to
+        this attempt, under the same lock; `extra_files` go into the attempt's commit."""
         result = result if isinstance(result, Result) else Result.from_dict(result)
+        if trajectory is not None:
+            check_run_id(run_id)  # before anything is committed
         files = {CANDIDATE: source.encode(), RESULT: (json.dumps(result.to_dict(), indent=2) + "\n").encode()}
         for name, text in (extra_files or {}).items():
             files[_check_extra_name(name)] = text.encode()
@@ -167,48 +189,29 @@ class ProblemRepo:
             if attempt.became_best:
                 files[f"{BEST_DIR}/{CANDIDATE}"] = files[CANDIDATE]
                 files[f"{BEST_DIR}/{RESULT}"] = files[RESULT]
-            note = (result.message.strip().splitlines() or [""])[0]
-            attempt.sha = self._commit(files, attempt.message(note), move_best=attempt.became_best)
+            before = None if incumbent is None else (incumbent.number, self.source(incumbent))
+            body = review_lines(result, source=source, summary=summary, best=before)
+            attempt.sha = self._commit(files, attempt.message(body), move_best=attempt.became_best)
+            if trajectory is not None:
+                save(self, run_id, trajectory, attempt)
         attempt.subject = attempt.message().splitlines()[0]
         attempt.is_best = attempt.became_best
         return attempt
 
-    def save_files(self, files: dict[str, str], subject: str) -> str | None:
-        """Commit extra files (not an attempt); None if they are unchanged."""
-        blobs = {_check_extra_name(name): text.encode() for name, text in files.items()}
+    def save_trajectory(self, run_id: str, text: str) -> str | None:
+        """Save a run's trajectory on the trajectories ref (not on main); None if unchanged."""
         with self._locked():
-            if all(self._git("cat-file", "-e", f"HEAD:{n}", status=True) == 0
-                   and self._git("cat-file", "blob", f"HEAD:{n}", raw=True).encode() == data
-                   for n, data in blobs.items()):
-                return None
-            return self._commit(blobs, f"{subject}\n\nRatchet-Kind: files\n")
-
-    def save_trajectory(self, text: str) -> str | None:
-        return self.save_files({TRAJECTORY: text}, "trajectory")
+            return save(self, run_id, text)
 
     # -- the commit protocol --------------------------------------------------------------
     def _commit(self, files: dict[str, bytes], message: str, *, parent: str | None = "HEAD", move_best: bool = False) -> str:
         """Commit `files` over the parent's tree, publish it on main, mirror it into the work tree."""
-        tmp = self._gitdir / _TMP
-        tmp.mkdir(exist_ok=True)
         head = self._git("rev-parse", "--verify", "HEAD") if parent else None
         if head:
             self._check_clean(files)
             atomic_write(self._gitdir / _JOURNAL, json.dumps({"pid": os.getpid(), "paths": sorted(files), "head": head}))
         _crash_point("after_journal")
-        staged = [tmp / f"blob-{os.getpid()}-{i}" for i in range(len(files))]
-        for path, data in zip(staged, files.values()):
-            write_durable(path, data)
-        shas = self._git("hash-object", "-w", "--no-filters", "--", *map(str, staged)).split()
-        index, info, msg = (tmp / f"{kind}-{os.getpid()}" for kind in ("index", "info", "msg"))
-        info.write_text("".join(f"100644 {sha}\t{name}\n" for sha, name in zip(shas, files)))
-        msg.write_text(message)
-        env = {"GIT_INDEX_FILE": str(index)}
-        self._git("read-tree", *([head] if head else ["--empty"]), env=env)
-        with open(info, "rb") as stdin:
-            self._git("update-index", "--index-info", env=env, istream=stdin)
-        tree = self._git("write-tree", env=env)
-        sha = self._git("commit-tree", "--no-gpg-sign", tree, *(["-p", head] if head else []), "-F", str(msg))
+        sha, staged = self._write_commit(files, message, head)
         _crash_point("before_main")
         self._git("update-ref", "-m", message.splitlines()[0], MAIN, sha, head or "")
         _crash_point("after_main")
@@ -224,10 +227,47 @@ class ProblemRepo:
             fsync_dir(folder)
         self._git("reset", "-q", "HEAD", "--", *files)
         _crash_point("before_unjournal")
-        for path in (index, info, msg):
+        (self._gitdir / _JOURNAL).unlink(missing_ok=True)
+        return sha
+
+    def _commit_ref(self, ref: str, files: dict[str, bytes], message: str) -> str:
+        """Under the lock: commit `files` over `ref`'s tree and move `ref` to it (created if absent).
+
+        HEAD, main, the index and the work tree are not touched; a journal with no paths marks
+        the write in flight, so that recovery knows its git lock files for a dead writer's."""
+        parent = self._git("rev-parse", "-q", "--verify", ref, check=False) or None
+        atomic_write(self._gitdir / _JOURNAL, json.dumps({"pid": os.getpid(), "paths": [], "head": parent or "", "ref": ref}))
+        sha, staged = self._write_commit(files, message, parent)
+        _crash_point(f"before_{ref.rsplit('/', 1)[-1]}")
+        self._git("update-ref", "-m", message.splitlines()[0], ref, sha, parent or "")
+        _crash_point(f"after_{ref.rsplit('/', 1)[-1]}")
+        for path in staged:
             path.unlink(missing_ok=True)
         (self._gitdir / _JOURNAL).unlink(missing_ok=True)
         return sha
+
+    def _write_commit(self, files: dict[str, bytes], message: str, parent: str | None) -> tuple[str, list[Path]]:
+        """The blobs, tree and commit object of `files` over `parent`'s tree, built on a private
+        index under .git/ratchet-tmp; nothing is published. Returns the commit and the files
+        staged there, one per entry of `files`, holding its bytes."""
+        tmp = self._gitdir / _TMP
+        tmp.mkdir(exist_ok=True)
+        staged = [tmp / f"blob-{os.getpid()}-{i}" for i in range(len(files))]
+        for path, data in zip(staged, files.values()):
+            write_durable(path, data)
+        shas = self._git("hash-object", "-w", "--no-filters", "--", *map(str, staged)).split()
+        index, info, msg = (tmp / f"{kind}-{os.getpid()}" for kind in ("index", "info", "msg"))
+        info.write_text("".join(f"100644 {sha}\t{name}\n" for sha, name in zip(shas, files)))
+        msg.write_text(message)
+        env = {"GIT_INDEX_FILE": str(index)}
+        self._git("read-tree", *([parent] if parent else ["--empty"]), env=env)
+        with open(info, "rb") as stdin:
+            self._git("update-index", "--index-info", env=env, istream=stdin)
+        tree = self._git("write-tree", env=env)
+        sha = self._git("commit-tree", "--no-gpg-sign", tree, *(["-p", parent] if parent else []), "-F", str(msg))
+        for path in (index, info, msg):
+            path.unlink(missing_ok=True)
+        return sha, staged
 
     def _locked(self) -> FileLock:
         if self.read_only:
@@ -270,7 +310,8 @@ class ProblemRepo:
                     atomic_write(self.path / name, text.encode(), tmp_dir=self._gitdir)
                 else:
                     (self.path / name).unlink(missing_ok=True)
-            self._git("reset", "-q", "HEAD", "--", *journal["paths"])
+            if journal["paths"]:  # with none (a trajectory save), `reset HEAD --` would reset the whole index
+                self._git("reset", "-q", "HEAD", "--", *journal["paths"])
         shutil.rmtree(self._gitdir / _TMP, ignore_errors=True)
         best = next((a for a in self.attempts() if a.is_best), None)
         current = self._git("rev-parse", "-q", "--verify", BEST, check=False)

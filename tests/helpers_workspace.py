@@ -110,7 +110,7 @@ def main() -> int:
             source = f"# writer {os.getpid()} seed {args.seed} attempt {i}\nclass ModelNew:\n    pass\n"
             trajectory = f'{{"writer": {os.getpid()}, "step": {i}}}\n'
             att = repo.commit_attempt(source, make_result(rng, args.kind), model="scripted", run_id=f"seed-{args.seed}",
-                                      extra_files={"trajectory.json": trajectory})
+                                      trajectory=trajectory)
             print(att.number, att.sha, "yes" if att.became_best else "no", flush=True)
     return 0
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from agent.workspace import BEST, MAIN, ProblemRepo
+from agent.workspace import BEST, MAIN, TRAJECTORIES, ProblemRepo
 from agent.workspace_attempt import Attempt, beats
 from helpers_workspace import git
 from tools.record import Result
@@ -25,6 +25,7 @@ def assert_consistent(repo: ProblemRepo) -> None:
     assert not (repo.path / ".git" / "ratchet-journal.json").exists()
     attempts = repo.attempts()
     assert [a.number for a in attempts] == list(range(1, len(attempts) + 1))
+    assert_log_shape(repo, len(attempts))
     best = None
     for a in attempts:
         assert hashlib.sha256(repo.source(a).encode()).hexdigest() == a.source_sha256
@@ -40,3 +41,19 @@ def assert_consistent(repo: ProblemRepo) -> None:
         assert git(repo.path, "merge-base", "--is-ancestor", BEST, MAIN, check=False).returncode == 0
         assert repo.best_path.read_text() == repo.source(best)
         assert json.loads(repo.best_result_path.read_text()) == repo.record(best)
+
+
+def assert_log_shape(repo: ProblemRepo, attempts: int) -> None:
+    """main is the reference commit and one commit per attempt; trajectories sit on their own ref,
+    each save of kind trajectory, those made with an attempt naming that attempt's commit on main."""
+    kinds = git(repo.path, "log", "--format=%(trailers:key=Ratchet-Kind,valueonly,separator=)", MAIN).stdout.split()
+    assert kinds == ["attempt"] * attempts + ["reference"]
+    if git(repo.path, "rev-parse", "-q", "--verify", TRAJECTORIES, check=False).returncode != 0:
+        return
+    on_main = set(git(repo.path, "rev-list", MAIN).stdout.split())
+    saves = git(repo.path, "log", "--format=%(trailers:key=Ratchet-Kind,valueonly,separator=)%x1f"
+                "%(trailers:key=Ratchet-Attempt-Commit,valueonly,separator=)", TRAJECTORIES).stdout.splitlines()
+    for line in saves:
+        kind, linked = line.split("\x1f")
+        assert kind == "trajectory"
+        assert not linked or linked in on_main

@@ -49,11 +49,13 @@ def committed(workspace: Path) -> list:
 
 def trajectory(workspace: Path) -> dict:
     with Workspace(workspace).open_existing(PROBLEM) as repo:
-        return json.loads((repo.path / "trajectory.json").read_text())
+        [saved] = repo.trajectories()  # one run
+        return json.loads(saved.text)
 
 
 def test_build_error_then_fix_then_faster(tmp_path, capsys):
-    script = [submit(BROKEN), submit(FIXED, reasoning="The import was wrong; drop it."), submit(FASTER)]
+    script = [submit(BROKEN), submit(FIXED, reasoning="The import was wrong; drop it."),
+              submit(FASTER, content="Process two elements per thread.\nThe rest is unchanged.")]
     with Loopback(script) as server:
         code, summary, err = optimize(server, tmp_path, capsys, "--max-attempts", "3")
     assert code == 0, err
@@ -80,6 +82,22 @@ def test_build_error_then_fix_then_faster(tmp_path, capsys):
     assert saved["messages"][4]["reasoning_content"].startswith("The import")
     assert len(saved["usage"]) == 3 and saved["tokens_used"] == summary["tokens_used"] > 0
     assert saved["stop_reason"] == summary["stop_reason"]
+    # the history reads like a review: the reference and one commit per attempt on main, each
+    # body saying what changed and what it measured; the trajectory as of each attempt on its own ref
+    with Workspace(tmp_path).open_existing(PROBLEM) as repo:
+        log = subprocess.run(["git", "-C", str(repo.path), "log", "--format=%s%x1f%b%x1e", "main"],
+                             capture_output=True, text=True, check=True).stdout
+        entries = [e.strip("\n").split("\x1f") for e in log.split("\x1e") if e.strip()]
+        assert [subject for subject, _ in entries] == [a.subject for a in reversed(attempts)] + [f"reference: {PROBLEM.name}"]
+        third = entries[0][1]
+        assert "Change: Process two elements per thread.\n" in third and "The rest" not in third
+        assert "Verdict: ok" in third and "Time: none, unavailable: no GPU" in third
+        assert "Diff: +" in third and "lines against attempt 2, the best before it" in third
+        assert "Change:" not in entries[2][1] and "Failed check:" in entries[2][1]  # attempt 1 did not build
+        for att in attempts:
+            at_commit = json.loads(repo.trajectory(att))
+            call = at_commit["messages"][-1]["tool_calls"][0]["function"]
+            assert json.loads(call["arguments"])["source"] == repo.source(att)  # up to the turn that submitted it
 
 
 def test_cheating_and_wrong_kernels_are_never_best(tmp_path, capsys):

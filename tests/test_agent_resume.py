@@ -18,6 +18,7 @@ from agent.cli import main
 from agent.config import load_config
 from agent.state import Proposal, initial_state
 from agent.workspace import Workspace
+from helpers_workspace_checks import assert_consistent
 from loopback import Loopback, hold, submit
 from tools import EvalOptions, Evaluator
 from tools.toolcalls import source_hash, tool_schemas
@@ -83,6 +84,17 @@ def test_killed_and_interrupted_runs_resume(tmp_path, monkeypatch, capsys):
     assert len({a.source_sha256 for a in final}) == 3  # none repeated
     assert summary["verdicts"] == [a.verdict.value for a in final] and summary["attempts_used"] == 3
     assert len({a.run_id for a in final}) == 1
+    # the history: the reference and one commit per attempt on main; the run's trajectory, saved
+    # across the kill and the interrupt on its own ref, is whole, and each attempt's is there
+    with Workspace(tmp_path).open_problem(PROBLEM) as repo:
+        assert_consistent(repo)
+        [saved] = repo.trajectories()
+        trajectory = json.loads(saved.text)
+        assert saved.run_id == final[0].run_id == trajectory["run_id"] and trajectory["stop_reason"]
+        assert [m["role"] for m in trajectory["messages"]] == ["system", "user"] + ["assistant", "tool"] * 2 + ["assistant"]
+        for att in final:
+            submitted = json.loads(repo.trajectory(att))["messages"][-1]["tool_calls"][0]["function"]["arguments"]
+            assert json.loads(submitted)["source"] == repo.source(att)
     # each interrupted request was re-sent with the same conversation: nothing lost, nothing doubled
     requests = server.requests
     assert len(requests) == 5  # the two held requests were each sent once more on resume

@@ -37,7 +37,8 @@ def workspace_files(problem: Path, workspace: Path) -> tuple[list, str, dict]:
     with Workspace(workspace).open_existing(problem) as repo:
         attempts = repo.attempts()
         best = repo.best_path.read_text()
-        trajectory = json.loads((repo.path / "trajectory.json").read_text())
+        [saved] = repo.trajectories()  # one run
+        trajectory = json.loads(saved.text)
     return attempts, best, trajectory
 
 

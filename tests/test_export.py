@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -152,3 +153,58 @@ def test_an_evaluator_fault_is_marked_for_dropping(tmp_path, capsys):
     meta = rows[0]["metadata"]
     assert (meta["attempts"], meta["correct_attempts"], meta["evaluator_faults"]) == (3, 1, 2)
     assert meta["best"]["attempt"] == 2 and meta["best"]["evaluator_fault"] is False
+
+
+def _conversation(run_id: str, sources: list[str], *, end: str | None = None) -> str:
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    for i, source in enumerate(sources, start=1):
+        messages += [{"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"{run_id}-{i}", "type": "function",
+             "function": {"name": "submit_kernel", "arguments": json.dumps({"source": source})}}]},
+            {"role": "tool", "tool_call_id": f"{run_id}-{i}", "content": f"Attempt {i}"}]
+    return json.dumps({"schema": 1, "run_id": run_id, "problem": str(PROBLEM), "problem_hash": "h", "model": "m",
+                       "language": "triton", "config": {"auxiliary_tools": True}, "messages": messages,
+                       "stop_reason": end}) + "\n"
+
+
+def test_export_reads_old_workspaces_with_trajectory_commits_on_main(tmp_path, capsys):
+    """A workspace as ratchet wrote it before refs/ratchet/trajectories (trajectory.json committed
+    with each attempt and alone, as `trajectory` commits of kind files, on main), then upgraded:
+    a new run saves on the ref. Export reads both runs, each at its latest save, oldest run first."""
+    from tools.record import Result, Verdict
+
+    ok = Result(verdict=Verdict.OK, message="Correct on 1 trial")
+    root = tmp_path / "ws"
+    with Workspace(root).open_problem(PROBLEM) as repo:
+        # the old agent: the attempt commit carried trajectory.json, and a commit of its own followed
+        repo.commit_attempt(SLOW, ok, model="m", run_id="old-run", extra_files={"trajectory.json": _conversation("old-run", [SLOW])})
+        (repo.path / "trajectory.json").write_text(_conversation("old-run", [SLOW], end="attempt budget spent"))
+        git = ["git", "-C", str(repo.path), "-c", "user.name=ratchet", "-c", "user.email=ratchet@localhost"]
+        subprocess.run([*git, "add", "trajectory.json"], check=True)
+        subprocess.run([*git, "commit", "-q", "-m", "trajectory", "-m", "Ratchet-Kind: files"], check=True)
+        assert repo.trajectories()[0].text == _conversation("old-run", [SLOW], end="attempt budget spent")
+    with Workspace(root).open_problem(PROBLEM) as repo:  # this version, on the old workspace
+        att = repo.commit_attempt(FAST, ok, model="m", run_id="new-run", trajectory=_conversation("new-run", [FAST]))
+        repo.save_trajectory("new-run", _conversation("new-run", [FAST], end="patience"))
+        assert json.loads(repo.trajectory(att))["stop_reason"] is None  # as of its attempt
+        assert repo.trajectory(repo.attempt(1)) == _conversation("old-run", [SLOW])  # an old attempt's, from its commit
+    trajectories = saved_trajectories(root / "scale_add")
+    assert [(t["run_id"], t["stop_reason"]) for t in trajectories] == [("old-run", "attempt budget spent"),
+                                                                      ("new-run", "patience")]
+    rows, summary = export(capsys, str(root), "--out", str(tmp_path / "sft.jsonl"))
+    assert [(r["metadata"]["run_id"], r["metadata"]["outcome"]["attempt"]) for r in rows] == [("old-run", 1), ("new-run", 2)]
+    rows, _ = export(capsys, str(root), "--unit", "run", "--out", str(tmp_path / "runs.jsonl"))
+    assert [r["metadata"]["stop_reason"] for r in rows] == ["attempt budget spent", "patience"]
+
+
+def test_a_run_saved_in_both_places_reads_its_newer_copy(tmp_path):
+    """A run begun by an older version and resumed by this one: the ref's copy is the later one."""
+    from tools.record import Result, Verdict
+
+    root = tmp_path / "ws"
+    with Workspace(root).open_problem(PROBLEM) as repo:
+        repo.commit_attempt(SLOW, Result(verdict=Verdict.OK, message="Correct"), model="m", run_id="r",
+                            extra_files={"trajectory.json": _conversation("r", [SLOW])})
+        repo.save_trajectory("r", _conversation("r", [SLOW, FAST], end="done"))
+        [saved] = repo.trajectories()
+        assert json.loads(saved.text)["stop_reason"] == "done"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from agent.cli import main
-from agent.workspace import MAIN, Workspace, repo_name
+from agent.workspace import MAIN, TRAJECTORIES, Workspace, repo_name
 from agent.workspace_attempt import Attempt, beats
 from helpers_workspace import git, make_result, timed, untimed, write_problem
 from helpers_workspace_checks import SRC, assert_consistent, commit
@@ -77,11 +77,11 @@ def test_attempt_commit_holds_source_record_extras_and_trailers(ws: Workspace, p
     result = timed(Verdict.OK, 0.412, 0.409, 0.415, trials=5, checks=[Check("trial 1", True)], errors=Errors(1e-6, 2e-5, 3e-7))
     with ws.open_problem(problem) as repo:
         att = repo.commit_attempt(SRC.format(1), result, model="qwen/coder:32b", run_id="r-7",
-                                  extra_files={"trajectory.json": "[1, 2]\n", "replies/1.txt": "hello\n"})
+                                  extra_files={"notes.json": "[1, 2]\n", "replies/1.txt": "hello\n"})
         assert (att.number, att.became_best, att.is_best) == (1, True, True)
         files = git(repo.path, "show", "--name-only", "--format=", att.sha).stdout.split()
-        assert sorted(files) == ["best/candidate.py", "best/result.json", "candidate.py", "replies/1.txt",
-                                 "result.json", "trajectory.json"]
+        assert sorted(files) == ["best/candidate.py", "best/result.json", "candidate.py", "notes.json",
+                                 "replies/1.txt", "result.json"]
         assert git(repo.path, "show", f"{att.sha}:candidate.py").stdout == SRC.format(1)
         assert repo.record(att) == result.to_dict()
         assert Result.from_dict(repo.record(att)) == result
@@ -137,15 +137,80 @@ def test_extra_file_names_are_checked(ws: Workspace, problem: Path) -> None:
         assert repo.attempts() == []
 
 
-def test_save_trajectory_commits_without_an_attempt(ws: Workspace, problem: Path) -> None:
+def test_attempt_commit_body_says_what_changed_and_what_it_measured(ws: Workspace, problem: Path) -> None:
+    failed = Result(verdict=Verdict.INCORRECT, message="Output 0 differs at [3]: got 1.0, expected 2.0\nmore",
+                    checks=[Check("guard", True), Check("trial-1", False, "max abs error 1")])
     with ws.open_problem(problem) as repo:
-        commit(repo, untimed())
-        sha = repo.save_trajectory('{"steps": 1}\n')
-        assert sha and (repo.path / "trajectory.json").read_text() == '{"steps": 1}\n'
-        assert repo.save_trajectory('{"steps": 1}\n') is None  # unchanged: no commit
-        assert commit(repo, untimed()).number == 2
-        assert (repo.path / "trajectory.json").exists()  # extra files stay until overwritten
+        first = repo.commit_attempt("a\nb\n", untimed(), model="m", run_id="r", summary="a plain copy\nsecond line")
+        timed_ok = repo.commit_attempt("a\nB\nc\n", timed(Verdict.OK, 0.412, 0.409, 0.415), model="m", run_id="r")
+        wrong = repo.commit_attempt("a\nB\nc\nd\n", failed, model="m", run_id="r", summary="--- unroll by 4")
+
+        def body(att: Attempt) -> list[str]:
+            paragraphs = git(repo.path, "log", "-1", "--format=%B", att.sha).stdout.strip().split("\n\n")
+            assert paragraphs[0] == att.subject and paragraphs[-1].startswith("Ratchet-Kind: attempt\n")
+            return paragraphs[1].splitlines()
+
+        assert body(first) == [
+            "Change: a plain copy",
+            "Verdict: ok: ok: correctness only, no timing on this machine",
+            "Time: none, not measured",
+            "Diff: 2 lines, no best attempt before it to compare with"]
+        assert body(timed_ok) == [
+            "Verdict: ok: ok: timed at 0.412 ms",
+            "Time: 0.412 ms (95% interval 0.409-0.415 ms, 30 samples); 2.43x vs eager, 1.70x vs torch.compile; "
+            "12.1% of the roofline",
+            "Diff: +2 -1 lines against attempt 1, the best before it"]
+        assert body(wrong) == [
+            "Change: --- unroll by 4",  # behind its label: a '---' cannot start a line and hide the trailers
+            "Verdict: incorrect: Output 0 differs at [3]: got 1.0, expected 2.0",
+            "Failed check: trial-1: max abs error 1",
+            "Time: none, not measured (incorrect before timing)",
+            "Diff: +1 -0 lines against attempt 2, the best before it"]
+        # the trailers are unchanged and still parse back
+        assert [a.verdict for a in repo.attempts()] == [Verdict.OK, Verdict.OK, Verdict.INCORRECT]
+        assert repo.attempt(2).median_ms == 0.412 and repo.attempt(3).source_sha256 == wrong.source_sha256
+        long = repo.commit_attempt("x", untimed(), model="m", run_id="r", summary="y" * 1000)
+        assert all(len(line) <= 240 for line in body(long))
         assert_consistent(repo)
+
+
+def test_trajectories_live_on_their_own_ref_not_on_main(ws: Workspace, problem: Path) -> None:
+    with ws.open_problem(problem) as repo:
+        head = git(repo.path, "rev-parse", "HEAD").stdout
+        attempts = []
+        for k in range(1, 4):
+            attempts.append(repo.commit_attempt(SRC.format(k), untimed(), model="m", run_id="run-a",
+                                                trajectory=f'{{"run_id": "run-a", "turn": {k}}}\n'))
+            assert repo.save_trajectory("run-a", f'{{"run_id": "run-a", "turn": {k}, "result": true}}\n')
+            assert repo.save_trajectory("run-a", f'{{"run_id": "run-a", "turn": {k}, "result": true}}\n') is None
+        other = repo.commit_attempt(SRC.format(9), untimed(), model="m", run_id="run b/odd", trajectory='{"run_id": "b"}\n')
+        # main: the reference and one commit per attempt; the work tree, index and HEAD know nothing of trajectories
+        subjects = git(repo.path, "log", "--format=%s", MAIN).stdout.splitlines()
+        assert subjects == [a.subject for a in reversed([*attempts, other])] + ["reference: 19_ReLU.py"]
+        assert git(repo.path, "symbolic-ref", "HEAD").stdout.strip() == MAIN and head != git(repo.path, "rev-parse", "HEAD").stdout
+        assert not (repo.path / "trajectory.json").exists()
+        assert git(repo.path, "ls-files").stdout.split() == ["best/candidate.py", "best/result.json", "candidate.py",
+                                                             "ratchet.json", "reference.py", "result.json"]
+        # the trajectory of attempt k is the one saved with its commit
+        for k, att in enumerate(attempts, start=1):
+            assert repo.trajectory(att) == f'{{"run_id": "run-a", "turn": {k}}}\n'
+        # each run's latest save, oldest run first; a run id that is no file name gets a hashed one
+        assert [(t.run_id, t.text) for t in repo.trajectories()] == [
+            ("run-a", '{"run_id": "run-a", "turn": 3, "result": true}\n'), ("run b/odd", '{"run_id": "b"}\n')]
+        files = git(repo.path, "ls-tree", "--name-only", TRAJECTORIES).stdout.split()
+        assert files[1] == "run-a.json" and files[0].startswith("run-") and len(files) == 2
+        saves = git(repo.path, "log", "--format=%s", TRAJECTORIES).stdout.splitlines()
+        assert saves[:2] == ["trajectory: run run b/odd, attempt 4", "trajectory: run run-a"]
+        assert len(saves) == 7  # 3 with attempts, 3 between them, 1 of the other run
+        assert_consistent(repo)
+        for bad in ("", "two\nlines"):  # a run id is a trailer's value: refused before anything is committed
+            with pytest.raises(ValueError, match="run id"):
+                repo.commit_attempt("y", untimed(), model="m", run_id=bad, trajectory="{}")
+            with pytest.raises(ValueError, match="run id"):
+                repo.save_trajectory(bad, "{}")
+        assert len(repo.attempts()) == 4
+    with ws.open_existing("19_ReLU") as reader:  # read-only readers see them too
+        assert reader.trajectory(reader.attempt(2)) == '{"run_id": "run-a", "turn": 2}\n'
 
 
 # -- the best rule ----------------------------------------------------------------------------

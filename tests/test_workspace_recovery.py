@@ -132,7 +132,7 @@ def test_writers_on_different_problems_run_in_parallel(ws: Workspace, tmp_path: 
 
 @pytest.mark.parametrize("point, landed", [
     ("after_journal", False), ("before_main", False), ("after_main", True), ("after_best", True),
-    ("mid_worktree", True), ("before_unjournal", True),
+    ("mid_worktree", True), ("before_unjournal", True), ("before_trajectories", True), ("after_trajectories", True),
 ])
 def test_writer_killed_at_each_step_recovers(ws: Workspace, problem: Path, point: str, landed: bool) -> None:
     with ws.open_problem(problem) as repo:

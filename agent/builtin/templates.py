@@ -10,6 +10,7 @@ from typing import Any
 
 import jinja2
 
+from agent.builtin.imports import hoist_imports
 from agent.builtin.ir import Plan, Problem, Unrecognized
 
 KERNELS_DIR = Path(__file__).parent / "kernels"
@@ -23,7 +24,9 @@ def _environment() -> jinja2.Environment:
 
 
 def render(template: str, **variables: Any) -> str:
-    return _environment().get_template(template).render(template_name=f"kernels/{template}", **variables)
+    """A candidate module from a template: the template's imports and the reference's prelude's
+    imports written once, at the top (agent.builtin.imports)."""
+    return hoist_imports(_environment().get_template(template).render(template_name=f"kernels/{template}", **variables))
 
 
 def glue_expr(var: str, glue: list[tuple[str, list[Any]]]) -> str:
