@@ -206,7 +206,7 @@ def test_usage_errors(batch_env, tmp_path, capsys):
     assert "--resume" in capsys.readouterr().err
     # a model name with no endpoint is an error; with neither, the built-in policy runs (tests/test_builtin_e2e.py)
     assert main(["batch", str(SUITE), "--model", "m", "--cpu-workers", "1", "--out", str(tmp_path / "m")]) == 2
-    assert "no model configured" in capsys.readouterr().err
+    assert "model 'm' (from command line) has no endpoint: pass --model NAME --base-url URL" in capsys.readouterr().err
     assert main(["batch", str(SUITE), *base, "--resume"]) == 2
     assert "--resume needs --out" in capsys.readouterr().err
     assert main(["batch", str(SUITE), *base, "--gpus", "0"]) == 2  # both --gpus and --cpu-workers
