@@ -158,8 +158,9 @@ class RetryPolicy:
             if log is None or state.outcome is None:
                 return
             delay = state.next_action.sleep if state.next_action else 0.0
-            log(f"model: {describe_error(state.outcome.exception())}; "
-                f"retry {state.attempt_number}/{self.attempts - 1} in {delay:.2f} s")
+            exc = state.outcome.exception()
+            tries = self.timeout_tries if isinstance(exc, openai.APITimeoutError) else self.attempts
+            log(f"model: {describe_error(exc)}; retry {state.attempt_number}/{max(1, tries - 1)} in {delay:.2f} s")
 
         timeouts = 0
 
