@@ -76,7 +76,7 @@ def _run_agent(spec: dict[str, Any], log: Callable[[str], None]) -> dict[str, An
 
     problem = Path(spec["problem"])
     config = load_config({**spec["settings"], "device": spec["device"]}, config_file=spec.get("config_file"))
-    client = model_client(config, problem)
+    client = model_client(config, problem, log)
     unrecognized = getattr(client, "unrecognized", None)
     if unrecognized:  # the built-in policy has no kernel for it: no attempt, as `ratchet optimize` does
         log(f"batch: {unrecognized}")

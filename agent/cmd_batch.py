@@ -4,7 +4,9 @@ SUITE is a directory of problem files in the KernelBench format (a KernelBench l
 works as it is; so does ratchet's bundled `suite/`). Every problem runs `ratchet optimize` in a
 worker subprocess pinned to one GPU (CUDA_VISIBLE_DEVICES); the workers take problems from one
 queue, so no GPU idles while work remains. Without a GPU, `--cpu-workers N` processes run the
-kernels in Triton's interpreter (correctness only: nothing is timed on the CPU).
+kernels in Triton's interpreter (correctness only: nothing is timed on the CPU), and a suite with
+a SUITE_SCALE switch (the bundled suite/) runs at SUITE_SCALE=small unless it is set (one line
+says so; agent/batch_scale.py).
 
 One JSON line per problem is appended to `<out>/results.jsonl` the moment it finishes; progress
 goes to stderr; `ratchet report <out>` prints the suite's table and writes its HTML page. On
@@ -12,7 +14,8 @@ stdout at the end: one JSON object (the run directory, problems done and total).
 
     0   every problem of the suite has a result (whatever its verdict)
     1   some problems have none (their workers crashed, or the model endpoint failed): --resume
-    2   usage error: bad flag, no problems, no model configured, a run directory in the way
+    2   usage error: bad flag, no problems, a model name needed, a run directory in the way
+    11  the endpoint's model list (asked when no model is named) could not be read
     130 interrupted (Ctrl-C or SIGTERM); continue with --resume
 """
 from __future__ import annotations
@@ -23,19 +26,21 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from agent.batch import discover, pending, run_batch
 from agent.batch_local import LocalScheduler, Slot
 from agent.batch_log import FINAL, LOGS, RESULTS, RUN_META, RunLog
 from agent.batch_problem import make_spec, problem_key
+from agent.batch_scale import SCALE_VAR, cpu_scale, scale_line
 from agent.cli import UsageError
-from tools.exit_codes import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_OK, EXIT_SANDBOX
+from tools.exit_codes import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_MODEL, EXIT_OK, EXIT_SANDBOX
 from tools.sandbox import Sandbox, SandboxUnavailable
 
 # flag -> AgentConfig field: the agent settings a batch passes to every problem
 SETTING_FLAGS = ("model", "base_url", "max_attempts", "language", "workspace", "max_tokens", "max_wall_s",
-                 "patience", "trials", "context_tokens", "roofline_target", "sandbox")
+                 "patience", "trials", "context_tokens", "roofline_target", "sandbox", "request_timeout_s")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -53,7 +58,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out: skip finished problems, continue unfinished ones from their workspaces")
     p.add_argument("--model", metavar="NAME", help="model name at the endpoint ($RATCHET_MODEL)")
-    p.add_argument("--base-url", metavar="URL", help="OpenAI-compatible endpoint ($OPENAI_BASE_URL)")
+    p.add_argument("--base-url", metavar="URL", help="OpenAI-compatible endpoint ($OPENAI_BASE_URL); without --model, "
+                                                     "the one model it lists")
+    p.add_argument("--request-timeout", dest="request_timeout_s", type=float, metavar="SECONDS",
+                   help="give up on one model request after SECONDS (default 120; a timed-out request is tried twice)")
     p.add_argument("--max-attempts", type=int, metavar="N", help="attempt budget per problem (default 20)")
     p.add_argument("--language", choices=("triton", "cuda"), help="kernel language (default triton)")
     p.add_argument("--workspace", metavar="DIR", help="workspace root (default $RATCHET_WORKSPACE, else ./workspaces)")
@@ -99,18 +107,19 @@ def _visible_gpus() -> list[str]:
     return [str(i) for i in range(torch.cuda.device_count())]
 
 
-def settings_from(args: argparse.Namespace) -> dict:
-    from agent.cmd_optimize import endpoint_client, uses_builtin
+def settings_from(args: argparse.Namespace, write: Callable[[str], None]) -> dict:
+    """The agent settings every problem gets; the model is chosen here, once (agent.model_choice),
+    and passed to the workers by name. Raises UsageError, ModelError, SandboxUnavailable."""
     from agent.config import ConfigError, load_config
+    from agent.model_choice import NoModelNamed, choose_model
     from agent.workspace import resolve_root
 
     given = {name: getattr(args, name) for name in SETTING_FLAGS if getattr(args, name, None) is not None}
     try:
         config = load_config(given, config_file=args.config)
-    except ConfigError as exc:
+        given["model"] = choose_model(config, lambda line: write(f"batch: {line}"))
+    except (ConfigError, NoModelNamed) as exc:
         raise UsageError(str(exc)) from None
-    if not uses_builtin(config):  # the built-in policy is made per problem, by each worker
-        endpoint_client(config).close()  # UsageError when no model is configured
     Sandbox(config.sandbox)  # SandboxUnavailable now, once, rather than from every problem
     given["workspace"] = str(resolve_root(config.workspace).resolve())  # the same root for every worker
     return given
@@ -128,12 +137,24 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"no problem files in {suite}" + (f" matching {args.filter!r}" if args.filter else ""))
     if args.resume and not args.out:
         raise UsageError("--resume needs --out DIR: the run directory to continue")
+    from agent.model import ModelError
+
+    write = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     try:
-        settings = settings_from(args)
+        settings = settings_from(args, write)
     except SandboxUnavailable as exc:
         print(f"ratchet batch: {exc}", file=sys.stderr)
         return EXIT_SANDBOX
+    except ModelError as exc:
+        print(f"ratchet batch: {exc}", file=sys.stderr)
+        return EXIT_MODEL
     slots = slots_from(args)
+    if all(slot.device == "cpu" for slot in slots):
+        scaled = cpu_scale(problems, os.environ)  # the bundled suite's GPU sizes would time out in the interpreter
+        if scaled:
+            for slot in slots:
+                slot.env.update(scaled)
+            write(scale_line(suite))
     out = Path(args.out) if args.out else Path("runs") / f"{suite.resolve().name}-{time.strftime('%Y%m%d-%H%M%S')}"
     meta = _open_run(out, suite, problems, settings, slots, args)
     log = RunLog(out / RESULTS)
@@ -142,7 +163,6 @@ def run(args: argparse.Namespace) -> int:
     config_file = str(Path(args.config).resolve()) if args.config else None
     specs = [make_spec(p, settings=settings, config_file=config_file, resume=args.resume, since=meta["started_at"],
                        log=out / LOGS / f"{problem_key(p)}.log") for p in todo]
-    write = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     write(f"batch: {len(problems)} problem(s) from {suite}, {done} already done; {len(slots)} worker(s): "
           f"{', '.join(s.name for s in slots)}; results in {out / RESULTS}")
     previous = signal.signal(signal.SIGTERM, _interrupt)
@@ -174,7 +194,8 @@ def _interrupt(signum, frame) -> None:  # SIGTERM: stop like Ctrl-C (workers int
 def _open_run(out: Path, suite: Path, problems: list[Path], settings: dict, slots: list[Slot],
               args: argparse.Namespace) -> dict:
     meta_path = out / RUN_META
-    session = {"started_at": round(time.time(), 3), "workers": [s.name for s in slots], "filter": args.filter}
+    session = {"started_at": round(time.time(), 3), "workers": [s.name for s in slots], "filter": args.filter,
+               "suite_scale": slots[0].env.get(SCALE_VAR, os.environ.get(SCALE_VAR))}
     if args.resume:
         try:
             meta = json.loads(meta_path.read_text())

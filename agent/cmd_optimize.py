@@ -5,11 +5,11 @@ goes to stdout, as one JSON object with --json. Exit codes:
 
     0   a correct kernel was found in this run (the best is in the workspace)
     10  the run ended (a budget spent or an early stop) with no correct kernel
-    11  the model endpoint was unreachable after retries, or refused the request (400/401/404);
-        the run can be continued with --resume
-    12  the built-in policy (--model builtin, the default with no endpoint) recognizes nothing in
-        the module: one line says why, and nothing is attempted
-    2   usage error: bad flags or settings, no model configured, nothing to resume
+    11  the model endpoint was unreachable after retries, did not answer within the request
+        timeout (tried twice), or refused the request (400/401/404); continue with --resume
+    12  the built-in policy (--model builtin, the default with no model named) recognizes nothing
+        in the module: one line says why, and nothing is attempted
+    2   usage error: bad flags or settings, a model name needed (docs/model.md), nothing to resume
     3   the module is not a valid problem
     130 interrupted (Ctrl-C); continue with --resume
 """
@@ -18,21 +18,24 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from agent.builtin import NothingRecognized
 from agent.cli import UsageError
 from agent.config import AgentConfig, ConfigError, load_config
-from agent.model import ModelClient, OpenAIChatClient, RetryPolicy
+from agent.model import ModelClient, ModelError, OpenAIChatClient, RetryPolicy
+from agent.model_choice import BUILTIN, NoModelNamed, choose_model
 from agent.runner import NothingToResume, RunResult, optimize
 from agent.workspace import WorkspaceError
 from tools import ProblemError
-from tools.exit_codes import EXIT_BAD_PROBLEM, EXIT_SANDBOX, EXIT_UNRECOGNIZED
+from tools.exit_codes import EXIT_BAD_PROBLEM, EXIT_MODEL, EXIT_SANDBOX, EXIT_UNRECOGNIZED
 from tools.sandbox import SandboxUnavailable
 
 # flag -> AgentConfig field, for the flags that map onto settings
 SETTING_FLAGS = ("entry", "model", "base_url", "max_attempts", "language", "workspace", "device", "max_tokens",
-                 "max_wall_s", "patience", "roofline_target", "context_tokens", "trials", "sandbox")
+                 "max_wall_s", "patience", "roofline_target", "context_tokens", "trials", "sandbox",
+                 "request_timeout_s")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -44,8 +47,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("module", metavar="MODULE.py", help="the problem: a module defining Model, get_inputs, get_init_inputs")
     p.add_argument("--entry", metavar="CLASS", help="the reference class (default Model)")
     p.add_argument("--model", metavar="NAME", help="model name at the endpoint ($RATCHET_MODEL); 'builtin' (the "
-                                                   "default with no endpoint) is the built-in offline policy")
-    p.add_argument("--base-url", metavar="URL", help="OpenAI-compatible endpoint ($OPENAI_BASE_URL)")
+                                                   "default when no model is named and no endpoint is given) is the "
+                                                   "built-in offline policy")
+    p.add_argument("--base-url", metavar="URL", help="OpenAI-compatible endpoint ($OPENAI_BASE_URL); without --model, "
+                                                     "the one model it lists")
+    p.add_argument("--request-timeout", dest="request_timeout_s", type=float, metavar="SECONDS",
+                   help="give up on one model request after SECONDS (default 120; a timed-out request is tried twice)")
     p.add_argument("--max-attempts", type=int, metavar="N", help="attempt budget, malformed replies included (default 20)")
     p.add_argument("--language", choices=("triton", "cuda"), help="kernel language (default triton)")
     p.add_argument("--workspace", metavar="DIR", help="workspace root (default $RATCHET_WORKSPACE, else ./workspaces)")
@@ -72,30 +79,35 @@ def settings(args: argparse.Namespace) -> AgentConfig:
 
 
 def uses_builtin(config: AgentConfig) -> bool:
-    """`--model builtin`, or no endpoint and no model at all: the built-in offline policy."""
-    return config.model == "builtin" or (not config.model and not (config.base_url or config.api_key))
+    """The built-in offline policy: `--model builtin`, which choose_model settles on when no model is named."""
+    return config.model == BUILTIN
 
 
-def model_client(config: AgentConfig, module: Path) -> ModelClient:
-    """The model for one problem: an OpenAI-compatible endpoint, or the built-in offline policy
-    (agent/builtin; it reads the problem module to recognize what it can write)."""
+def model_client(config: AgentConfig, module: Path, log: Callable[[str], None] | None = None) -> ModelClient:
+    """The model for one problem (chosen by name: agent.model_choice): an OpenAI-compatible endpoint,
+    or the built-in offline policy (agent/builtin; it reads the problem module to recognize what it
+    can write). Raises NoModelNamed, ModelError."""
+    log = log or _stderr
+    choose_model(config, log)
     if uses_builtin(config):
         from agent.builtin import BuiltinPolicy
 
         return BuiltinPolicy(module, entry=config.entry)
-    return endpoint_client(config)
+    return endpoint_client(config, log)
 
 
-def endpoint_client(config: AgentConfig) -> OpenAIChatClient:
-    """The configured OpenAI-compatible endpoint; a usage error when none is configured."""
-    if not config.model or not (config.base_url or config.api_key):
-        raise UsageError("no model configured: pass --model NAME --base-url URL (or set RATCHET_MODEL with "
-                         "OPENAI_BASE_URL / OPENAI_API_KEY)")
-    return OpenAIChatClient(model=config.model, base_url=config.base_url, api_key=config.api_key,
+def endpoint_client(config: AgentConfig, log: Callable[[str], None] | None = None) -> OpenAIChatClient:
+    """The configured OpenAI-compatible endpoint (config.model settled by choose_model)."""
+    return OpenAIChatClient(model=config.model or "", base_url=config.base_url, api_key=config.api_key,
                             timeout_s=config.request_timeout_s, temperature=config.temperature,
-                            max_completion_tokens=config.max_completion_tokens,
+                            max_completion_tokens=config.max_completion_tokens, log=log or _stderr,
+                            heartbeat_s=config.heartbeat_s,
                             retry=RetryPolicy(attempts=config.retry_attempts, base_s=config.retry_base_s,
                                               max_s=config.retry_max_s))
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -103,7 +115,13 @@ def run(args: argparse.Namespace) -> int:
     module = Path(args.module)
     if not module.is_file():
         raise UsageError(f"{module}: no such file")
-    client = model_client(config, module)
+    try:
+        client = model_client(config, module)
+    except NoModelNamed as exc:
+        raise UsageError(str(exc)) from None
+    except ModelError as exc:
+        print(f"ratchet optimize: {exc}", file=sys.stderr)
+        return EXIT_MODEL
     unrecognized = getattr(client, "unrecognized", None)
     if unrecognized:  # the built-in policy has no kernel for it: one line, no attempt
         print(f"ratchet optimize: {unrecognized}", file=sys.stderr)

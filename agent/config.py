@@ -11,6 +11,7 @@ present. Settings may sit at the top level or in an `[optimize]` table (the tabl
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tomllib
 from collections.abc import Mapping
@@ -29,7 +30,8 @@ class AgentConfig:
     model: str | None = None
     base_url: str | None = None
     api_key: str | None = None
-    request_timeout_s: float = 600.0
+    request_timeout_s: float = 120.0  # one HTTP request; a timed-out request is tried twice in all (docs/model.md)
+    heartbeat_s: float = 30.0  # a "waiting on the model" line this often while a request is out (0: none)
     temperature: float | None = None
     max_completion_tokens: int | None = None  # per reply; None: the server's default
     # the one retry policy (tests shrink the delays)
@@ -50,6 +52,7 @@ class AgentConfig:
     max_wall_s: float = 4 * 3600.0
     patience: int = 8  # stop after this many attempts without a new best (0: never)
     roofline_target: float = 0.9  # stop when the best reaches this fraction of the roofline floor
+    stop_untimed: bool = True  # where nothing is timed (a CPU), the first correct kernel ends the run
     context_tokens: int = 32_000  # budget of one request's messages (approximate tokens)
     auxiliary_tools: bool = True  # offer get_best, diff_against_best, get_profile
     max_aux_rounds: int = 4  # auxiliary-only turns in a row before it counts as a malformed reply
@@ -57,6 +60,11 @@ class AgentConfig:
 
     def sources(self) -> dict[str, str]:
         return dict(getattr(self, "_sources", {}))
+
+    def settle(self, name: str, value: Any, origin: str) -> None:
+        """Set a value decided after loading (the model an endpoint lists), naming where it came from."""
+        setattr(self, name, value)
+        object.__setattr__(self, "_sources", {**self.sources(), name: origin})
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(AgentConfig)}
@@ -159,6 +167,12 @@ def _check(config: AgentConfig) -> None:
     for name in ("max_wall_s", "request_timeout_s"):
         if getattr(config, name) <= 0:
             raise ConfigError(f"{name} must be positive (from {config.sources()[name]})")
+    if not math.isfinite(config.request_timeout_s):
+        raise ConfigError(f"request_timeout_s must be a finite number of seconds (from "
+                          f"{config.sources()['request_timeout_s']})")
+    if not (math.isfinite(config.heartbeat_s) and config.heartbeat_s >= 0):
+        raise ConfigError(f"heartbeat_s must be a finite number of seconds, 0 or more (from "
+                          f"{config.sources()['heartbeat_s']})")
     if not 0 < config.roofline_target <= 1:
         raise ConfigError(f"roofline_target must be in (0, 1] (from {config.sources()['roofline_target']})")
 

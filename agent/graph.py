@@ -1,14 +1,18 @@
 """The state machine, wired as the design's diagram draws it:
 
     draft ──► compile ──► test ──► profile ──► decide ──► refine ─┐
-                 │          │                    ▲  │        ▲    │
-                 │ build    │ wrong              │  │ finish └────┘ (back to compile)
-                 │ failed   │ result             │  ▼
-                 └──────────┴────────────────────┘ END
+                 │          │         │          ▲  │        ▲    │
+                 │ build    │ wrong   │          │  │ finish └────┘ (back to compile)
+                 │ failed   │ result  │ untimed  │  ▼
+                 └──────────┴─────────┼──────────┘ END
+                                      ▼             ▲
+                                 stop_untimed ──────┘
 
 A build failure or a wrong result short-circuits to decide, which (budget left) sends it back
 to the model through refine with the evaluator's message; a correct kernel is profiled first.
-Decide, not the model, ends the run. The nodes are in agent.nodes.
+Decide, not the model, ends the run; where nothing is timed (a CPU: Triton's interpreter),
+nothing could tell a faster kernel from a correct one, so the first correct kernel ends it
+(stop_untimed; config `stop_untimed`). The nodes are in agent.nodes.
 """
 from __future__ import annotations
 
@@ -27,12 +31,14 @@ def build_graph() -> StateGraph:
     graph.add_node("profile", nodes.profile)
     graph.add_node("decide", nodes.decide)
     graph.add_node("refine", nodes.refine)
+    graph.add_node("stop_untimed", nodes.stop_untimed)
 
     graph.add_edge(START, "draft")
     graph.add_edge("draft", "compile")
     graph.add_conditional_edges("compile", nodes.after_compile, {"built": "test", "failed": "decide"})
     graph.add_conditional_edges("test", nodes.after_test, {"correct": "profile", "wrong": "decide"})
-    graph.add_edge("profile", "decide")
+    graph.add_conditional_edges("profile", nodes.after_profile, {"decide": "decide", "untimed": "stop_untimed"})
+    graph.add_edge("stop_untimed", END)
     graph.add_conditional_edges("decide", nodes.after_decide, {"refine": "refine", "finish": END})
     graph.add_edge("refine", "compile")
     return graph

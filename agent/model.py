@@ -8,8 +8,11 @@ policy (a built-in offline one, a scripted one for RL rollouts) plugs in by impl
 OpenAI-compatible endpoint: a hosted model, vLLM, SGLang, Ollama. The SDK's own retries are
 off (`max_retries=0`); the one retry policy of the project lives here (`RetryPolicy`, with
 tenacity): rate limits, timeouts, connection errors and 5xx are retried with jittered
-exponential backoff, honoring Retry-After; 400/401/403/404/422 are never retried. Whatever
-cannot be answered ends as a `ModelError` with a one-line message (exit code 11 in the CLI).
+exponential backoff, honoring Retry-After; 400/401/403/404/422 are never retried. A request that
+times out is tried `timeout_tries` times in all (2), not `attempts`: a model that accepts and
+never answers ends the run within minutes, not an hour. While a request is out, a line goes to
+the log every `heartbeat_s` seconds (30). Whatever cannot be answered ends as a `ModelError` with
+a one-line message (exit code 11 in the CLI). `list_models` reads an endpoint's `/models` list.
 """
 from __future__ import annotations
 
@@ -21,6 +24,11 @@ from typing import Any, Protocol, runtime_checkable
 
 import openai
 import tenacity
+
+from agent.heartbeat import Heartbeat
+
+DEFAULT_TIMEOUT_S = 120.0  # one HTTP request (see docs/model.md: why 120 s, tried twice)
+HEARTBEAT_S = 30.0  # a "waiting on the model" line this often while a request is out
 
 
 @dataclass
@@ -135,6 +143,7 @@ class RetryPolicy:
     base_s: float = 1.0
     max_s: float = 60.0
     retry_after_cap_s: float = 120.0
+    timeout_tries: int = 2  # tries in all when they time out: each one costs a whole request timeout
 
     def wait(self, state: tenacity.RetryCallState) -> float:
         backoff = tenacity.wait_random_exponential(multiplier=self.base_s, max=self.max_s)(state)
@@ -149,12 +158,21 @@ class RetryPolicy:
             if log is None or state.outcome is None:
                 return
             delay = state.next_action.sleep if state.next_action else 0.0
-            log(f"model: {describe_error(state.outcome.exception())}; "
-                f"retry {state.attempt_number}/{self.attempts - 1} in {delay:.2f} s")
+            exc = state.outcome.exception()
+            tries = self.timeout_tries if isinstance(exc, openai.APITimeoutError) else self.attempts
+            log(f"model: {describe_error(exc)}; retry {state.attempt_number}/{max(1, tries - 1)} in {delay:.2f} s")
+
+        timeouts = 0
+
+        def stop(state: tenacity.RetryCallState) -> bool:
+            nonlocal timeouts
+            exc = state.outcome.exception() if state.outcome else None
+            timeouts += isinstance(exc, openai.APITimeoutError)
+            return state.attempt_number >= max(1, self.attempts) or timeouts >= max(1, self.timeout_tries)
 
         return tenacity.Retrying(
             retry=tenacity.retry_if_exception(is_retryable),
-            stop=tenacity.stop_after_attempt(max(1, self.attempts)),
+            stop=stop,
             wait=self.wait,
             before_sleep=before_sleep,
             reraise=True,
@@ -202,11 +220,12 @@ class OpenAIChatClient:
     model: str
     base_url: str | None = None
     api_key: str | None = None
-    timeout_s: float = 600.0
+    timeout_s: float = DEFAULT_TIMEOUT_S
     retry: RetryPolicy = dataclasses.field(default_factory=RetryPolicy)
     temperature: float | None = None
     max_completion_tokens: int | None = None
     log: Callable[[str], None] | None = None
+    heartbeat_s: float = HEARTBEAT_S  # 0: no heartbeat
 
     def __post_init__(self) -> None:
         # Local servers (vLLM, SGLang, Ollama) need no key, but the SDK insists on one.
@@ -236,25 +255,58 @@ class OpenAIChatClient:
         if self.max_completion_tokens is not None:
             request["max_tokens"] = self.max_completion_tokens
         tries = 0
+        endpoint = self.base_url or "the OpenAI API"
+        waiting = Heartbeat(self.heartbeat_s, lambda s: f"waiting on the model at {endpoint}: {s:.0f} s (timeout "
+                            f"{self.timeout_s:g} s per try; slow reasoning models may need --request-timeout)", self.log)
         try:
-            for attempt in self.retry.retrying(self.log):
-                with attempt:
-                    tries += 1
-                    completion = self._client.chat.completions.create(**request)
+            with waiting:
+                for attempt in self.retry.retrying(self.log):
+                    with attempt:
+                        tries += 1
+                        completion = self._client.chat.completions.create(**request)
+        except openai.APITimeoutError as exc:
+            raise ModelUnreachable(f"model endpoint {endpoint} (model {self.model}) did not answer within "
+                                   f"{self.timeout_s:g} s ({tries} {'try' if tries == 1 else 'tries'}); slow reasoning "
+                                   f"models may need --request-timeout SECONDS", retried=tries) from exc
         except openai.APIStatusError as exc:
-            where = f"{self.base_url or 'the OpenAI API'} (model {self.model})"
+            where = f"{endpoint} (model {self.model})"
             if is_retryable(exc):
                 raise ModelUnreachable(f"model endpoint {where} still failing after {tries} tries: "
                                        f"{describe_error(exc)}", status=exc.status_code, retried=tries) from exc
             raise ModelRefused(f"model endpoint {where} refused the request: {describe_error(exc)}",
                                status=exc.status_code, retried=tries) from exc
-        except (openai.APIConnectionError, openai.APITimeoutError) as exc:
-            raise ModelUnreachable(f"model endpoint {self.base_url or 'the OpenAI API'} unreachable after "
-                                   f"{tries} tries: {describe_error(exc)}", retried=tries) from exc
+        except openai.APIConnectionError as exc:
+            raise ModelUnreachable(f"model endpoint {endpoint} unreachable after {tries} tries: "
+                                   f"{describe_error(exc)}", retried=tries) from exc
         except openai.OpenAIError as exc:
-            raise ModelUnreachable(f"model endpoint {self.base_url or 'the OpenAI API'} gave an unusable "
-                                   f"answer: {describe_error(exc)}", retried=tries) from exc
+            raise ModelUnreachable(f"model endpoint {endpoint} gave an unusable answer: {describe_error(exc)}",
+                                   retried=tries) from exc
         return _reply_from(completion)
+
+
+def list_models(base_url: str, api_key: str | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S,
+                retry: RetryPolicy | None = None, log: Callable[[str], None] | None = None) -> list[str]:
+    """The model ids an OpenAI-compatible endpoint lists at `GET /models`, under the same retry
+    policy as a completion. Raises ModelRefused (4xx: the endpoint has no such list, or the key is
+    wrong) or ModelUnreachable."""
+    retry = retry or RetryPolicy()
+    client = openai.OpenAI(api_key=api_key or "unused", base_url=base_url, timeout=timeout_s, max_retries=0)
+    tries = 0
+    try:
+        for attempt in retry.retrying(log):
+            with attempt:
+                tries += 1
+                page = client.models.list()
+        return [model.id for model in page.data if getattr(model, "id", None)]
+    except openai.APIStatusError as exc:
+        kind = ModelUnreachable if is_retryable(exc) else ModelRefused
+        raise kind(f"model endpoint {base_url}: GET /models failed: {describe_error(exc)}",
+                   status=exc.status_code, retried=tries) from exc
+    except openai.OpenAIError as exc:
+        raise ModelUnreachable(f"model endpoint {base_url} unreachable after {tries} "
+                               f"{'try' if tries == 1 else 'tries'}: {describe_error(exc)}", retried=tries) from exc
+    finally:
+        client.close()
 
 
 def _reply_from(completion: Any) -> Reply:

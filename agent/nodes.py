@@ -10,7 +10,9 @@ The evaluator builds, tests and times a candidate in one call, so the phases map
   does error, an evaluator fault: nothing was judged);
 - test reads the correctness outcome from that record (ok goes on to profile);
 - profile reads the timing and roofline, and moves this run's best;
-- decide applies the budgets and the early-stopping rules; it alone ends the run.
+- decide applies the budgets and the early-stopping rules; it ends the run, except where nothing
+  is timed (a CPU): there stop_untimed ends it at the first correct kernel, as nothing could tell
+  a faster one from it (config `stop_untimed`, on by default).
 
 Idempotence: LangGraph checkpoints after every node, and a resumed run re-runs the node that
 was interrupted from its start. The only side effects are the model call (draft, refine: a
@@ -128,7 +130,12 @@ def profile(state: AgentState, runtime: Node) -> dict[str, Any]:
     """Timing and roofline of a correct kernel; a faster one becomes this run's best."""
     record, latest = state["record"], state["latest"]
     timing = record.get("candidate_time") or {}
-    outcome = "timed" if timing.get("measured") else f"not measured ({timing.get('note', '')})"
+    if timing.get("measured"):
+        outcome = "timed"
+    elif timing_unavailable(record):
+        outcome = "untimed"
+    else:
+        outcome = f"not measured ({timing.get('note', '')})"
     best = state.get("best")
     improved = best is None or beats(_as_attempt(latest), _as_attempt(best))
     return {"phases": {**state["phases"], "profile": outcome}, "baseline": baseline_from(record, state.get("baseline")),
@@ -139,8 +146,7 @@ def decide(state: AgentState, runtime: Node) -> dict[str, Any]:
     """Spend or stop: the budgets and early-stopping rules, checked after every proposal."""
     ctx = runtime.context
     config = ctx.config
-    wall_s = state.get("wall_s", 0.0) + ctx.tick()
-    since = 0 if state.get("improved") else state.get("since_improvement", 0) + 1
+    wall_s, since = _clock(state, ctx)
     best = state.get("best")
     reason = None
     if state["attempts_used"] >= config.max_attempts:
@@ -154,6 +160,18 @@ def decide(state: AgentState, runtime: Node) -> dict[str, Any]:
     elif config.patience and since >= config.patience:
         reason = f"no improvement in {since} attempts"
     ctx.log(progress_line(state, config))
+    return {"wall_s": wall_s, "since_improvement": since, "stop_reason": reason}
+
+
+def stop_untimed(state: AgentState, runtime: Node) -> dict[str, Any]:
+    """Where nothing is timed (a CPU), nothing can tell a faster kernel from this correct one: the
+    first correct kernel ends the run, and one line says why."""
+    ctx = runtime.context
+    wall_s, since = _clock(state, ctx)
+    reason = (f"{timing_unavailable(state['record'])}: stopping at the first correct kernel; "
+              "run on a GPU to optimize for speed")
+    ctx.log(progress_line(state, ctx.config))
+    ctx.log(reason)
     return {"wall_s": wall_s, "since_improvement": since, "stop_reason": reason}
 
 
@@ -175,6 +193,12 @@ def after_test(state: AgentState) -> str:
     return "correct" if state["phases"].get("test") == "passed" else "wrong"
 
 
+def after_profile(state: AgentState, runtime: Node) -> str:
+    """untimed: nothing on this device times a kernel, and the run stops at the first correct one."""
+    untimed = state["phases"].get("profile") == "untimed" and runtime.context.config.stop_untimed
+    return "untimed" if untimed else "decide"
+
+
 def after_decide(state: AgentState) -> str:
     return "finish" if state.get("stop_reason") else "refine"
 
@@ -191,6 +215,22 @@ def change_summary(state: AgentState) -> str:
             content = message.get("content")
             return first_line(content, 200) if isinstance(content, str) else ""
     return ""
+
+
+def timing_unavailable(record: dict[str, Any]) -> str | None:
+    """Why no kernel is timed where this record was made (None: the device times kernels). On a CPU,
+    kernels run in Triton's interpreter and the evaluator reports timing as unavailable."""
+    device = str((record.get("environment") or {}).get("device") or "")
+    if (record.get("candidate_time") or {}).get("measured") or device.startswith("cuda"):
+        return None
+    return f"timing is unavailable on {device or 'this device'}"
+
+
+def _clock(state: AgentState, ctx: AgentContext) -> tuple[float, int]:
+    """The run's wall time so far and attempts since the last new best, after this step."""
+    wall_s = state.get("wall_s", 0.0) + ctx.tick()
+    since = 0 if state.get("improved") else state.get("since_improvement", 0) + 1
+    return wall_s, since
 
 
 def committed_attempt(repo: ProblemRepo, source_hash: str, run_id: str) -> Attempt | None:

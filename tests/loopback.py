@@ -9,7 +9,8 @@ SDK and HTTP are all real. Each POST /v1/chat/completions consumes the next scri
     error(status, message, retry_after=None)   an HTTP error with an OpenAI-style error body
     hold()                             block until `release()` (or shutdown), then drop the connection
 
-Any step may carry `reasoning` (sent as `reasoning_content`, as vLLM and SGLang do). Every request
+Any step may carry `reasoning` (sent as `reasoning_content`, as vLLM and SGLang do). GET /v1/models
+lists `models` (a list of ids) when given, else answers 404 as a server without the list would. Every request
 is recorded (`requests`: path, headers, parsed body) so tests can assert on what the agent sent.
 When the script is exhausted the server answers 400, which the agent reports and never retries.
 The server is bounded: it stops itself after `lifetime_s`, and on leaving the `with` block.
@@ -75,10 +76,12 @@ class Request:
 
 
 class Loopback:
-    def __init__(self, script: list[Step], *, lifetime_s: float = 120.0, api_key: str | None = None):
+    def __init__(self, script: list[Step], *, lifetime_s: float = 120.0, api_key: str | None = None,
+                 models: list[str] | None = None):
         self.script = list(script)
         self.requests: list[Request] = []
         self.api_key = api_key
+        self.models = None if models is None else list(models)
         self.held = threading.Event()  # set when a hold() step is reached
         self._release = threading.Event()
         self._lock = threading.Lock()
@@ -143,7 +146,16 @@ class Loopback:
                 pass
 
             def do_GET(self) -> None:
-                self._send_json(404, _error_body("not found", "not_found_error"))
+                request = Request(self.path, {k.lower(): v for k, v in self.headers.items()}, None)
+                with loop._lock:
+                    loop.requests.append(request)
+                if self.path.rstrip("/") != "/v1/models" or loop.models is None:
+                    self._send_json(404, _error_body(f"no route {self.path}", "not_found_error"))
+                elif loop.api_key is not None and request.headers.get("authorization") != f"Bearer {loop.api_key}":
+                    self._send_json(401, _error_body("invalid api key", "authentication_error"))
+                else:
+                    self._send_json(200, {"object": "list", "data": [
+                        {"id": name, "object": "model", "created": 0, "owned_by": "loopback"} for name in loop.models]})
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)

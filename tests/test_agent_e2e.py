@@ -12,7 +12,7 @@ import pytest
 
 from agent.cli import main
 from agent.workspace import Workspace
-from loopback import Loopback, error, submit, text, tool_call, tool_calls
+from loopback import Loopback, error, hold, submit, text, tool_call, tool_calls
 
 HERE = Path(__file__).parent
 PROBLEM = HERE / "agent_problems" / "relu_add.py"
@@ -53,7 +53,8 @@ def trajectory(workspace: Path) -> dict:
         return json.loads(saved.text)
 
 
-def test_build_error_then_fix_then_faster(tmp_path, capsys):
+def test_build_error_then_fix_then_faster(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("RATCHET_STOP_UNTIMED", "0")  # go on past the first correct kernel, as on a GPU
     script = [submit(BROKEN), submit(FIXED, reasoning="The import was wrong; drop it."),
               submit(FASTER, content="Process two elements per thread.\nThe rest is unchanged.")]
     with Loopback(script) as server:
@@ -100,7 +101,8 @@ def test_build_error_then_fix_then_faster(tmp_path, capsys):
             assert json.loads(call["arguments"])["source"] == repo.source(att)  # up to the turn that submitted it
 
 
-def test_cheating_and_wrong_kernels_are_never_best(tmp_path, capsys):
+def test_cheating_and_wrong_kernels_are_never_best(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("RATCHET_STOP_UNTIMED", "0")  # go on past the first correct kernel, as on a GPU
     script = [submit(CHEAT), submit(WRONG), tool_calls(("get_profile", {"attempt": 2}), ("diff_against_best", {})),
               submit(FIXED), tool_calls(("get_best", {}), ("diff_against_best", {"source": FASTER})), submit(FIXED)]
     with Loopback(script) as server:
@@ -215,3 +217,47 @@ def test_resume_without_a_run_is_a_usage_error(tmp_path, capsys):
         code = main(["optimize", str(PROBLEM), "--model", "m", "--base-url", server.url, "--workspace", str(tmp_path),
                      "--resume"])
     assert code == 2 and "nothing to resume" in capsys.readouterr().err
+
+
+def test_an_endpoint_without_a_model_name_uses_the_one_it_lists(tmp_path, capsys):
+    with Loopback([submit(FIXED)], models=["the-only-one"]) as server:
+        code = main(["optimize", str(PROBLEM), "--base-url", server.url, "--workspace", str(tmp_path), "--json"])
+        out, err = capsys.readouterr()
+    assert code == 0, err
+    assert [r.path for r in server.requests] == ["/v1/models", "/v1/chat/completions"]
+    assert server.requests[1].body["model"] == "the-only-one" and json.loads(out)["model"] == "the-only-one"
+    assert f"no model named (--model/RATCHET_MODEL): using the-only-one, the only model {server.url} lists" in err
+
+
+def test_an_endpoint_listing_several_models_needs_a_name(tmp_path, capsys):
+    with Loopback([submit(FIXED)], models=["big", "small"]) as server:
+        code = main(["optimize", str(PROBLEM), "--base-url", server.url, "--workspace", str(tmp_path)])
+        assert len(server.requests) == 1  # the list, nothing else
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith("ratchet optimize: no model named (--model/RATCHET_MODEL), and ")
+    assert "lists 2: big, small; pass --model NAME" in err
+    assert not (tmp_path / "relu_add").exists()  # nothing started
+
+
+def test_a_model_that_never_answers_is_visible_and_ends_the_run(tmp_path, capsys, monkeypatch):
+    """A server that accepts and never answers: a heartbeat line while waiting (every 30 s by
+    default; RATCHET_HEARTBEAT_S shortens it here), each request given up after --request-timeout
+    and tried twice in all, then one line and exit 11 (EXIT_MODEL)."""
+    monkeypatch.setenv("RATCHET_HEARTBEAT_S", "0.3")
+    with Loopback([hold(), hold(), submit(FIXED)]) as server:
+        code, summary, err = optimize(server, tmp_path, capsys, "--request-timeout", "1.5")
+        assert len(server.requests) == 2
+    assert code == 11 and summary["status"] == "model_error"
+    waiting = [line for line in err.splitlines() if line.startswith(f"waiting on the model at {server.url}: ")]
+    assert waiting and waiting[0].endswith("s (timeout 1.5 s per try; slow reasoning models may need --request-timeout)")
+    assert "did not answer within 1.5 s (2 tries); slow reasoning models may need --request-timeout" in summary["error"]
+    assert [line for line in err.splitlines() if line.startswith("model error: ")] == [f"model error: {summary['error']}"]
+
+
+def test_request_timeout_must_be_a_positive_number(tmp_path, capsys):
+    for value in ("0", "-3", "nan"):
+        assert main(["optimize", str(PROBLEM), "--model", "m", "--base-url", "http://127.0.0.1:9/v1",
+                     "--request-timeout", value, "--workspace", str(tmp_path)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "request_timeout_s must be" in err and "command line" in err

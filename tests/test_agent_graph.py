@@ -17,7 +17,7 @@ def test_wiring_reads_like_the_diagram():
         ("__start__", "draft", False), ("draft", "compile", False),
         ("compile", "test", True), ("compile", "decide", True),
         ("test", "profile", True), ("test", "decide", True),
-        ("profile", "decide", False),
+        ("profile", "decide", True), ("profile", "stop_untimed", True), ("stop_untimed", "__end__", False),
         ("decide", "refine", True), ("decide", "__end__", True),
         ("refine", "compile", False),
     }
@@ -30,13 +30,20 @@ def summary(n: int, *, verdict="ok", roofline=None, median=None) -> dict:
             "timing_measured": median is not None, "detail": ""}
 
 
-def decide(state: dict, **settings) -> dict:
+def context(logs: list[str] | None = None, **settings) -> nodes.AgentContext:
     config = load_config({"max_attempts": 10, "max_tokens": 1000, "max_wall_s": 100.0, "patience": 3,
                           "roofline_target": 0.8, **settings}, env={})
-    ctx = nodes.AgentContext(config=config, model=None, evaluator=None, repo=None, tools=[], gpu="", log=lambda _: None)
-    base = initial_state(run_id="r", problem="p.py", problem_hash="h", entry="Model", language="triton", model="m",
+    log = logs.append if logs is not None else (lambda _: None)
+    return nodes.AgentContext(config=config, model=None, evaluator=None, repo=None, tools=[], gpu="", log=log)
+
+
+def base_state() -> dict:
+    return initial_state(run_id="r", problem="p.py", problem_hash="h", entry="Model", language="triton", model="m",
                          workspace="w", baseline=nodes.empty_baseline())
-    return nodes.decide({**base, **state}, Runtime(context=ctx))
+
+
+def decide(state: dict, **settings) -> dict:
+    return nodes.decide({**base_state(), **state}, Runtime(context=context(**settings)))
 
 
 @pytest.mark.parametrize("state, reason", [
@@ -75,3 +82,35 @@ def test_profile_moves_the_run_best_only_for_a_faster_kernel():
     assert faster["improved"] and faster["best"]["attempt"] == 3
     untimed = nodes.profile({"record": record, "latest": summary(4), "phases": {}, "best": first["best"]}, ctx)
     assert not untimed["improved"]
+
+
+def untimed_record(device: str) -> dict:
+    note = "unavailable: no GPU" if device == "cpu" else "eager failed: boom"
+    return {"verdict": "ok", "candidate_time": {"measured": False, "note": note}, "eager_time": {"measured": False},
+            "compile_time": {"measured": False}, "roofline": {"measured": False}, "environment": {"device": device}}
+
+
+def test_where_nothing_is_timed_the_first_correct_kernel_ends_the_run():
+    """On a CPU the profile outcome is `untimed`, and the edge out of profile goes to stop_untimed,
+    which ends the run with one line saying why; decide's budgets never get to spend the rest."""
+    state = {**base_state(), "record": untimed_record("cpu"), "latest": summary(1), "phases": {}, "attempts_used": 1}
+    state.update(nodes.profile(state, Runtime(context=None)))
+    assert state["phases"]["profile"] == "untimed" and state["improved"] and state["best"]["attempt"] == 1
+    logs: list[str] = []
+    assert nodes.after_profile(state, Runtime(context=context(logs))) == "untimed"
+    out = nodes.stop_untimed(state, Runtime(context=context(logs)))
+    assert out["stop_reason"] == ("timing is unavailable on cpu: stopping at the first correct kernel; "
+                                  "run on a GPU to optimize for speed")
+    assert logs[-1] == out["stop_reason"] and "attempt 1: ok" in logs[-2]
+    # `stop_untimed = false` (CPU tests of the refine loop, RL rollouts) goes on to decide as before
+    assert nodes.after_profile(state, Runtime(context=context(stop_untimed=False))) == "decide"
+
+
+def test_a_gpu_record_that_missed_its_timing_is_not_untimed():
+    """On a GPU a kernel whose timing failed this once is no reason to stop: decide carries on."""
+    state = {**base_state(), "record": untimed_record("cuda:0"), "latest": summary(1), "phases": {}}
+    state.update(nodes.profile(state, Runtime(context=None)))
+    assert state["phases"]["profile"].startswith("not measured (eager failed")
+    assert nodes.after_profile(state, Runtime(context=context())) == "decide"
+    timed = {**untimed_record("cpu"), "candidate_time": {"measured": True, "median_ms": 1.0}}
+    assert nodes.timing_unavailable(timed) is None and nodes.timing_unavailable(untimed_record("cpu"))

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from agent.model import ModelRefused, ModelUnreachable, OpenAIChatClient, Reply, RetryPolicy
+from agent.model import ModelRefused, ModelUnreachable, OpenAIChatClient, Reply, RetryPolicy, list_models
 from loopback import Loopback, error, hold, submit, text, tool_call
 
 FAST = RetryPolicy(attempts=4, base_s=0.01, max_s=0.05, retry_after_cap_s=0.2)
@@ -16,8 +16,8 @@ TOOLS = [{"type": "function", "function": {"name": "submit_kernel", "description
 
 def client(server: Loopback, **kw) -> OpenAIChatClient:
     logs: list[str] = []
-    c = OpenAIChatClient(model="test-model", base_url=server.url, api_key="k", retry=FAST, timeout_s=10,
-                         log=logs.append, **kw)
+    c = OpenAIChatClient(model="test-model", base_url=server.url, api_key="k", retry=FAST, log=logs.append,
+                         **{"timeout_s": 10, **kw})
     c.logs = logs  # type: ignore[attr-defined]
     return c
 
@@ -103,3 +103,36 @@ def test_dropped_connection_is_retried():
         reply = client(server).complete(MESSAGES, TOOLS)
     assert reply.content == "second try"
     assert len(server.requests) == 2
+
+
+def test_a_model_that_never_answers_is_visible_and_tried_twice():
+    """A server that accepts and never answers: a heartbeat line while waiting, then the request
+    times out; a timeout is tried twice in all (not `attempts` times), then one line says so."""
+    with Loopback([hold(), hold(), text("never reached")]) as server:
+        c = client(server, heartbeat_s=0.1, timeout_s=0.5)
+        with pytest.raises(ModelUnreachable) as info:
+            c.complete(MESSAGES, TOOLS)
+        assert len(server.requests) == 2 == FAST.timeout_tries < FAST.attempts
+    line = str(info.value)
+    assert "\n" not in line and "did not answer within 0.5 s (2 tries)" in line and "--request-timeout" in line
+    waiting = [entry for entry in c.logs if entry.startswith(f"waiting on the model at {server.url}: ")]
+    assert waiting and "(timeout 0.5 s per try; slow reasoning models may need --request-timeout)" in waiting[0]
+    assert any("request timed out; retry 1/1" in entry for entry in c.logs)  # one retry of a timeout, not 3
+
+
+def test_no_heartbeat_for_a_prompt_answer():
+    with Loopback([text("quick")]) as server:
+        c = client(server, heartbeat_s=30.0)
+        assert c.complete(MESSAGES, TOOLS).content == "quick"
+    assert not any(entry.startswith("waiting on the model") for entry in c.logs)
+
+
+def test_list_models():
+    with Loopback([], models=["a", "b"], api_key="k") as server:
+        assert list_models(server.url, "k", retry=FAST) == ["a", "b"]
+        with pytest.raises(ModelRefused, match="GET /models failed: HTTP 401"):
+            list_models(server.url, "wrong", retry=FAST)
+        assert [r.path for r in server.requests] == ["/v1/models", "/v1/models"]
+    with Loopback([]) as server:  # a server with no list
+        with pytest.raises(ModelRefused, match="HTTP 404"):
+            list_models(server.url, retry=FAST)

@@ -206,10 +206,21 @@ def test_usage_errors(batch_env, tmp_path, capsys):
     assert "--resume" in capsys.readouterr().err
     # a model name with no endpoint is an error; with neither, the built-in policy runs (tests/test_builtin_e2e.py)
     assert main(["batch", str(SUITE), "--model", "m", "--cpu-workers", "1", "--out", str(tmp_path / "m")]) == 2
-    assert "no model configured" in capsys.readouterr().err
+    assert "model 'm' (from command line) has no endpoint: pass --model NAME --base-url URL" in capsys.readouterr().err
     assert main(["batch", str(SUITE), *base, "--resume"]) == 2
     assert "--resume needs --out" in capsys.readouterr().err
     assert main(["batch", str(SUITE), *base, "--gpus", "0"]) == 2  # both --gpus and --cpu-workers
     if not torch.cuda.is_available():
         assert main(["batch", str(SUITE), *base[:4], "--gpus", "0", "--out", str(tmp_path / "g")]) == 2
         assert "no usable CUDA GPU" in capsys.readouterr().err
+
+
+def test_cpu_scale_only_for_a_suite_with_the_switch_and_no_scale_chosen(tmp_path):
+    from agent.batch_scale import cpu_scale
+
+    bundled = discover(SUITE)
+    assert cpu_scale(bundled, {}) == {"SUITE_SCALE": "small"}
+    assert cpu_scale(bundled, {"SUITE_SCALE": "full"}) == {}  # the user chose
+    plain = tmp_path / "1_Relu.py"
+    plain.write_text("import torch\n")
+    assert cpu_scale([plain], {}) == {}  # a KernelBench folder runs as it is

@@ -3,6 +3,7 @@ in its interpreter) and git workspace, driven by the built-in offline policy (no
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -49,7 +50,8 @@ def workspace_files(problem: Path, workspace: Path) -> tuple[list, str, dict]:
     (PROBLEMS / "mid_mean.py", 1),                      # a reduction over a middle dim + ReLU
     (PROBLEMS / "linear_gelu.py", 2),                   # nn.Linear + bias + GELU + scale, two configs
 ], ids=["elementwise", "softmax", "layernorm", "reduction", "linear_epilogue"])
-def test_builtin_finds_a_correct_kernel(problem, attempts, tmp_path, capsys):
+def test_builtin_finds_a_correct_kernel(problem, attempts, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("RATCHET_STOP_UNTIMED", "0")  # walk on past the first correct kernel, as on a GPU
     code, summary, err = optimize(problem, tmp_path, capsys, "--model", "builtin", "--max-attempts", str(attempts))
     assert code == 0, err
     assert summary["model"] == "builtin" and summary["verdicts"] == ["ok"] * attempts
@@ -59,6 +61,22 @@ def test_builtin_finds_a_correct_kernel(problem, attempts, tmp_path, capsys):
     assert "@triton.jit" in best and "class ModelNew" in best
     configs = [parse_config(m.get("content")) for m in trajectory["messages"] if m["role"] == "assistant"]
     assert len(configs) == attempts and len({json.dumps(c, sort_keys=True) for c in configs}) == attempts
+
+
+def test_quick_start_with_an_openai_key_exported(tmp_path, capsys, monkeypatch):
+    """README's two commands on a machine where OPENAI_API_KEY is exported (most ML engineers'): no
+    model is named, so the built-in policy runs and one line says the key is ignored. On the CPU
+    nothing is timed, so the first correct kernel ends the run, and one line says why."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    code, summary, err = optimize(EXAMPLE, tmp_path, capsys)  # ratchet optimize examples/swish_problem.py
+    assert code == 0, err
+    assert summary["model"] == "builtin" and summary["verdicts"] == ["ok"] and summary["best"]["attempt"] == 1
+    assert "no model named (--model/RATCHET_MODEL): using the built-in policy; OPENAI_API_KEY is ignored" in err
+    reason = "timing is unavailable on cpu: stopping at the first correct kernel; run on a GPU to optimize for speed"
+    assert summary["stop_reason"] == reason and reason in err.splitlines()
+    assert "no improvement" not in err
+    # ratchet eval examples/swish_problem.py examples/swish_candidate.py
+    assert main(["eval", str(EXAMPLE), str(EXAMPLE.with_name("swish_candidate.py"))]) == 0, capsys.readouterr().err
 
 
 def test_builtin_is_the_default_with_no_endpoint(tmp_path, capsys):
@@ -96,3 +114,24 @@ def test_builtin_runs_a_batch_and_skips_what_it_does_not_recognize(tmp_path, cap
     assert main(["report", str(out), "--no-html"]) == 0
     report = capsys.readouterr().out
     assert "unrecognized" in report
+
+
+def test_a_cpu_batch_of_the_bundled_suite_runs_it_small(tmp_path, capsys, monkeypatch):
+    """On a CPU the bundled suite's GPU sizes would time out on every attempt: the batch runs it at
+    SUITE_SCALE=small, says so in one line, and records the scale in the run's metadata."""
+    monkeypatch.setenv("SUITE_SCALE", "unset")
+    monkeypatch.delenv("SUITE_SCALE")
+    monkeypatch.delenv("RATCHET_DEVICE")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    out, ws = tmp_path / "run", tmp_path / "ws"
+    code = main(["batch", str(HERE.parent / "suite"), "--filter", "^01_swish_scale$", "--model", "builtin",
+                 "--cpu-workers", "1", "--max-attempts", "1", "--out", str(out), "--workspace", str(ws)])
+    _, err = capsys.readouterr()
+    assert code == 0, err
+    assert [line for line in err.splitlines() if "SUITE_SCALE" in line] == [
+        f"batch: no GPU: running {HERE.parent / 'suite'} at SUITE_SCALE=small (its default sizes are meant for a GPU "
+        "and time out in Triton's interpreter; set SUITE_SCALE to choose: any other value keeps the full sizes)"]
+    row = json.loads((out / "results.jsonl").read_text().splitlines()[-1])
+    assert row["status"] == "finished" and row["correct"] and row["attempts"] == 1, row
+    assert json.loads((out / "run.json").read_text())["sessions"][0]["suite_scale"] == "small"
+    assert "SUITE_SCALE" not in os.environ  # the workers got it; this process is unchanged

@@ -98,9 +98,9 @@ TABLE: tuple[ExitCode, ...] = (
              "never the candidate's fault"),
     ExitCode("EXIT_NONE_CORRECT", EXIT_NONE_CORRECT, (OPTIMIZE,),
              "the run ended (a budget spent, or an early stop) with no correct kernel"),
-    ExitCode("EXIT_MODEL", EXIT_MODEL, (OPTIMIZE,),
-             "the model endpoint was unreachable after retries, or refused the request (HTTP 400, 401, 404); "
-             "continue later with --resume"),
+    ExitCode("EXIT_MODEL", EXIT_MODEL, (OPTIMIZE, BATCH),
+             "the model endpoint was unreachable after retries, did not answer within the request timeout, or "
+             "refused the request (HTTP 400, 401, 404); continue later with --resume"),
     ExitCode("EXIT_UNRECOGNIZED", EXIT_UNRECOGNIZED, (OPTIMIZE,),
              "the built-in policy recognizes nothing in the module; nothing was attempted (one line says why)"),
     ExitCode("EXIT_SANDBOX", EXIT_SANDBOX, (EVAL, OPTIMIZE, BATCH),
