@@ -14,7 +14,8 @@ reads in `git log` (the trailers below them stay the machine-readable part).
 `Change` is the model's own one-line account of the change (the text of the reply that submitted
 it), left out when it gave none. `Verdict` carries the first line of the evaluator's message,
 `Failed check` (when one failed) the first failed check and its detail, `Time` the candidate's
-median, interval and speedups, or why there is none. `Diff` counts changed lines against the
+median, interval and speedups, or why there is none. `Drop-in` (for a correct attempt) says
+whether it is right on held-out sizes too (docs/heldout.md). `Diff` counts changed lines against the
 best attempt before this one (or says there was none). Each line is one line of at most
 `MAX_LINE` characters, whatever the model or the evaluator wrote.
 """
@@ -41,6 +42,9 @@ def review_lines(result: Result, *, source: str, summary: str = "",
     if failed is not None:
         lines.append(f"Failed check: {failed.name}" + (f": {one_line(failed.detail)}" if one_line(failed.detail) else ""))
     lines.append(f"Time: {time_text(result)}")
+    dropin = dropin_text(result)
+    if dropin:
+        lines.append(f"Drop-in: {dropin}")
     lines.append(f"Diff: {diff_text(source, best)}")
     return [_cut(line) for line in lines]
 
@@ -63,6 +67,18 @@ def time_text(result: Result) -> str:
     if fraction is not None:
         text += f"; {fraction * 100:.1f}% of the roofline"
     return text
+
+
+def dropin_text(result: Result) -> str:
+    """The held-out check (tools/heldout.py) in a few words; "" before it ran."""
+    tried = [h for h in result.heldout if h.get("outcome") != "not used"]
+    if result.generalizes is True:
+        return "general, also right on " + "; ".join(str(h.get("variant")) for h in tried)
+    if result.generalizes is False:
+        return "specialized (declared), refuses " + "; ".join(str(h.get("variant")) for h in tried)
+    if result.ok and result.heldout:
+        return "unchecked, " + "; ".join(str(h.get("detail")) for h in result.heldout)
+    return ""
 
 
 def diff_text(source: str, best: tuple[int, str] | None) -> str:

@@ -169,6 +169,19 @@ def test_attempt_commit_body_says_what_changed_and_what_it_measured(ws: Workspac
         # the trailers are unchanged and still parse back
         assert [a.verdict for a in repo.attempts()] == [Verdict.OK, Verdict.OK, Verdict.INCORRECT]
         assert repo.attempt(2).median_ms == 0.412 and repo.attempt(3).source_sha256 == wrong.source_sha256
+        general = untimed()
+        general.generalizes, general.heldout = True, [{"variant": "batch_size=9", "outcome": "ok", "detail": ""}]
+        specialized = untimed()
+        specialized.generalizes = False
+        specialized.heldout = [{"variant": "batch_size=9", "outcome": "refused", "detail": "ValueError: (16, 256) only"}]
+        unchecked = untimed()
+        unchecked.heldout = [{"variant": "any", "outcome": "not used", "detail": "the problem declares its shapes fixed"}]
+        lines = {name: [line for line in body(repo.commit_attempt(f"{name}\n", result, model="m", run_id="r"))
+                        if line.startswith("Drop-in:")]
+                 for name, result in (("general", general), ("specialized", specialized), ("unchecked", unchecked))}
+        assert lines == {"general": ["Drop-in: general, also right on batch_size=9"],
+                         "specialized": ["Drop-in: specialized (declared), refuses batch_size=9"],
+                         "unchecked": ["Drop-in: unchecked, the problem declares its shapes fixed"]}
         long = repo.commit_attempt("x", untimed(), model="m", run_id="r", summary="y" * 1000)
         assert all(len(line) <= 240 for line in body(long))
         assert_consistent(repo)
