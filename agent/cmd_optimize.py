@@ -19,16 +19,16 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from agent.builtin import NothingRecognized
 from agent.cli import UsageError
+from agent.cli_checks import check_device, device_origin, readable_file
 from agent.config import AgentConfig, ConfigError, load_config
-from agent.model import ModelClient, OpenAIChatClient, RetryPolicy
-from agent.runner import NothingToResume, RunResult, optimize
-from agent.workspace import WorkspaceError
-from tools import ProblemError
 from tools.exit_codes import EXIT_BAD_PROBLEM, EXIT_SANDBOX, EXIT_UNRECOGNIZED
-from tools.sandbox import SandboxUnavailable
+
+if TYPE_CHECKING:  # the model clients import openai, the runner langgraph: only when a run starts
+    from agent.model import ModelClient, OpenAIChatClient
+    from agent.runner import RunResult
 
 # flag -> AgentConfig field, for the flags that map onto settings
 SETTING_FLAGS = ("entry", "model", "base_url", "max_attempts", "language", "workspace", "device", "max_tokens",
@@ -40,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               description=__doc__.split("\n\n")[0],
                               epilog="Settings: command line over environment (OPENAI_BASE_URL, OPENAI_API_KEY, "
                                      "RATCHET_*) over a config file (--config, $RATCHET_CONFIG or ./ratchet.toml) "
-                                     "over defaults. See agent/AGENT.md.")
+                                     "over defaults. See docs/config.md.")
     p.add_argument("module", metavar="MODULE.py", help="the problem: a module defining Model, get_inputs, get_init_inputs")
     p.add_argument("--entry", metavar="CLASS", help="the reference class (default Model)")
     p.add_argument("--model", metavar="NAME", help="model name at the endpoint ($RATCHET_MODEL); 'builtin' (the "
@@ -80,7 +80,7 @@ def model_client(config: AgentConfig, module: Path) -> ModelClient:
     """The model for one problem: an OpenAI-compatible endpoint, or the built-in offline policy
     (agent/builtin; it reads the problem module to recognize what it can write)."""
     if uses_builtin(config):
-        from agent.builtin import BuiltinPolicy
+        from agent.builtin import BuiltinPolicy  # torch: it reads the problem module
 
         return BuiltinPolicy(module, entry=config.entry)
     return endpoint_client(config)
@@ -91,6 +91,8 @@ def endpoint_client(config: AgentConfig) -> OpenAIChatClient:
     if not config.model or not (config.base_url or config.api_key):
         raise UsageError("no model configured: pass --model NAME --base-url URL (or set RATCHET_MODEL with "
                          "OPENAI_BASE_URL / OPENAI_API_KEY)")
+    from agent.model import OpenAIChatClient, RetryPolicy
+
     return OpenAIChatClient(model=config.model, base_url=config.base_url, api_key=config.api_key,
                             timeout_s=config.request_timeout_s, temperature=config.temperature,
                             max_completion_tokens=config.max_completion_tokens,
@@ -100,14 +102,27 @@ def endpoint_client(config: AgentConfig) -> OpenAIChatClient:
 
 def run(args: argparse.Namespace) -> int:
     config = settings(args)
-    module = Path(args.module)
-    if not module.is_file():
-        raise UsageError(f"{module}: no such file")
+    module = readable_file(args.module, "the problem module")
+    check_device(config.device, config.device and device_origin(config.device, config.sources()["device"]))
+    if args.resume:
+        from agent.runner import NothingToResume, resumable_run
+        from agent.workspace import WorkspaceError
+
+        try:  # before any model, evaluator or workspace exists: nothing to resume creates nothing
+            resumable_run(module, config)
+        except (NothingToResume, WorkspaceError) as exc:
+            raise UsageError(str(exc)) from None
     client = model_client(config, module)
     unrecognized = getattr(client, "unrecognized", None)
     if unrecognized:  # the built-in policy has no kernel for it: one line, no attempt
         print(f"ratchet optimize: {unrecognized}", file=sys.stderr)
         return EXIT_UNRECOGNIZED
+    from agent.builtin import NothingRecognized
+    from agent.runner import NothingToResume, optimize
+    from agent.workspace import WorkspaceError
+    from tools.problem import ProblemError
+    from tools.sandbox import SandboxUnavailable
+
     try:
         result = optimize(module, config, client, resume=args.resume)
     except NothingRecognized as exc:

@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 from agent.cli import UsageError
-from agent.report import ReportError, json_report, load_run, text_report, write_html
 from tools.exit_codes import EXIT_OK
 
 
@@ -27,6 +26,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from agent.report import ReportError, json_report, load_run, text_report, write_html  # jinja2
+
     try:
         report = load_run(Path(args.run))
     except ReportError as exc:
