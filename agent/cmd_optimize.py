@@ -103,7 +103,8 @@ def endpoint_client(config: AgentConfig) -> OpenAIChatClient:
 def run(args: argparse.Namespace) -> int:
     config = settings(args)
     module = readable_file(args.module, "the problem module")
-    check_device(config.device, config.device and device_origin(config.device, config.sources()["device"]))
+    if config.device is not None:  # named as it was given: the flag, RATCHET_DEVICE or the config file's key
+        check_device(config.device, device_origin(config.device, config.sources()["device"]))
     if args.resume:
         from agent.runner import NothingToResume, resumable_run
         from agent.workspace import WorkspaceError

@@ -37,6 +37,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(text_report(report))
     if not args.no_html:
-        path = write_html(report, Path(args.html) if args.html else None)
+        target = Path(args.html) if args.html else report.path / "report.html"
+        try:
+            path = write_html(report, target)
+        except OSError as exc:
+            raise UsageError(f"cannot write {target}: {exc.strerror or exc}") from None
         print(f"report: {path}", file=sys.stderr)
     return EXIT_OK

@@ -153,6 +153,14 @@ def test_report_on_something_that_is_not_a_run(tmp_path, what):
     assert sorted(tmp_path.rglob("*")) == before  # no report.html, nothing else
 
 
+def test_report_to_an_unwritable_page(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "results.jsonl").write_text("")  # a run that has finished no problem yet: still a run
+    page = tmp_path / "no_such_dir" / "report.html"
+    one_line(ratchet("report", str(run), "--html", str(page)), EXIT_USAGE, f"ratchet report: cannot write {page}: ")
+
+
 # --- --resume with nothing to resume --------------------------------------------------------------
 
 def test_resume_with_nothing_to_resume_creates_no_workspace(tmp_path):
