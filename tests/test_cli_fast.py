@@ -7,6 +7,7 @@ commands against `import torch`.
 """
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -49,12 +50,22 @@ def test_help_imports_nothing_heavy(command):
 
 
 def test_version_imports_nothing_heavy():
-    from agent.version import PYPROJECT, source_version
+    from agent.version import version
 
     code, out, err, imported = run_cli(["--version"])
     assert code == EXIT_OK and err == ""
-    assert out.strip() == f"ratchet {source_version(PYPROJECT)}" != "ratchet unknown"
+    assert out.strip() == f"ratchet {version()}" != "ratchet unknown"
     assert not imported & set(HEAVY), sorted(imported & set(HEAVY))
+
+
+def test_the_version_falls_back_to_pyproject(tmp_path):
+    """Not installed (a source tree run as it is): the version in pyproject.toml's [project] table."""
+    from agent.version import PYPROJECT, source_version
+
+    assert source_version(PYPROJECT) == re.search(r'^version = "(.+)"', PYPROJECT.read_text(), re.M).group(1)
+    (tmp_path / "pyproject.toml").write_text('[tool.x]\nversion = "9"\n[project]\nname = "x"\nversion = "1.2.3"\n')
+    assert source_version(tmp_path / "pyproject.toml") == "1.2.3"
+    assert source_version(tmp_path / "missing.toml") == "unknown"
 
 
 USAGE_ERRORS = [  # (arguments, what the one line says)
