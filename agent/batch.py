@@ -12,7 +12,7 @@ The pieces, from the unit of work outwards:
   with CUDA_VISIBLE_DEVICES set to that slot's GPU (or the CPU, under Triton's interpreter);
   slots pull from one shared queue, so no GPU idles while work remains. `ExecutorScheduler`
   wraps any `concurrent.futures.Executor`: a ProcessPoolExecutor, Dask's
-  `Client.get_executor(resources={"GPU": 1})`, or a Ray adaptor (see agent/BATCH.md) - that is
+  `Client.get_executor(resources={"GPU": 1})`, or a Ray adaptor (see docs/batch.md) - that is
   how more hosts are added, through an existing engine rather than one of ours.
 - `RunLog` (agent.batch_log): the run's JSONL file, one row per finished problem, appended
   (flush + fsync) the moment the problem ends; a torn last line (a crash mid-write) is dropped

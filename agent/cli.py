@@ -2,7 +2,9 @@
 
 Machine-readable output goes to stdout, progress and logs to stderr. Exit codes are in one
 table, tools/exit_codes.py, documented in docs/exit-codes.md; a user's mistake ends with a
-one-line message, never a traceback.
+one-line message, never a traceback. Parsing the command line imports nothing heavy (torch,
+triton, openai, langgraph, git, numpy): each command imports what it needs when it runs, so
+`--help` and usage errors answer at once (tests/test_cli_fast.py).
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from tools.exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 
@@ -24,8 +27,19 @@ class UsageError(Exception):
     """A mistake on the command line or in a named file; printed as one line, exit EXIT_USAGE."""
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with its errors as one line (`ratchet eval: error: ...; see ratchet eval --help`)
+    instead of a usage block and a second line; still exit EXIT_USAGE."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ratchet", description=__doc__.splitlines()[0])
+    from agent.version import VersionAction
+
+    parser = Parser(prog="ratchet", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action=VersionAction)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
@@ -34,16 +48,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    command = " ".join(filter(None, (args.command, getattr(args, "suite_command", None))))
     try:
         return int(args.func(args))
     except UsageError as exc:
-        print(f"ratchet {args.command}: {exc}", file=sys.stderr)
+        print(f"ratchet {command}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:  # stdout closed early (`ratchet ... | head`): not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
     except KeyboardInterrupt:
-        print(f"ratchet {args.command}: interrupted", file=sys.stderr)
+        print(f"ratchet {command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
 
 

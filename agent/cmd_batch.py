@@ -47,7 +47,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("batch", help="optimize every problem of a suite directory, one worker per GPU",
                               description=__doc__.split("\n\n")[0],
                               epilog="Agent settings not given here come from the environment (RATCHET_*, "
-                                     "OPENAI_*) and the config file, as for `ratchet optimize`. See agent/BATCH.md.")
+                                     "OPENAI_*) and the config file, as for `ratchet optimize` (docs/config.md). "
+                                     "See docs/batch.md.")
     p.add_argument("suite", metavar="SUITE", help="a directory of problem files (Model, get_inputs, get_init_inputs)")
     p.add_argument("--gpus", metavar="IDS", help="comma-separated GPU ids, one worker each (default: every visible GPU); "
                                                  "repeat an id to run two problems on one GPU")
@@ -91,7 +92,10 @@ def slots_from(args: argparse.Namespace) -> list[Slot]:
     if gpus is None:
         return [Slot.gpu(g) for g in visible] if visible else [Slot.cpu(0)]
     if not visible:
-        raise UsageError("--gpus given, but this machine has no usable CUDA GPU (use --cpu-workers N)")
+        raise UsageError(f"--gpus {args.gpus}: no CUDA GPU is available on this machine (use --cpu-workers N)")
+    unknown = [g for g in gpus if g not in visible]
+    if unknown:
+        raise UsageError(f"--gpus {args.gpus}: no GPU {', '.join(unknown)} on this machine (visible: {', '.join(visible)})")
     return [Slot.gpu(g) for g in gpus]
 
 

@@ -14,11 +14,9 @@ import sys
 from pathlib import Path
 
 from agent.cli import UsageError
-from tools.evaluate import EvalOptions, Evaluator, precheck
+from agent.cli_checks import check_device, readable_file
 from tools.exit_codes import EVAL_EXIT_CODES, EXIT_BAD_PROBLEM, EXIT_SANDBOX
-from tools.problem import ProblemError, read_problem
 from tools.record import Result, Verdict, describe_exception, fault_result
-from tools.sandbox import SandboxUnavailable
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -42,12 +40,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.trials < 1:
         raise UsageError("--trials must be at least 1")
+    readable_file(args.reference, "the reference")
     try:
-        source = args.candidate.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{args.candidate}: cannot read the candidate ({exc.strerror if isinstance(exc, OSError) else exc})") from None
+        source = readable_file(args.candidate, "the candidate").read_text()
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{args.candidate}: cannot read the candidate ({exc})") from None
     if args.sandbox not in ("required", "best-effort"):
         raise UsageError(f"RATCHET_SANDBOX={args.sandbox}: expected required or best-effort")
+    check_device(args.device)
+    from tools.env import DeviceError
+    from tools.evaluate import EvalOptions, Evaluator, precheck  # torch: only once the command line is known good
+    from tools.problem import ProblemError, read_problem
+    from tools.sandbox import SandboxUnavailable
+
     try:
         read_problem(Path(args.reference), args.entry)  # static: no worker yet
     except ProblemError as exc:
@@ -65,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     except SandboxUnavailable as exc:
         print(f"ratchet eval: {exc}", file=sys.stderr)
         return EXIT_SANDBOX
-    except ValueError as exc:  # a bad --device
+    except DeviceError as exc:  # a bad --device (checked above; the evaluator checks it again)
         raise UsageError(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - an evaluator fault: one line and exit 9, never a traceback
         return internal_error(exc, args, source)
@@ -87,7 +92,7 @@ def report(result: Result, args: argparse.Namespace) -> int:
     return EVAL_EXIT_CODES[result.verdict]
 
 
-def bad_problem(exc: ProblemError) -> int:
+def bad_problem(exc: Exception) -> int:
     print(f"ratchet eval: {exc}", file=sys.stderr)
     return EXIT_BAD_PROBLEM
 

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from agent.cli import UsageError
-from agent.export import ExportError, ExportStats, rl_rows, sft_rows, write_jsonl
+from agent.cli_checks import check_device
 from tools.exit_codes import EXIT_OK
 
 
@@ -45,11 +45,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    stats = ExportStats()
     if args.format == "rl" and (args.correct or args.min_speedup is not None):
         raise UsageError("--correct and --min-speedup filter SFT rows; RL rows are one prompt per problem")
     if args.min_speedup is not None and args.min_speedup <= 0:
         raise UsageError("--min-speedup must be positive")
+    if args.format == "rl":  # only RL rows start a reference worker on it
+        check_device(args.device)
+    from agent.export import ExportError, ExportStats, rl_rows, sft_rows, write_jsonl  # git
+
+    stats = ExportStats()
     log = lambda line: print(f"ratchet export: {line}", file=sys.stderr)  # noqa: E731
     try:
         if args.format == "sft":

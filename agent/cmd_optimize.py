@@ -20,17 +20,17 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from agent.builtin import NothingRecognized
 from agent.cli import UsageError
+from agent.cli_checks import check_device, device_origin, readable_file
 from agent.config import AgentConfig, ConfigError, load_config
-from agent.model import ModelClient, ModelError, OpenAIChatClient, RetryPolicy
 from agent.model_choice import BUILTIN, NoModelNamed, choose_model
-from agent.runner import NothingToResume, RunResult, optimize
-from agent.workspace import WorkspaceError
-from tools import ProblemError
 from tools.exit_codes import EXIT_BAD_PROBLEM, EXIT_MODEL, EXIT_SANDBOX, EXIT_UNRECOGNIZED
-from tools.sandbox import SandboxUnavailable
+
+if TYPE_CHECKING:  # the model clients import openai, the runner langgraph: only when a run starts
+    from agent.model import ModelClient, OpenAIChatClient
+    from agent.runner import RunResult
 
 # flag -> AgentConfig field, for the flags that map onto settings
 SETTING_FLAGS = ("entry", "model", "base_url", "max_attempts", "language", "workspace", "device", "max_tokens",
@@ -43,7 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               description=__doc__.split("\n\n")[0],
                               epilog="Settings: command line over environment (OPENAI_BASE_URL, OPENAI_API_KEY, "
                                      "RATCHET_*) over a config file (--config, $RATCHET_CONFIG or ./ratchet.toml) "
-                                     "over defaults. See agent/AGENT.md.")
+                                     "over defaults. See docs/config.md.")
     p.add_argument("module", metavar="MODULE.py", help="the problem: a module defining Model, get_inputs, get_init_inputs")
     p.add_argument("--entry", metavar="CLASS", help="the reference class (default Model)")
     p.add_argument("--model", metavar="NAME", help="model name at the endpoint ($RATCHET_MODEL); 'builtin' (the "
@@ -90,7 +90,7 @@ def model_client(config: AgentConfig, module: Path, log: Callable[[str], None] |
     log = log or _stderr
     choose_model(config, log)
     if uses_builtin(config):
-        from agent.builtin import BuiltinPolicy
+        from agent.builtin import BuiltinPolicy  # torch: it reads the problem module
 
         return BuiltinPolicy(module, entry=config.entry)
     return endpoint_client(config, log)
@@ -98,6 +98,8 @@ def model_client(config: AgentConfig, module: Path, log: Callable[[str], None] |
 
 def endpoint_client(config: AgentConfig, log: Callable[[str], None] | None = None) -> OpenAIChatClient:
     """The configured OpenAI-compatible endpoint (config.model settled by choose_model)."""
+    from agent.model import OpenAIChatClient, RetryPolicy
+
     return OpenAIChatClient(model=config.model or "", base_url=config.base_url, api_key=config.api_key,
                             timeout_s=config.request_timeout_s, temperature=config.temperature,
                             max_completion_tokens=config.max_completion_tokens, log=log or _stderr,
@@ -112,9 +114,19 @@ def _stderr(line: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = settings(args)
-    module = Path(args.module)
-    if not module.is_file():
-        raise UsageError(f"{module}: no such file")
+    module = readable_file(args.module, "the problem module")
+    if config.device is not None:  # named as it was given: the flag, RATCHET_DEVICE or the config file's key
+        check_device(config.device, device_origin(config.device, config.sources()["device"]))
+    if args.resume:
+        from agent.runner import NothingToResume, resumable_run
+        from agent.workspace import WorkspaceError
+
+        try:  # before any model, evaluator or workspace exists: nothing to resume creates nothing
+            resumable_run(module, config)
+        except (NothingToResume, WorkspaceError) as exc:
+            raise UsageError(str(exc)) from None
+    from agent.model import ModelError
+
     try:
         client = model_client(config, module)
     except NoModelNamed as exc:
@@ -126,6 +138,12 @@ def run(args: argparse.Namespace) -> int:
     if unrecognized:  # the built-in policy has no kernel for it: one line, no attempt
         print(f"ratchet optimize: {unrecognized}", file=sys.stderr)
         return EXIT_UNRECOGNIZED
+    from agent.builtin import NothingRecognized
+    from agent.runner import NothingToResume, optimize
+    from agent.workspace import WorkspaceError
+    from tools.problem import ProblemError
+    from tools.sandbox import SandboxUnavailable
+
     try:
         result = optimize(module, config, client, resume=args.resume)
     except NothingRecognized as exc:

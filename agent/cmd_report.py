@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 from agent.cli import UsageError
-from agent.report import ReportError, json_report, load_run, text_report, write_html
 from tools.exit_codes import EXIT_OK
 
 
@@ -27,6 +26,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from agent.report import ReportError, json_report, load_run, text_report, write_html  # jinja2
+
     try:
         report = load_run(Path(args.run))
     except ReportError as exc:
@@ -36,6 +37,10 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(text_report(report))
     if not args.no_html:
-        path = write_html(report, Path(args.html) if args.html else None)
+        target = Path(args.html) if args.html else report.path / "report.html"
+        try:
+            path = write_html(report, target)
+        except OSError as exc:
+            raise UsageError(f"cannot write {target}: {exc.strerror or exc}") from None
         print(f"report: {path}", file=sys.stderr)
     return EXIT_OK

@@ -2,7 +2,8 @@
 
 Degenerate problems (constant or input-independent outputs, outputs equal to an input, as ReLU
 of non-negative inputs is), problems too fast to time reliably (on a GPU; on the CPU this
-cannot be judged and the report says so), and near-duplicate problems (see agent/suite_check.py).
+cannot be judged and the report says so), near-duplicate problems, and broken problem files (a
+syntax error, part of the contract missing: see agent/suite_check.py).
 Problem code runs only in the evaluator's reference worker. A table goes to stdout, or with
 --json one JSON object per problem (JSON lines). Exit codes: 0 nothing flagged, 1 at least one
 problem flagged (an error or a warning), 2 usage error.
@@ -14,6 +15,7 @@ import json
 from pathlib import Path
 
 from agent.cli import UsageError
+from agent.cli_checks import check_device
 from agent.suite_check import DEFAULT_MIN_EAGER_MS, DEFAULT_SIMILARITY, check_suite
 from tools.exit_codes import EXIT_FLAGGED, EXIT_OK
 
@@ -41,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"{directory}: no such directory")
     if not 0 < args.similarity <= 1:
         raise UsageError("--similarity must be in (0, 1]")
+    check_device(args.device)
     report = check_suite(directory, device=args.device, min_eager_ms=args.min_eager_ms, similarity=args.similarity,
                          jobs=args.jobs, entry=args.entry)
     if args.json:

@@ -10,11 +10,15 @@ import json
 import sys
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from agent.cli import UsageError
-from agent.workspace import ProblemRepo, Workspace, WorkspaceError, resolve_root
 from agent.workspace_attempt import Attempt, format_ms
 from agent.workspace_lock import atomic_write
 from tools.exit_codes import EXIT_OK
+
+if TYPE_CHECKING:  # agent.workspace imports git: only when a command reads a workspace
+    from agent.workspace import ProblemRepo
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -40,6 +44,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _open(args: argparse.Namespace) -> ProblemRepo:
+    from agent.workspace import Workspace, WorkspaceError, resolve_root
+
     try:
         return Workspace(resolve_root(args.workspace)).open_existing(args.problem)
     except WorkspaceError as exc:

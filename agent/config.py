@@ -13,11 +13,16 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import tomllib
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser from PyPI (pyproject.toml requires tomli there)
+    import tomli as tomllib
 
 
 class ConfigError(Exception):

@@ -64,7 +64,13 @@ def load_run(path: Path | str) -> Run:
         meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
     except (OSError, ValueError):
         meta = {}
-    latest = RunLog(results).latest()
+    try:
+        latest = RunLog(results).latest()
+    except OSError as exc:
+        raise ReportError(f"{results}: cannot read it: {exc.strerror or exc}") from None
+    if not latest and results.name != RESULTS and not meta_path.is_file():  # e.g. `ratchet report problem.py`
+        raise ReportError(f"{path}: not a batch run (no result rows, no {RUN_META} beside it; give a run directory "
+                          f"made by `ratchet batch --out DIR` or its {RESULTS})")
     order = [k for k in meta.get("problems", []) if k in latest]
     order += sorted(k for k in latest if k not in order)
     missing = [k for k in meta.get("problems", []) if k not in latest]

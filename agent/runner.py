@@ -65,10 +65,7 @@ def optimize(problem: Path, config: AgentConfig, model: ModelClient, *, resume: 
         pointer_path = state_dir / f"{repo.name}.run.json"
         pointer = _read_json(pointer_path)
         if resume:
-            if not pointer or pointer.get("finished"):
-                what = "the last run finished" if pointer else "no run was started"
-                raise NothingToResume(f"nothing to resume for {problem}: {what} (run without --resume to start one)")
-            run_id = pointer["run_id"]
+            run_id = _run_to_resume(problem, pointer)
         else:
             run_id = new_run_id()
 
@@ -158,6 +155,27 @@ def _evaluator(problem: Path, config: AgentConfig):
 
     return Evaluator(problem, EvalOptions(device=config.device, trials=config.trials, timing=True, sandbox=config.sandbox),
                      entry=config.entry)
+
+
+def resumable_run(problem: Path, config: AgentConfig) -> str:
+    """The id of the interrupted run `--resume` would continue, else NothingToResume. It only reads:
+    no workspace is created and no evaluator started, so `--resume` with nothing to resume leaves
+    nothing behind (optimize() checks again once the workspace is open)."""
+    from agent.workspace_repo import UnknownProblem
+
+    try:
+        with Workspace(config.workspace).open_existing(problem) as repo:
+            pointer = _read_json(repo.path.parent / STATE_DIR / f"{repo.name}.run.json")
+    except UnknownProblem:
+        pointer = None
+    return _run_to_resume(problem, pointer)
+
+
+def _run_to_resume(problem: Path, pointer: dict[str, Any] | None) -> str:
+    if not pointer or pointer.get("finished"):
+        what = "the last run finished" if pointer else "no run was started"
+        raise NothingToResume(f"nothing to resume for {problem}: {what} (run without --resume to start one)")
+    return pointer["run_id"]
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

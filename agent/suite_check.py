@@ -1,7 +1,7 @@
 """Suite curation: find problems that cannot tell a good kernel from a bad one.
 
-`check_suite(DIR)` looks at every problem file under DIR (`*.py` defining the entry class and
-`get_inputs`; other files are skipped) and flags:
+`check_suite(DIR)` looks at every problem file under DIR (`*.py` defining the entry class,
+`get_inputs` and `get_init_inputs`; files defining none of them are skipped) and flags:
 
 - degenerate outputs, from the reference's outputs on several draws of inputs (secret-free
   fixed seeds), computed by the evaluator's reference worker: problem code never runs in this
@@ -26,7 +26,9 @@
   constants (sizes, hyper-parameters), or uses the same operations (calls and operators) in a
   computation (imports and input makers aside, constants masked) at least `similarity` alike
   (default 0.9, difflib ratio over tokens). Duplicates are errors, the others warnings.
-- `invalid`: a file defining the entry class whose reference does not load or run.
+- `invalid`: a problem file that is broken: it does not parse or read, defines only part of the
+  contract (the entry class, `get_inputs`, `get_init_inputs`), or its reference does not load or
+  run. A file that defines none of the three is a helper module: skipped (info).
 
 Severity "info" never counts as a problem with the suite; `ratchet suite check` exits 1 when
 any error or warning was found.
@@ -100,27 +102,57 @@ class SuiteReport:
 
 
 def problem_files(directory: Path, entry: str = "Model") -> tuple[list[Path], list[ProblemReport]]:
-    """Files under `directory` that define the entry class and get_inputs; the rest, as skipped."""
-    from tools.problem import ProblemError, read_problem
-
-    found, skipped = [], []
+    """Files under `directory` that are problems; the rest as reports: broken problem files
+    (`invalid`, an error) and helper modules (`skipped`, info), see `contract_problem`."""
+    found, others = [], []
     for path in sorted(directory.rglob("*.py")):
         if path.name == "__init__.py" or any(part.startswith(".") or part == "__pycache__" for part in path.parts):
             continue
-        try:
-            read_problem(path, entry)
-        except ProblemError as exc:
-            skipped.append(ProblemReport(str(path), _name(directory, path), status="skipped",
-                                         flags=[Flag("not-a-problem", "info", str(exc))]))
-            continue
-        found.append(path)
-    return found, skipped
+        why, broken = contract_problem(path, entry)
+        if why is None:
+            found.append(path)
+        elif broken:
+            others.append(ProblemReport(str(path), _name(directory, path), status="invalid",
+                                        flags=[Flag("invalid", "error", why)]))
+        else:
+            others.append(ProblemReport(str(path), _name(directory, path), status="skipped",
+                                        flags=[Flag("not-a-problem", "info", why)]))
+    return found, others
+
+
+def contract_problem(path: Path, entry: str = "Model") -> tuple[str | None, bool]:
+    """(None, False) for a file that keeps the problem contract (the entry class, get_inputs,
+    get_init_inputs); else why not, and whether that makes it a broken problem file: one that does
+    not parse or read, or defines part of the contract. A file that defines none of it is a helper
+    module, not a problem."""
+    import ast
+
+    from tools.problem import top_level_names
+
+    try:
+        tree = ast.parse(path.read_text(), filename=str(path))
+    except SyntaxError as exc:
+        return f"{path.name}: syntax error at line {exc.lineno}: {exc.msg}", True
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"{path.name}: cannot read it ({exc.strerror if isinstance(exc, OSError) else exc})", True
+    names = top_level_names(tree)
+    functions = names["def"] | names["assign"]
+    present = {entry: entry in names["class"], "get_inputs()": "get_inputs" in functions,
+               "get_init_inputs()": "get_init_inputs" in functions}
+    if not any(present.values()):
+        return f"{path.name}: defines none of {', '.join(present)}: not a problem file", False
+    missing = [name for name, there in present.items() if not there]
+    if missing:
+        hint = (f" (classes here: {', '.join(sorted(names['class']))}; pick one with --entry)"
+                if not present[entry] and names["class"] else "")
+        return f"{path.name}: a problem file without {' and '.join(missing)}{hint}", True
+    return None, False
 
 
 def check_suite(directory: str | Path, *, device: str | None = None, min_eager_ms: float = DEFAULT_MIN_EAGER_MS,
                 similarity: float = DEFAULT_SIMILARITY, jobs: int = 2, entry: str = "Model") -> SuiteReport:
     directory = Path(directory)
-    files, skipped = problem_files(directory, entry)
+    files, others = problem_files(directory, entry)
     with ThreadPoolExecutor(max(1, jobs)) as pool:  # each problem gets its own reference worker (a process)
         reports = list(pool.map(lambda p: check_problem(p, device=device, min_eager_ms=min_eager_ms, entry=entry,
                                                         name=_name(directory, p)), files))
@@ -128,7 +160,7 @@ def check_suite(directory: str | Path, *, device: str | None = None, min_eager_m
     for a, b, kind, severity, detail in near_duplicates({str(p): p.read_text() for p in files}, similarity):
         by_path[a].flags.append(Flag(kind, severity, f"{detail} as {by_path[b].name}"))
         by_path[b].flags.append(Flag(kind, severity, f"{detail} as {by_path[a].name}"))
-    return SuiteReport(str(directory), reports + skipped)
+    return SuiteReport(str(directory), reports + others)
 
 
 def _name(directory: Path, path: Path) -> str:

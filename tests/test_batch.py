@@ -212,7 +212,7 @@ def test_usage_errors(batch_env, tmp_path, capsys):
     assert main(["batch", str(SUITE), *base, "--gpus", "0"]) == 2  # both --gpus and --cpu-workers
     if not torch.cuda.is_available():
         assert main(["batch", str(SUITE), *base[:4], "--gpus", "0", "--out", str(tmp_path / "g")]) == 2
-        assert "no usable CUDA GPU" in capsys.readouterr().err
+        assert "--gpus 0: no CUDA GPU is available on this machine" in capsys.readouterr().err
 
 
 def test_cpu_scale_only_for_a_suite_with_the_switch_and_no_scale_chosen(tmp_path):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import platform
+import re
 import shutil
 import subprocess
 from typing import Any
@@ -61,21 +62,31 @@ def target_name(device: str, override: str | None = None) -> str:
     return CPU_TARGET
 
 
-def resolve_device(device: str | None) -> str:
-    """'cuda:N' or 'cpu'; None picks cuda:0 when a GPU is there."""
+class DeviceError(ValueError):
+    """A device that is malformed or not on this machine; str() is one line naming where the value came from."""
+
+
+DEVICE_FORMS = "cpu, cuda or cuda:N"
+
+
+def resolve_device(device: str | None, *, given_as: str | None = None) -> str:
+    """'cuda:N' or 'cpu'; None picks cuda:0 when a GPU is there. Raises DeviceError for anything
+    else, or a GPU this machine does not have; `given_as` names the value in that error as the
+    user gave it (`--device cuda:7`, `RATCHET_DEVICE=tpu`; default `--device VALUE`). The form is
+    checked before torch is imported, so a malformed value is refused at once."""
+    shown = given_as or f"--device {device}"
+    form = None if device is None else re.fullmatch(r"cpu|cuda(?::(\d+))?", device)
+    if device is not None and form is None:
+        raise DeviceError(f"{shown}: expected {DEVICE_FORMS}")
     import torch
 
     if device is None:
         return "cuda:0" if torch.cuda.is_available() else "cpu"
-    if device == "cuda":
-        device = "cuda:0"
-    if device.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise ValueError(f"--device {device}: no CUDA GPU is available on this machine")
-        index = torch.device(device).index or 0
-        if index >= torch.cuda.device_count():
-            raise ValueError(f"--device {device}: this machine has {torch.cuda.device_count()} GPU(s)")
+    if device == "cpu":
         return device
-    if device != "cpu":
-        raise ValueError(f"--device {device}: expected cpu, cuda or cuda:N")
-    return device
+    if not torch.cuda.is_available():
+        raise DeviceError(f"{shown}: no CUDA GPU is available on this machine")
+    index, count = int(form.group(1) or 0), torch.cuda.device_count()
+    if index >= count:
+        raise DeviceError(f"{shown}: this machine has {count} GPU(s) (cuda:0 to cuda:{count - 1})")
+    return f"cuda:{index}"

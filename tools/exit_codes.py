@@ -15,12 +15,12 @@ from tools.record import Verdict
 
 # every command
 EXIT_OK = 0  # success: what the command was asked to do was done
-EXIT_USAGE = 2  # usage error: bad option, unreadable or missing file (one line on stderr)
+EXIT_USAGE = 2  # usage error: bad option or device, unreadable or missing file, whatever its role (one line on stderr)
 EXIT_INTERRUPTED = 130  # interrupted (Ctrl-C, or SIGTERM for `ratchet batch`); resumable where the command says so
 
 # `ratchet eval` (per verdict: EVAL_EXIT_CODES) and `ratchet optimize`
 EXIT_INCORRECT = 1  # incorrect: an output (or an input after forward) differs from the reference
-EXIT_BAD_PROBLEM = 3  # the reference file is not a valid problem (one line on stderr says why)
+EXIT_BAD_PROBLEM = 3  # the reference file exists but is not a valid problem (one line on stderr says why)
 EXIT_REJECTED = 4  # rejected: a guard rule or a run-time integrity check
 EXIT_COMPILE_ERROR = 5  # compile_error: syntax, import, no ModelNew, constructor mismatch, Triton or nvcc error
 EXIT_RUNTIME_ERROR = 6  # runtime_error: raised while building or running (including out of memory)
@@ -80,10 +80,13 @@ TABLE: tuple[ExitCode, ...] = (
              "incorrect: an output (or an input after forward) differs from the reference"),
     ExitCode("EXIT_INCOMPLETE", EXIT_INCOMPLETE, (BATCH,),
              "some problems have no final result (a worker crashed, the model endpoint failed); --resume retries them"),
-    ExitCode("EXIT_FLAGGED", EXIT_FLAGGED, (SUITE,), "at least one problem flagged (an error or a warning)"),
-    ExitCode("EXIT_USAGE", EXIT_USAGE, ALL, "usage error: bad option or setting, unreadable or missing file"),
+    ExitCode("EXIT_FLAGGED", EXIT_FLAGGED, (SUITE,),
+             "at least one problem flagged (an error or a warning; a broken problem file is an error)"),
+    ExitCode("EXIT_USAGE", EXIT_USAGE, ALL,
+             "usage error: bad option or setting (a device that is malformed or not on this machine too), "
+             "unreadable or missing file, whatever its role"),
     ExitCode("EXIT_BAD_PROBLEM", EXIT_BAD_PROBLEM, (EVAL, OPTIMIZE),
-             "the reference file is not a valid problem (one line on stderr says why)"),
+             "the reference file exists but is not a valid problem (one line on stderr says why)"),
     ExitCode("EXIT_REJECTED", EXIT_REJECTED, (EVAL,), "rejected: a guard rule or a run-time integrity check"),
     ExitCode("EXIT_COMPILE_ERROR", EXIT_COMPILE_ERROR, (EVAL,),
              "compile_error: syntax, import, no ModelNew, constructor mismatch, Triton or nvcc error"),
