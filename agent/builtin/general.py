@@ -1,19 +1,20 @@
 """A drafted module general over what a user varies (batch and other sizes, the module's scalars).
 
-The templates render a plan traced at one set of sizes, so the sizes forward computes with (the
-output's shape, row counts, reshapes, the grid) come out as numbers. The draft renders the
-problem's plan and each plan agent.builtin.variants traced with one class of sizes changed, with
-the same configuration:
+The templates render a plan traced at one set of sizes, so every size the kernel and forward
+compute with (row widths, strides, a mean's scale, the output's shape, reshapes, the grid) comes out
+as a number. The draft renders the problem's plan and each plan agent.builtin.variants traced with
+one class of sizes changed, with the same configuration:
 
-- a class is *free* when its kernel text is the same (the kernel reads that size at run time or
-  never uses it) and forward differs only in numbers; every number that changes is then a monomial
-  of the free sizes (`c * x_dim0 * x_dim1`), written as that expression, with each free size read
-  from the input dim it came from (`x_dim0 = x.shape[0]`);
-- every other size is *fixed*: forward checks each input's and parameter's shape against what the
-  kernel was drafted for and raises a ValueError naming the shape, and so do the module's
-  attributes the kernel bakes in (agent.builtin.variants.Fixed);
-- last, the plan traced with all free classes changed at once must render to the same kernel and
-  to the numbers those expressions give; otherwise every size is fixed.
+- a class is *free* when the renderings differ only in numbers and every number that changes is a
+  monomial of the free sizes (`c * x_dim0 * x_dim1`, `1.0 / (x_dim1)`). In forward the number is
+  written as that expression, each free size read from the input dim it came from
+  (`x_dim0 = x.shape[0]`); in the kernel it becomes a parameter (`size_0`) forward passes;
+- every other size is *fixed* (the kernel's structure depends on it): forward checks each input's
+  and parameter's shape against what the kernel was drafted for and raises a ValueError naming
+  the shape, and so do the module's attributes the kernel bakes in (agent.builtin.variants.Fixed),
+  and a template's own limits (a row wider than a one-tile kernel's tile);
+- last, the plan traced with all free classes changed at once must render to the same code with
+  the numbers those expressions give there; otherwise every size is fixed.
 """
 from __future__ import annotations
 
@@ -40,34 +41,36 @@ def draft_general(plan: Plan, problem: Problem, config: dict[str, Any], render: 
         raise Unrecognized("the problem was not traced at other sizes (agent.builtin.variants)")
     i64 = needs_int64(plan)
     free = [c for c in variants.classes if c.plan is not None]
+    sizes: list[tuple[str, str]] = []  # the kernel's size parameters, as the last fit asked
     while True:
         def rendered(p: Plan, shapes: list[tuple[int, ...]], strict: bool = False) -> str:
             ctx = Context(guards=guard_lines(problem, variants, shapes, free), i64=i64, general=bool(free),
-                          strict=strict, notes=notes(problem, variants, free))
+                          strict=strict, notes=notes(problem, variants, free), sizes=sizes)
             return render(p, problem, config, ctx)
 
         base = rendered(plan, variants.shapes, strict=True)
         others, dropped = {}, None
         for c in free:
             try:
-                other = rendered(c.plan, c.shapes)
+                others[c.value] = rendered(c.plan, c.shapes)
             except Unrecognized:
                 dropped = c
                 break
-            if _kernel(other) != _kernel(base):
-                dropped = c
-                break
-            others[c.value] = other
-        if dropped is None:
-            fitted = _fit(base, others, free)
-            if isinstance(fitted, SizeClass):
-                dropped = fitted
-            elif not free or _joint_holds(variants, free, fitted, rendered, base):
-                return _substitute(base, fitted)
-            else:
-                free = []
-                continue
-        free = [c for c in free if c is not dropped]
+        fitted = _fit(base, others, free) if dropped is None else dropped
+        if isinstance(fitted, SizeClass):
+            free, sizes = [c for c in free if c is not fitted], []
+            continue
+        boundary = _boundary(base)
+        wanted = list(dict.fromkeys(_expression(*fitted[i]) for i in sorted(fitted) if i < boundary))
+        if wanted != [expr for _, expr in sizes]:
+            sizes = [(f"size_{k}", expr) for k, expr in enumerate(wanted)]
+            continue  # render again with the kernel's new parameters
+        if free and not _joint_holds(variants, free, fitted, rendered, base):
+            free, sizes = [], []
+            continue
+        names = {expr: name for name, expr in sizes}
+        return _substitute(base, {i: names[_expression(*f)] if i < boundary else _expression(*f)
+                                  for i, f in fitted.items()})
 
 
 def guard_lines(problem: Problem, variants: Variants, shapes: list[tuple[int, ...]], free: list[SizeClass]) -> list[str]:
@@ -108,17 +111,18 @@ def notes(problem: Problem, variants: Variants, free: list[SizeClass]) -> list[s
 # --- comparing renderings ------------------------------------------------------------------------
 
 
-def _kernel(source: str) -> str:
-    """The kernel's text: from the first @triton.jit to class ModelNew (not the docstring, whose
-    summary names the problem's sizes)."""
+def _tokens(source: str) -> tuple[int, list[tokenize.TokenInfo]]:
+    """The code's tokens from the first @triton.jit on: the kernel and ModelNew (not the module
+    docstring, whose summary names the problem's sizes, nor its comments)."""
     start = source.find("@triton.jit")
-    return source[start:source.find("\nclass ModelNew")]
-
-
-def _forward_tokens(source: str) -> tuple[int, list[tokenize.TokenInfo]]:
-    start = source.find("\nclass ModelNew") + 1
     tokens = [t for t in tokenize.generate_tokens(io.StringIO(source[start:]).readline) if t.type not in SKIPPED]
     return start, tokens
+
+
+def _boundary(source: str) -> int:
+    """The index of the first token of class ModelNew: the kernel's tokens come before."""
+    _, tokens = _tokens(source)
+    return next(i for i, t in enumerate(tokens) if t.string == "class" and t.start[1] == 0)
 
 
 def _number(text: str) -> Fraction | float:
@@ -130,12 +134,13 @@ Fitted = dict[int, tuple[Fraction | float, dict[str, int]]]  # token index -> (c
 
 
 def _fit(base: str, others: dict[int, str], free: list[SizeClass]) -> Fitted | SizeClass:
-    """Each number of forward that changes with a free class, as a monomial of the free sizes; or
-    the class that breaks that (forward differs in more than numbers, or in no monomial)."""
-    _, tokens = _forward_tokens(base)
+    """Each number of the kernel and forward that changes with a free class, as a monomial of the
+    free sizes; or the class that breaks that (the code differs in more than numbers, or in no
+    monomial)."""
+    _, tokens = _tokens(base)
     per_class = {}
     for c in free:
-        _, theirs = _forward_tokens(others[c.value])
+        _, theirs = _tokens(others[c.value])
         if len(theirs) != len(tokens) or any(
                 (a.type, a.string) != (b.type, b.string) for a, b in zip(tokens, theirs) if a.type != tokenize.NUMBER):
             return c
@@ -200,10 +205,8 @@ def _joint_holds(variants: Variants, free: list[SizeClass], fitted: Fitted, rend
         other = rendered(plan, shapes)
     except Unrecognized:
         return False
-    if _kernel(other) != _kernel(base):
-        return False
-    _, tokens = _forward_tokens(base)
-    _, theirs = _forward_tokens(other)
+    _, tokens = _tokens(base)
+    _, theirs = _tokens(other)
     if len(tokens) != len(theirs):
         return False
     sizes = {c.name: c.varied for c in free}
@@ -218,16 +221,17 @@ def _joint_holds(variants: Variants, free: list[SizeClass], fitted: Fitted, rend
     return True
 
 
-def _substitute(source: str, fitted: Fitted) -> str:
-    """The problem's rendering with each fitted number replaced by its expression."""
-    start, tokens = _forward_tokens(source)
+def _substitute(source: str, replacements: dict[int, str]) -> str:
+    """The problem's rendering with each fitted number replaced: by its kernel parameter in the
+    kernel, by its expression in forward."""
+    start, tokens = _tokens(source)
     body = source[start:]
     line_starts = [0]
     for line in body.splitlines(keepends=True):
         line_starts.append(line_starts[-1] + len(line))
-    for index in sorted(fitted, reverse=True):
+    for index in sorted(replacements, reverse=True):
         token = tokens[index]
-        text = _expression(*fitted[index])
+        text = replacements[index]
         before = tokens[index - 1].string if index else ","
         after = tokens[index + 1].string if index + 1 < len(tokens) else ","
         if (" " in text) and not (before in PUNCTUATION and after in PUNCTUATION):

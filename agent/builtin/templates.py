@@ -27,7 +27,8 @@ class Context:
     i64: bool | None = None  # index in int64 (None: as the plan's sizes need)
     general: bool = False  # some sizes are read at run time (forward then bounds int32 offsets)
     strict: bool = True  # decline shapes that would be slow (only for the problem's own plan)
-    notes: list[str] = field(default_factory=list)  # the module docstring's lines on what may vary
+    notes: list[str] = field(default_factory=list)  # ModelNew's docstring: what may vary
+    sizes: list[tuple[str, str]] = field(default_factory=list)  # kernel size parameters: (name, forward's expression)
 
 
 @lru_cache(maxsize=1)
@@ -111,7 +112,7 @@ def common_variables(plan: Plan, problem: Problem, config: dict[str, Any], ctx: 
         out_alloc=tuple(out_node.shape), out_dtype=plan.out_dtype,
         out_glue=glue_expr("out", plan.out_glue) if plan.out_glue else "out",
         config=config, config_text=", ".join(f"{k}={v}" for k, v in config.items()), i64=i64,
-        scalars=variants.scalars if variants is not None else [], guards=ctx.guards, notes=ctx.notes,
+        scalars=variants.scalars if variants is not None else [], sizes=ctx.sizes, guards=ctx.guards, notes=ctx.notes,
         leaf_checks=leaf_checks(plan, problem), offset_limit=OFFSET_LIMIT if ctx.general and not i64 else None,
     )
 
