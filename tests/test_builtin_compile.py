@@ -63,6 +63,7 @@ def compile_case(problem: Path, config_filter, workdir: Path):
         a, b = (plan.leaves[r[1]] for r in mm.args)
         unit = {"stride_ab": 0, "stride_am": a.strides[-2], "stride_ak": a.strides[-1], "stride_bb": 0,
                 "stride_bk": b.strides[-2], "stride_bn": b.strides[-1]}
+        config = {**config, "EVEN_K": a.shape[-1] % config["BLOCK_K"] == 0}  # a constexpr forward computes
     signature, constexprs, attrs = {}, {}, {}
     floats = _float_arguments(path.read_text(), KERNEL[plan.kind], fn.arg_names)
     for i, name in enumerate(fn.arg_names):

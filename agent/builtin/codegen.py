@@ -145,4 +145,4 @@ def _matmul(plan: Plan, problem: Problem, config: dict[str, Any], ctx: Context) 
         precision = None
     return render("matmul.py.j2", body=em.outer, result=value, batched=batched, batch=batch, m=m, n=n, k=k,
                   a_index=a_idx, b_index=b_idx, a_strides=a.strides, b_strides=b.strides, precision=precision,
-                  even_k=(k % config["BLOCK_K"] == 0), **common_variables(plan, problem, config, ctx))
+                  **common_variables(plan, problem, config, ctx))

@@ -52,7 +52,7 @@ def draft_general(plan: Plan, problem: Problem, config: dict[str, Any], render: 
         others, dropped = {}, None
         for c in free:
             try:
-                others[c.value] = rendered(c.plan, c.shapes)
+                others[c.name] = rendered(c.plan, c.shapes)
             except Unrecognized:
                 dropped = c
                 break
@@ -133,18 +133,18 @@ def _number(text: str) -> Fraction | float:
 Fitted = dict[int, tuple[Fraction | float, dict[str, int]]]  # token index -> (constant, size name -> exponent)
 
 
-def _fit(base: str, others: dict[int, str], free: list[SizeClass]) -> Fitted | SizeClass:
+def _fit(base: str, others: dict[str, str], free: list[SizeClass]) -> Fitted | SizeClass:
     """Each number of the kernel and forward that changes with a free class, as a monomial of the
     free sizes; or the class that breaks that (the code differs in more than numbers, or in no
     monomial)."""
     _, tokens = _tokens(base)
     per_class = {}
     for c in free:
-        _, theirs = _tokens(others[c.value])
+        _, theirs = _tokens(others[c.name])
         if len(theirs) != len(tokens) or any(
                 (a.type, a.string) != (b.type, b.string) for a, b in zip(tokens, theirs) if a.type != tokenize.NUMBER):
             return c
-        per_class[c.value] = theirs
+        per_class[c.name] = theirs
     fitted: Fitted = {}
     for index, token in enumerate(tokens):
         if token.type != tokenize.NUMBER:
@@ -152,7 +152,7 @@ def _fit(base: str, others: dict[int, str], free: list[SizeClass]) -> Fitted | S
         x0 = _number(token.string)
         exponents: dict[str, int] = {}
         for c in free:
-            x1 = _number(per_class[c.value][index].string)
+            x1 = _number(per_class[c.name][index].string)
             e = next((e for e in EXPONENTS if _same(x0 * Fraction(c.varied) ** e if isinstance(x0, Fraction)
                                                      else x0 * c.varied ** e,
                                                      x1 * (Fraction(c.value) ** e if isinstance(x1, Fraction)

@@ -12,7 +12,8 @@ time, on the meta device (nothing is allocated):
   graph, an op's mode, a derived value) is `Fixed`: forward refuses other values with a ValueError.
   So is an int attribute the forward reads whose value is no size (`self.dim`);
 - sizes: the dims of the forward's inputs, grouped by value (a `SizeClass`: every input dim and
-  int constructor argument of that value), are changed one class at a time to a smaller odd value.
+  int constructor argument of that value; a dim that traces changed alone is a class of its own,
+  so sizes equal by coincidence stay apart), are changed one class at a time to a smaller odd value.
   The class's plan lets the draft (agent.builtin.general) check that the kernel does not depend on
   it and write every size that does as an expression of the inputs' shapes.
 """
@@ -94,7 +95,8 @@ def analyse(module, entry: str, model, inputs: list, problem: Problem, plan: Pla
 
     scalars, fixed, substitutions = _scalars(model, plan, init, shapes, retrace)
     _substitute(plan, substitutions)
-    classes = _classes(shapes, init, problem.input_names)
+    classes = _split(_classes(shapes, init, problem.input_names), init, shapes, problem.input_names, retrace)
+    _vary(classes, shapes, init)
     for c in classes:
         new_init, new_shapes = _changed(init, shapes, [c])
         try:
@@ -106,10 +108,10 @@ def analyse(module, entry: str, model, inputs: list, problem: Problem, plan: Pla
         value = getattr(model, name, None)
         if type(value) is int and value not in traced:
             fixed.append(Fixed(f"self.{name}", value))
-    cache: dict[tuple[int, ...], tuple[Plan, list[tuple[int, ...]]] | None] = {}
+    cache: dict[tuple[str, ...], tuple[Plan, list[tuple[int, ...]]] | None] = {}
 
     def joint(group: tuple[SizeClass, ...]) -> tuple[Plan, list[tuple[int, ...]]] | None:
-        k = tuple(sorted(c.value for c in group))
+        k = tuple(sorted(c.name for c in group))
         if k not in cache:
             new_init, new_shapes = _changed(init, shapes, list(group))
             try:
@@ -219,14 +221,44 @@ def _classes(shapes: list[tuple[int, ...]], init: list, input_names: list[str]) 
     for k, value in enumerate(init):
         if type(value) is int and value in by_value:
             by_value[value].init.append(k)
+    classes = list(by_value.values())
+    _vary(classes, shapes, init)
+    return classes
+
+
+def _vary(classes: list[SizeClass], shapes: list[tuple[int, ...]], init: list) -> None:
+    """Give each class its own smaller odd value, distinct from every size of the problem."""
     taken = {s for shape in shapes for s in shape} | {v for v in init if type(v) is int}
-    for c in by_value.values():
+    for c in classes:
         varied = (c.value // 2) | 1
         while varied <= 1 or varied in taken:
             varied += 2
         c.varied = varied
         taken.add(varied)
-    return list(by_value.values())
+
+
+def _split(classes: list[SizeClass], init: list, shapes: list[tuple[int, ...]], input_names: list[str],
+           retrace) -> list[SizeClass]:
+    """Sizes equal only by coincidence (a square matrix, H == W) are separate classes: an input dim
+    of a class that traces changed alone is a class of its own; the rest stay together."""
+    out: list[SizeClass] = []
+    for c in classes:
+        if len(c.inputs) < 2:
+            out.append(c)
+            continue
+        rest = []
+        for i, d in c.inputs:
+            alone = SizeClass(c.value, c.varied, [(i, d)], [], f"{input_names[i]}_dim{d}")
+            try:
+                retrace(*_changed(init, shapes, [alone]))
+            except (Unrecognized, RuntimeError, ValueError, TypeError, IndexError):
+                rest.append((i, d))
+                continue
+            out.append(alone)
+        if rest:  # those that must change together (a batch shared by inputs), with the constructor's
+            i, d = rest[0]
+            out.append(SizeClass(c.value, c.varied, rest, c.init, f"{input_names[i]}_dim{d}"))
+    return out
 
 
 def _changed(init: list, shapes: list[tuple[int, ...]], group: list[SizeClass]) -> tuple[list, list[tuple[int, ...]]]:
