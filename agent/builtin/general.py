@@ -82,8 +82,7 @@ def guard_lines(problem: Problem, variants: Variants, shapes: list[tuple[int, ..
         lines += [f"if {name}.dim() != {len(shape)}:",
                   f'    raise ValueError(f"{name} has {{{name}.dim()}} dims; this drafted kernel takes {len(shape)}")']
     for c in free:
-        i, d = c.inputs[0]
-        lines.append(f"{c.name} = {names[i]}.shape[{d}]")
+        lines.append(f"{c.name} = {c.source}")
     for name, shape in zip(names, shapes):
         lines += [f"expected = {tuple(shape)!r}",
                   f"if tuple({name}.shape) != expected:",
@@ -98,10 +97,9 @@ def guard_lines(problem: Problem, variants: Variants, shapes: list[tuple[int, ..
 
 def notes(problem: Problem, variants: Variants, free: list[SizeClass]) -> list[str]:
     """ModelNew's docstring: what is read at run time and what is fixed."""
-    names = problem.input_names
-    sizes = ", ".join(f"{names[c.inputs[0][0]]}.shape[{c.inputs[0][1]}]" for c in free) or "none"
+    sizes = ", ".join(c.source for c in free) or "none"
     scalars = ", ".join(s.expr for s in variants.scalars) or "none"
-    out = [f"Sizes read from the inputs at run time: {sizes}; other sizes are checked against the draft's.",
+    out = [f"Sizes read at run time: {sizes}; other sizes are checked against the draft's.",
            f"Module scalars passed to the kernel at run time: {scalars}."]
     if variants.fixed:
         out.append(f"Baked in (forward refuses other values): {', '.join(f.expr for f in variants.fixed)}.")

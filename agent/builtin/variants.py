@@ -57,7 +57,8 @@ class SizeClass:
     varied: int
     inputs: list[tuple[int, int]]  # (forward input, dim)
     init: list[int]  # positions in get_init_inputs()
-    name: str  # the forward's local variable holding it, read from the first input dim
+    name: str  # the forward's local variable holding it
+    source: str  # where forward reads it: the first input dim (x.shape[0]), or a parameter's dim
     plan: Plan | None = None
     shapes: list[tuple[int, ...]] = field(default_factory=list)
     reason: str = ""
@@ -96,6 +97,7 @@ def analyse(module, entry: str, model, inputs: list, problem: Problem, plan: Pla
     scalars, fixed, substitutions = _scalars(model, plan, init, shapes, retrace)
     _substitute(plan, substitutions)
     classes = _split(_classes(shapes, init, problem.input_names), init, shapes, problem.input_names, retrace)
+    classes += _constructor_sizes(cls, model, init, classes)
     _vary(classes, shapes, init)
     for c in classes:
         new_init, new_shapes = _changed(init, shapes, [c])
@@ -216,7 +218,7 @@ def _classes(shapes: list[tuple[int, ...]], init: list, input_names: list[str]) 
         for d, size in enumerate(shape):
             if size > 1:
                 if size not in by_value:
-                    by_value[size] = SizeClass(size, 0, [], [], f"{input_names[i]}_dim{d}")
+                    by_value[size] = SizeClass(size, 0, [], [], f"{input_names[i]}_dim{d}", f"{input_names[i]}.shape[{d}]")
                 by_value[size].inputs.append((i, d))
     for k, value in enumerate(init):
         if type(value) is int and value in by_value:
@@ -224,6 +226,46 @@ def _classes(shapes: list[tuple[int, ...]], init: list, input_names: list[str]) 
     classes = list(by_value.values())
     _vary(classes, shapes, init)
     return classes
+
+
+def _constructor_sizes(cls, model, init: list, classes: list[SizeClass]) -> list[SizeClass]:
+    """An int constructor argument no input dim shares (nn.Linear's out_features): a class of its
+    own when it sizes a parameter or buffer, which forward then reads it from."""
+    import torch
+
+    used = {k for c in classes for k in c.init}
+    state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    out = []
+    for k, value in enumerate(init):
+        if type(value) is not int or value <= 1 or k in used:
+            continue
+        changed = list(init)
+        changed[k] = (value // 2) | 1 if value > 3 else value + 2
+        try:
+            with torch.device("meta"):
+                other = cls(*changed)
+        except (RuntimeError, ValueError, TypeError, IndexError):
+            continue
+        other_state = {**dict(other.named_parameters()), **dict(other.named_buffers())}
+        source = next((f"{_attr_expr(name)}.shape[{d}]" for name, t in state.items() if name in other_state
+                       for d, size in enumerate(t.shape)
+                       if size == value and d < other_state[name].dim() and other_state[name].shape[d] == changed[k]),
+                      None)
+        if source is not None:
+            out.append(SizeClass(value, 0, [], [k], _init_name(cls, k), source))
+    return out
+
+
+def _init_name(cls, k: int) -> str:
+    """The constructor's name for its argument k (out_features), for forward's local variable."""
+    import inspect
+
+    try:
+        params = [p for p in inspect.signature(cls.__init__).parameters.values() if p.kind == p.POSITIONAL_OR_KEYWORD][1:]
+    except (TypeError, ValueError):
+        params = []
+    name = params[k].name if k < len(params) else ""
+    return f"{name}_size" if name.isidentifier() else f"init{k}_size"
 
 
 def _vary(classes: list[SizeClass], shapes: list[tuple[int, ...]], init: list) -> None:
@@ -248,7 +290,7 @@ def _split(classes: list[SizeClass], init: list, shapes: list[tuple[int, ...]], 
             continue
         rest = []
         for i, d in c.inputs:
-            alone = SizeClass(c.value, c.varied, [(i, d)], [], f"{input_names[i]}_dim{d}")
+            alone = SizeClass(c.value, c.varied, [(i, d)], [], f"{input_names[i]}_dim{d}", f"{input_names[i]}.shape[{d}]")
             try:
                 retrace(*_changed(init, shapes, [alone]))
             except (Unrecognized, RuntimeError, ValueError, TypeError, IndexError):
@@ -257,7 +299,7 @@ def _split(classes: list[SizeClass], init: list, shapes: list[tuple[int, ...]], 
             out.append(alone)
         if rest:  # those that must change together (a batch shared by inputs), with the constructor's
             i, d = rest[0]
-            out.append(SizeClass(c.value, c.varied, rest, c.init, f"{input_names[i]}_dim{d}"))
+            out.append(SizeClass(c.value, c.varied, rest, c.init, f"{input_names[i]}_dim{d}", f"{input_names[i]}.shape[{d}]"))
     return out
 
 
