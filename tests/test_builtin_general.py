@@ -160,6 +160,39 @@ def test_an_attribute_the_kernel_bakes_in_is_refused(tmp_path):
         _import(candidate_file).ModelNew(2)(torch.randn(4, 32, 48))
 
 
+def _compare(path: Path, candidate, init: list, inputs: list) -> None:
+    ref = _import(path)
+    torch.manual_seed(3)
+    reference = ref.Model(*init)
+    torch.manual_seed(3)
+    ours = candidate.ModelNew(*init)
+    with torch.no_grad():
+        expected, got = reference(*inputs), ours(*inputs)
+    tol = tolerance_for(expected.dtype)
+    rms = expected.float().pow(2).mean().sqrt().item() or 1.0
+    torch.testing.assert_close(got.float(), expected.float(), rtol=tol.rtol, atol=tol.atol * rms)
+
+
+def test_sizes_equal_by_coincidence_vary_apart_and_layouts_do_not_matter(tmp_path):
+    """H == W == 8 in the problem; the draft takes H != W, a non-contiguous input, another
+    out_features (a constructor size no input shares) and another K."""
+    candidates = {}
+    for name in ("bias_tanh_fp16.py", "linear_gelu.py", "bmm_scale.py"):
+        source, _ = _draft(PROBLEMS / name)
+        (tmp_path / name).write_text(source)
+        candidates[name] = _import(tmp_path / name)
+    torch.manual_seed(5)
+    _compare(PROBLEMS / "bias_tanh_fp16.py", candidates["bias_tanh_fp16.py"], [4],
+             [torch.randn(3, 4, 5, 7, dtype=torch.float16)])
+    _compare(PROBLEMS / "bias_tanh_fp16.py", candidates["bias_tanh_fp16.py"], [4],
+             [torch.randn(3, 7, 5, 4, dtype=torch.float16).transpose(1, 3)])
+    _compare(PROBLEMS / "linear_gelu.py", candidates["linear_gelu.py"], [48, 24, 2.0], [torch.randn(3, 7, 48)])
+    _compare(PROBLEMS / "linear_gelu.py", candidates["linear_gelu.py"], [40, 40, -1.0],
+             [torch.randn(2, 40, 5).transpose(1, 2)])
+    _compare(PROBLEMS / "bmm_scale.py", candidates["bmm_scale.py"], [],
+             [torch.randn(2, 9, 13), torch.randn(2, 13, 11), torch.randn(2, 9, 11)])
+
+
 def test_module_scalars_are_kernel_parameters_not_literals():
     source, rec = _draft(EXAMPLE)
     assert [s.expr for s in rec.problem.variants.scalars] == ["float(self.scale)"]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import io
 import math
+import re
 import tokenize
 from collections.abc import Callable
 from fractions import Fraction
@@ -69,13 +70,15 @@ def draft_general(plan: Plan, problem: Problem, config: dict[str, Any], render: 
             free, sizes = [], []
             continue
         names = {expr: name for name, expr in sizes}
-        return _substitute(base, {i: names[_expression(*f)] if i < boundary else _expression(*f)
-                                  for i, f in fitted.items()})
+        source = _substitute(base, {i: names[_expression(*f)] if i < boundary else _expression(*f)
+                                    for i, f in fitted.items()})
+        return _without_trivial_checks(source, problem, variants, free)
 
 
 def guard_lines(problem: Problem, variants: Variants, shapes: list[tuple[int, ...]], free: list[SizeClass]) -> list[str]:
     """forward's first lines: each input's rank, the free sizes read from the inputs, each input's
-    shape (its numbers become the free sizes' names where they are free), the baked attributes."""
+    shape (its numbers become the free sizes' names where they are free) and layout, the baked
+    attributes."""
     names = problem.input_names
     lines = []
     for name, shape in zip(names, shapes):
@@ -88,6 +91,9 @@ def guard_lines(problem: Problem, variants: Variants, shapes: list[tuple[int, ..
                   f"if tuple({name}.shape) != expected:",
                   f'    raise ValueError(f"{name} has shape {{tuple({name}.shape)}}; this drafted kernel handles '
                   f'{{expected}} (other sizes are fixed by the draft)")']
+    for name, contiguous in zip(names, variants.contiguous):
+        if contiguous:  # the kernel indexes it as traced: a transposed or sliced input is copied first
+            lines.append(f"{name} = {name}.contiguous()")
     for fixed in variants.fixed:
         lines += [f"if {fixed.expr} != {fixed.value!r}:",
                   f'    raise ValueError(f"{fixed.expr} is {{{fixed.expr}!r}}; this drafted kernel computes with '
@@ -104,6 +110,19 @@ def notes(problem: Problem, variants: Variants, free: list[SizeClass]) -> list[s
     if variants.fixed:
         out.append(f"Baked in (forward refuses other values): {', '.join(f.expr for f in variants.fixed)}.")
     return out
+
+
+def _without_trivial_checks(source: str, problem: Problem, variants: Variants, free: list[SizeClass]) -> str:
+    """Drop an input's shape check that only compares each dim with itself (every dim is free)."""
+    for name, shape in zip(problem.input_names, variants.shapes):
+        by_dim = {c.source: c.name for c in free}
+        dims = [by_dim.get(f"{name}.shape[{d}]") for d in range(len(shape))]
+        if not dims or None in dims:
+            continue
+        expected = "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
+        block = re.compile(rf"\n *expected = {re.escape(expected)}\n *if tuple\({name}\.shape\) != expected:\n[^\n]*")
+        source = block.sub("", source, count=1)
+    return source
 
 
 # --- comparing renderings ------------------------------------------------------------------------
