@@ -41,7 +41,7 @@ def _pointwise(plan: Plan, problem: Problem, config: dict[str, Any], ctx: Contex
     em = Emitter(plan, spaces)
     value, present = em.gen(("node", plan.out), "full", tuple(out.shape))
     value = store_value(value, present, 1, "[BLOCK]")
-    return render("pointwise.py.j2", body=em.outer, result=value, numel=total,
+    return render("pointwise.py.j2", body=em.outer, result=value,
                   **common_variables(plan, problem, config, ctx))
 
 

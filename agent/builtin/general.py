@@ -27,7 +27,7 @@ from fractions import Fraction
 from typing import Any
 
 from agent.builtin.ir import Plan, Problem, Unrecognized
-from agent.builtin.templates import Context, needs_int64
+from agent.builtin.templates import Context, local_name, needs_int64
 from agent.builtin.variants import SizeClass, Variants
 
 Render = Callable[[Plan, Problem, dict[str, Any], Context], str]
@@ -86,11 +86,12 @@ def guard_lines(problem: Problem, variants: Variants, shapes: list[tuple[int, ..
                   f'    raise ValueError(f"{name} has {{{name}.dim()}} dims; this drafted kernel takes {len(shape)}")']
     for c in free:
         lines.append(f"{c.name} = {c.source}")
+    expected = local_name("expected", problem)
     for name, shape in zip(names, shapes):
-        lines += [f"expected = {tuple(shape)!r}",
-                  f"if tuple({name}.shape) != expected:",
+        lines += [f"{expected} = {tuple(shape)!r}",
+                  f"if tuple({name}.shape) != {expected}:",
                   f'    raise ValueError(f"{name} has shape {{tuple({name}.shape)}}; this drafted kernel handles '
-                  f'{{expected}} (other sizes are fixed by the draft)")']
+                  f'{{{expected}}} (other sizes are fixed by the draft)")']
     for name, contiguous in zip(names, variants.contiguous):
         if contiguous:  # the kernel indexes it as traced: a transposed or sliced input is copied first
             lines.append(f"{name} = {name}.contiguous()")
@@ -120,7 +121,8 @@ def _without_trivial_checks(source: str, problem: Problem, variants: Variants, f
         if not dims or None in dims:
             continue
         expected = "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
-        block = re.compile(rf"\n *expected = {re.escape(expected)}\n *if tuple\({name}\.shape\) != expected:\n[^\n]*")
+        var = local_name("expected", problem)
+        block = re.compile(rf"\n *{var} = {re.escape(expected)}\n *if tuple\({name}\.shape\) != {var}:\n[^\n]*")
         source = block.sub("", source, count=1)
     return source
 

@@ -89,15 +89,24 @@ def needs_int64(plan: Plan) -> bool:
     return max(sizes + spans) > OFFSET_LIMIT
 
 
+def local_name(base: str, problem: Problem) -> str:
+    """A local variable of forward that no input of the same name is shadowed by."""
+    name = base
+    while name in problem.input_names:
+        name += "_"
+    return name
+
+
 def leaf_checks(plan: Plan, problem: Problem) -> list[str]:
     """forward's checks that each parameter operand has the shape the kernel was drafted for."""
     lines = []
+    expected = local_name("expected", problem)
     for i, (leaf, source) in enumerate(zip(plan.leaves, leaf_sources(plan, problem))):
         if leaf.kind == "param":
-            lines += [f"expected = {tuple(leaf.shape)!r}",
-                      f"if tuple(in{i}.shape) != expected:",
+            lines += [f"{expected} = {tuple(leaf.shape)!r}",
+                      f"if tuple(in{i}.shape) != {expected}:",
                       f'    raise ValueError(f"{source} has shape {{tuple(in{i}.shape)}}; this drafted kernel handles '
-                      f'{{expected}} (other sizes are fixed by the draft)")']
+                      f'{{{expected}}} (other sizes are fixed by the draft)")']
     return lines
 
 

@@ -10,7 +10,8 @@ time, on the meta device (nothing is allocated):
   is changed alone; the IR scalars that follow it exactly become `Runtime` values (kernel
   parameters, passed as `float(self.scale)`). One whose effect is anything else (it changes the
   graph, an op's mode, a derived value) is `Fixed`: forward refuses other values with a ValueError.
-  So is an int attribute the forward reads whose value is no size (`self.dim`);
+  So is an int, bool or str attribute (or a tuple of them) the forward reads that holds no size
+  (`self.dim`, `self.mode`);
 - sizes: the dims of the forward's inputs, grouped by value (a `SizeClass`: every input dim and
   int constructor argument of that value; a dim that traces changed alone is a class of its own,
   so sizes equal by coincidence stay apart), are changed one class at a time to a smaller odd value.
@@ -28,8 +29,14 @@ from agent.builtin.ir import Plan, Problem, Runtime, Unrecognized
 from agent.builtin.load import trace
 from agent.builtin.lower import build_plan
 
+# what tracing the user's module at other sizes may raise (its own checks, torch's, ours): that
+# variation is then not followed, and the draft bakes in or checks the value instead
+RETRACE_ERRORS = (Exception,)
 # ops whose scalar operand may be a kernel parameter (an arithmetic operand, not a mode or exponent)
 ARITHMETIC = {"add", "sub", "mul", "div", "maximum", "minimum", "gt", "lt", "ge", "le", "eq", "ne", "where"}
+
+
+Retrace = Callable[..., Plan]  # (constructor arguments, input shapes[, patch]) -> the plan traced there
 
 
 @dataclass
@@ -104,12 +111,16 @@ def analyse(module, entry: str, model, inputs: list, problem: Problem, plan: Pla
         new_init, new_shapes = _changed(init, shapes, [c])
         try:
             c.plan, c.shapes = _substitute(retrace(new_init, new_shapes), substitutions), new_shapes
-        except (Unrecognized, RuntimeError, ValueError, TypeError, IndexError) as exc:
+        except RETRACE_ERRORS as exc:
             c.reason = f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
     traced = {c.value for c in classes if c.plan is not None}
     for name in _forward_attributes(problem.source, entry):
+        if name == "training":  # nn.Module's own mode flag, which .eval() sets
+            continue
         value = getattr(model, name, None)
-        if type(value) is int and value not in traced:
+        items = value if isinstance(value, tuple) else (value,)
+        if items and all(type(v) in (int, bool, str) for v in items) and not any(
+                type(v) is int and v in traced for v in items):  # a mode, a dim, a flag: not a size
             fixed.append(Fixed(f"self.{name}", value))
     cache: dict[tuple[str, ...], tuple[Plan, list[tuple[int, ...]]] | None] = {}
 
@@ -119,7 +130,7 @@ def analyse(module, entry: str, model, inputs: list, problem: Problem, plan: Pla
             new_init, new_shapes = _changed(init, shapes, list(group))
             try:
                 cache[k] = (_substitute(retrace(new_init, new_shapes), substitutions), new_shapes)
-            except (Unrecognized, RuntimeError, ValueError, TypeError, IndexError):
+            except RETRACE_ERRORS:
                 cache[k] = None  # the draft then treats every size as fixed
         return cache[k]
 
@@ -130,7 +141,8 @@ def analyse(module, entry: str, model, inputs: list, problem: Problem, plan: Pla
 # --- scalars ---------------------------------------------------------------------------------------
 
 
-def _scalars(model, plan: Plan, init: list, shapes: list, retrace):
+def _scalars(model, plan: Plan, init: list, shapes: list[tuple[int, ...]], retrace: Retrace
+             ) -> tuple[list[ScalarArg], list[Fixed], dict[tuple[int, int], Runtime]]:
     scalars: list[ScalarArg] = []
     fixed: list[Fixed] = []
     substitutions: dict[tuple[int, int], Runtime] = {}
@@ -146,7 +158,7 @@ def _scalars(model, plan: Plan, init: list, shapes: list, retrace):
 
             try:
                 found = _followed(plan, retrace(init, shapes, patch), value, varied)
-            except (Unrecognized, RuntimeError, ValueError, TypeError, IndexError):
+            except RETRACE_ERRORS:
                 found = None  # another value does not even trace: it is structural
             if found is None:
                 fixed.append(Fixed(expr, value))
@@ -282,7 +294,7 @@ def _vary(classes: list[SizeClass], shapes: list[tuple[int, ...]], init: list) -
 
 
 def _split(classes: list[SizeClass], init: list, shapes: list[tuple[int, ...]], input_names: list[str],
-           retrace) -> list[SizeClass]:
+           retrace: Retrace) -> list[SizeClass]:
     """Sizes equal only by coincidence (a square matrix, H == W) are separate classes: an input dim
     of a class that traces changed alone is a class of its own; the rest stay together."""
     out: list[SizeClass] = []
@@ -295,7 +307,7 @@ def _split(classes: list[SizeClass], init: list, shapes: list[tuple[int, ...]], 
             alone = SizeClass(c.value, c.varied, [(i, d)], [], f"{input_names[i]}_dim{d}", f"{input_names[i]}.shape[{d}]")
             try:
                 retrace(*_changed(init, shapes, [alone]))
-            except (Unrecognized, RuntimeError, ValueError, TypeError, IndexError):
+            except RETRACE_ERRORS:
                 rest.append((i, d))
                 continue
             out.append(alone)
