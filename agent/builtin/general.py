@@ -19,6 +19,7 @@ one class of sizes changed, with the same configuration:
 from __future__ import annotations
 
 import io
+import itertools
 import math
 import re
 import tokenize
@@ -43,7 +44,9 @@ def draft_general(plan: Plan, problem: Problem, config: dict[str, Any], render: 
     i64 = needs_int64(plan)
     free = [c for c in variants.classes if c.plan is not None]
     sizes: list[tuple[str, str]] = []  # the kernel's size parameters, as the last fit asked
-    while True:
+    for attempt in itertools.count():
+        if attempt > 2 * len(variants.classes) + 4:  # never expected: the fit does not settle, fix every size
+            free, sizes = [], []
         def rendered(p: Plan, shapes: list[tuple[int, ...]], strict: bool = False) -> str:
             ctx = Context(guards=guard_lines(problem, variants, shapes, free), i64=i64, general=bool(free),
                           strict=strict, notes=notes(problem, variants, free), sizes=sizes)
@@ -75,7 +78,8 @@ def draft_general(plan: Plan, problem: Problem, config: dict[str, Any], render: 
         return _without_trivial_checks(source, problem, variants, free)
 
 
-def guard_lines(problem: Problem, variants: Variants, shapes: list[tuple[int, ...]], free: list[SizeClass]) -> list[str]:
+def guard_lines(problem: Problem, variants: Variants, shapes: list[tuple[int, ...]],
+                free: list[SizeClass]) -> list[str]:
     """forward's first lines: each input's rank, the free sizes read from the inputs, each input's
     shape (its numbers become the free sizes' names where they are free) and layout, the baked
     attributes."""
@@ -201,7 +205,8 @@ def _same(a: Fraction | float, b: Fraction | float) -> bool:
 def _expression(constant: Fraction | float, exponents: dict[str, int]) -> str:
     up = [name for name, e in exponents.items() for _ in range(max(e, 0))]
     down = [name for name, e in exponents.items() for _ in range(max(-e, 0))]
-    factors = ([] if constant == 1 and up else [str(int(constant)) if isinstance(constant, Fraction) else repr(constant)])
+    text = str(int(constant)) if isinstance(constant, Fraction) else repr(constant)
+    factors = [] if constant == 1 and up else [text]
     text = " * ".join(factors + up)
     return text + (f" / ({' * '.join(down)})" if down else "")
 

@@ -215,7 +215,8 @@ def _forward_attributes(source: str, entry: str) -> list[str]:
     """The attributes of `self` the entry class's forward reads."""
     tree = ast.parse(source)
     cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == entry), None)
-    forward = next((n for n in (cls.body if cls else []) if isinstance(n, ast.FunctionDef) and n.name == "forward"), None)
+    body = cls.body if cls else []
+    forward = next((n for n in body if isinstance(n, ast.FunctionDef) and n.name == "forward"), None)
     if forward is None:
         return []
     names = {n.attr for n in ast.walk(forward)
@@ -231,9 +232,9 @@ def _classes(shapes: list[tuple[int, ...]], init: list, input_names: list[str]) 
     for i, shape in enumerate(shapes):
         for d, size in enumerate(shape):
             if size > 1:
-                if size not in by_value:
-                    by_value[size] = SizeClass(size, 0, [], [], f"{input_names[i]}_dim{d}", f"{input_names[i]}.shape[{d}]")
-                by_value[size].inputs.append((i, d))
+                by_value.setdefault(size, _of_inputs(size, 0, [(i, d)], [], input_names))
+                if (i, d) not in by_value[size].inputs:
+                    by_value[size].inputs.append((i, d))
     for k, value in enumerate(init):
         if type(value) is int and value in by_value:
             by_value[value].init.append(k)
@@ -275,11 +276,19 @@ def _init_name(cls, k: int) -> str:
     import inspect
 
     try:
-        params = [p for p in inspect.signature(cls.__init__).parameters.values() if p.kind == p.POSITIONAL_OR_KEYWORD][1:]
+        params = [p for p in inspect.signature(cls.__init__).parameters.values()
+                  if p.kind == p.POSITIONAL_OR_KEYWORD][1:]
     except (TypeError, ValueError):
         params = []
     name = params[k].name if k < len(params) else ""
     return f"{name}_size" if name.isidentifier() else f"init{k}_size"
+
+
+def _of_inputs(value: int, varied: int, inputs: list[tuple[int, int]], init: list[int],
+               input_names: list[str]) -> SizeClass:
+    """A class read at run time from its first input dim (`x_dim0 = x.shape[0]`)."""
+    i, d = inputs[0]
+    return SizeClass(value, varied, inputs, init, f"{input_names[i]}_dim{d}", f"{input_names[i]}.shape[{d}]")
 
 
 def _vary(classes: list[SizeClass], shapes: list[tuple[int, ...]], init: list) -> None:
@@ -304,7 +313,7 @@ def _split(classes: list[SizeClass], init: list, shapes: list[tuple[int, ...]], 
             continue
         rest = []
         for i, d in c.inputs:
-            alone = SizeClass(c.value, c.varied, [(i, d)], [], f"{input_names[i]}_dim{d}", f"{input_names[i]}.shape[{d}]")
+            alone = _of_inputs(c.value, c.varied, [(i, d)], [], input_names)
             try:
                 retrace(*_changed(init, shapes, [alone]))
             except RETRACE_ERRORS:
@@ -312,8 +321,7 @@ def _split(classes: list[SizeClass], init: list, shapes: list[tuple[int, ...]], 
                 continue
             out.append(alone)
         if rest:  # those that must change together (a batch shared by inputs), with the constructor's
-            i, d = rest[0]
-            out.append(SizeClass(c.value, c.varied, rest, c.init, f"{input_names[i]}_dim{d}", f"{input_names[i]}.shape[{d}]"))
+            out.append(_of_inputs(c.value, c.varied, rest, c.init, input_names))
     return out
 
 
