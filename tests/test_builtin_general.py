@@ -146,6 +146,8 @@ def test_what_the_kernel_is_specialized_to_is_refused_with_the_shape(tmp_path):
         candidate.ModelNew(200)(torch.randn(5, 200))
     with pytest.raises(ValueError, match="x has 3 dims; this drafted kernel takes 2"):
         candidate.ModelNew(128)(torch.randn(2, 5, 128))
+    with pytest.raises(ValueError, match="x is torch.float16; this drafted kernel takes torch.float32"):
+        candidate.ModelNew(128)(torch.randn(5, 128, dtype=torch.float16))
     with pytest.raises(ValueError, match=r"self.weight has shape \(64,\); this drafted kernel handles \(128,\)"):
         candidate.ModelNew(64)(torch.randn(5, 128))
 

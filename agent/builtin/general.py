@@ -80,14 +80,16 @@ def draft_general(plan: Plan, problem: Problem, config: dict[str, Any], render: 
 
 def guard_lines(problem: Problem, variants: Variants, shapes: list[tuple[int, ...]],
                 free: list[SizeClass]) -> list[str]:
-    """forward's first lines: each input's rank, the free sizes read from the inputs, each input's
-    shape (its numbers become the free sizes' names where they are free) and layout, the baked
-    attributes."""
+    """forward's first lines: each input's rank and dtype, the free sizes read from the inputs,
+    each input's shape (its numbers become the free sizes' names where they are free) and layout,
+    the baked attributes."""
     names = problem.input_names
     lines = []
-    for name, shape in zip(names, shapes):
+    for name, shape, dtype in zip(names, shapes, variants.dtypes):
         lines += [f"if {name}.dim() != {len(shape)}:",
-                  f'    raise ValueError(f"{name} has {{{name}.dim()}} dims; this drafted kernel takes {len(shape)}")']
+                  f'    raise ValueError(f"{name} has {{{name}.dim()}} dims; this drafted kernel takes {len(shape)}")',
+                  f"if {name}.dtype != {dtype}:",
+                  f'    raise ValueError(f"{name} is {{{name}.dtype}}; this drafted kernel takes {dtype}")']
     for c in free:
         lines.append(f"{c.name} = {c.source}")
     expected = local_name("expected", problem)

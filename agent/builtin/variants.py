@@ -75,6 +75,7 @@ class SizeClass:
 class Variants:
     shapes: list[tuple[int, ...]]  # the forward inputs' shapes in the problem
     contiguous: list[bool]  # whether each input was (the kernel assumes its strides)
+    dtypes: list[str]  # each input's dtype (the output's dtype is drafted from them)
     scalars: list[ScalarArg]
     fixed: list[Fixed]
     classes: list[SizeClass]
@@ -134,8 +135,8 @@ def analyse(module, entry: str, model, inputs: list, problem: Problem, plan: Pla
                 cache[k] = None  # the draft then treats every size as fixed
         return cache[k]
 
-    return Variants(shapes=shapes, contiguous=[bool(t.is_contiguous()) for t in inputs], scalars=scalars, fixed=fixed,
-                    classes=classes, joint=joint)
+    return Variants(shapes=shapes, contiguous=[bool(t.is_contiguous()) for t in inputs], dtypes=[str(d) for d in dtypes],
+                    scalars=scalars, fixed=fixed, classes=classes, joint=joint)
 
 
 # --- scalars ---------------------------------------------------------------------------------------
