@@ -195,6 +195,19 @@ def test_sizes_equal_by_coincidence_vary_apart_and_layouts_do_not_matter(tmp_pat
              [torch.randn(2, 9, 13), torch.randn(2, 13, 11), torch.randn(2, 9, 11)])
 
 
+def test_a_square_linear_layer_takes_other_batches_and_out_features(tmp_path):
+    """batch == in_features == out_features == 32 in the problem: each still varies on its own."""
+    problem = tmp_path / "square_linear.py"
+    problem.write_text((PROBLEMS / "linear_gelu.py").read_text()
+                       .replace("torch.randn(2, 5, 48)", "torch.randn(32, 32)").replace("[48, 40, 2.0]", "[32, 32, 2.0]"))
+    source, _ = _draft(problem)
+    (tmp_path / "square_candidate.py").write_text(source)
+    candidate = _import(tmp_path / "square_candidate.py")
+    torch.manual_seed(5)
+    _compare(problem, candidate, [32, 16, 0.5], [torch.randn(7, 32)])
+    _compare(problem, candidate, [24, 40, 1.0], [torch.randn(9, 24)])
+
+
 def test_module_scalars_are_kernel_parameters_not_literals():
     source, rec = _draft(EXAMPLE)
     assert [s.expr for s in rec.problem.variants.scalars] == ["float(self.scale)"]

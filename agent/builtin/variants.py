@@ -305,8 +305,9 @@ def _vary(classes: list[SizeClass], shapes: list[tuple[int, ...]], init: list) -
 
 def _split(classes: list[SizeClass], init: list, shapes: list[tuple[int, ...]], input_names: list[str],
            retrace: Retrace) -> list[SizeClass]:
-    """Sizes equal only by coincidence (a square matrix, H == W) are separate classes: an input dim
-    of a class that traces changed alone is a class of its own; the rest stay together."""
+    """Sizes equal only by coincidence (a square matrix, H == W, in_features == out_features) are
+    separate classes: an input dim of a class that traces changed alone is a class of its own, and
+    a constructor argument the rest trace without leaves the class; the rest stay together."""
     out: list[SizeClass] = []
     for c in classes:
         if len(c.inputs) < 2:
@@ -322,7 +323,15 @@ def _split(classes: list[SizeClass], init: list, shapes: list[tuple[int, ...]], 
                 continue
             out.append(alone)
         if rest:  # those that must change together (a batch shared by inputs), with the constructor's
-            out.append(_of_inputs(c.value, c.varied, rest, c.init, input_names))
+            init_kept = list(c.init)
+            for k in c.init:  # a constructor argument that traces unchanged is another size (in == out)
+                trial = _of_inputs(c.value, c.varied, rest, [j for j in init_kept if j != k], input_names)
+                try:
+                    retrace(*_changed(init, shapes, [trial]))
+                except RETRACE_ERRORS:
+                    continue
+                init_kept.remove(k)
+            out.append(_of_inputs(c.value, c.varied, rest, init_kept, input_names))
     return out
 
 
