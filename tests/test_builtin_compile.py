@@ -7,6 +7,7 @@ constants, 16-byte aligned pointers). Nothing is launched. Triton fixes interpre
 mode per process, so the compiling happens in a child process with TRITON_INTERPRET unset."""
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import os
@@ -62,9 +63,13 @@ def compile_case(problem: Path, config_filter, workdir: Path):
         a, b = (plan.leaves[r[1]] for r in mm.args)
         unit = {"stride_ab": 0, "stride_am": a.strides[-2], "stride_ak": a.strides[-1], "stride_bb": 0,
                 "stride_bk": b.strides[-2], "stride_bn": b.strides[-1]}
+        config = {**config, "EVEN_K": a.shape[-1] % config["BLOCK_K"] == 0}  # a constexpr forward computes
     signature, constexprs, attrs = {}, {}, {}
+    floats = _float_arguments(path.read_text(), KERNEL[plan.kind], fn.arg_names)
     for i, name in enumerate(fn.arg_names):
-        if name.endswith("_ptr"):
+        if name in floats:
+            signature[name] = "fp32"  # a module scalar or a size's reciprocal, passed as a Python float
+        elif name.endswith("_ptr"):
             signature[name] = PTR[plan.leaves[int(name[2:-4])].dtype] if name.startswith("in") else PTR[plan.out_dtype]
             attrs[(i,)] = [["tt.divisibility", 16]]
         elif name in config:
@@ -78,6 +83,17 @@ def compile_case(problem: Path, config_filter, workdir: Path):
     options = {"num_warps": config["num_warps"], **({"num_stages": config["num_stages"]} if "num_stages" in config else {})}
     return triton.compile(ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs),
                           target=GPUTarget("cuda", 90, 32), options=options)
+
+
+def _float_arguments(source: str, kernel: str, arg_names: list[str]) -> set[str]:
+    """The kernel's parameters forward passes a Python float for (float(self.scale), 1.0 / (x_dim1))."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript) \
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == kernel:
+            return {name for name, arg in zip(arg_names, node.args)
+                    if isinstance(arg, ast.BinOp) and isinstance(arg.op, ast.Div)
+                    or isinstance(arg, ast.Call) and isinstance(arg.func, ast.Name) and arg.func.id == "float"}
+    raise AssertionError(f"no launch of {kernel} in the draft")
 
 
 def _child(workdir: str) -> None:

@@ -5,7 +5,8 @@ The templates hold each kernel's structure (program ids, tiles, masks, loops, th
 GROUP_M swizzle of the matrix product, the launch). This module fills in, for each kind of plan,
 the index spaces of its tile and the statements the emitter (agent.builtin.emitter) generates for
 them: the elementwise expressions of the fused prologue/epilogue, the loads of each operand with
-its broadcast index, the reductions; the one store converts to the output's dtype.
+its broadcast index, the reductions; the one store converts to the output's dtype. `draft` hands the
+rendering to agent.builtin.general, which makes the module general over what a user varies.
 """
 from __future__ import annotations
 
@@ -15,34 +16,41 @@ from typing import Any
 from agent.builtin.emitter import Emitter
 from agent.builtin.indexing import Group
 from agent.builtin.ir import Plan, Problem, Unrecognized
-from agent.builtin.templates import common_variables, render, store_value
+from agent.builtin.templates import Context, common_variables, render, store_value
 
 FEW_ROWS, LONG_ROW = 64, 32768  # rowwise: fewer rows than this, each at least this long, is declined
 
 
 def draft(plan: Plan, problem: Problem, config: dict[str, Any]) -> str:
     """The candidate module for a plan and a configuration."""
+    from agent.builtin.general import draft_general
+
+    return draft_general(plan, problem, config, render_plan)
+
+
+def render_plan(plan: Plan, problem: Problem, config: dict[str, Any], ctx: Context) -> str:
+    """One rendering of the module for a plan (the problem's, or one traced at other sizes)."""
     maker = {"pointwise": _pointwise, "rowwise": _rowwise, "colwise": _colwise, "matmul": _matmul}[plan.kind]
-    return maker(plan, problem, config)
+    return maker(plan, problem, config, ctx)
 
 
-def _pointwise(plan: Plan, problem: Problem, config: dict[str, Any]) -> str:
+def _pointwise(plan: Plan, problem: Problem, config: dict[str, Any], ctx: Context) -> str:
     out = plan.nodes[plan.out]
     total = math.prod(out.shape)
     spaces = {"full": [Group(total, "offs", "mask", "")]}
     em = Emitter(plan, spaces)
     value, present = em.gen(("node", plan.out), "full", tuple(out.shape))
     value = store_value(value, present, 1, "[BLOCK]")
-    return render("pointwise.py.j2", body=em.outer, result=value, numel=total,
-                  **common_variables(plan, problem, config))
+    return render("pointwise.py.j2", body=em.outer, result=value,
+                  **common_variables(plan, problem, config, ctx))
 
 
-def _rowwise(plan: Plan, problem: Problem, config: dict[str, Any]) -> str:
+def _rowwise(plan: Plan, problem: Problem, config: dict[str, Any], ctx: Context) -> str:
     full = tuple(plan.full_shape)
     d0 = plan.red_dims[0]
     rows, width = math.prod(full[:d0]), math.prod(full[d0:])
     looped = bool(config["looped"])
-    if rows < FEW_ROWS and width >= LONG_ROW:
+    if ctx.strict and rows < FEW_ROWS and width >= LONG_ROW:
         # one program per row would leave most of the GPU idle: that needs a split reduction
         raise Unrecognized(f"{rows} rows of {width} elements (a split reduction across programs is not implemented)")
     spaces = {"full": [Group(rows, "rows", "rmask", "[:, None]"), Group(width, "cols", "cmask", "[None, :]")],
@@ -75,10 +83,10 @@ def _rowwise(plan: Plan, problem: Problem, config: dict[str, Any]) -> str:
         em.outer.append(f"tl.store(out_ptr + rows[:, None], {store_value(value, present, 1, '[BLOCK_M, 1]')}"
                         f".to(out_ptr.dtype.element_ty), mask=rmask[:, None])")
     return render("rowwise.py.j2", body=em.outer, final=final, looped=looped, out_full=out_full, rows=rows,
-                  width=width, **common_variables(plan, problem, config))
+                  width=width, **common_variables(plan, problem, config, ctx))
 
 
-def _colwise(plan: Plan, problem: Problem, config: dict[str, Any]) -> str:
+def _colwise(plan: Plan, problem: Problem, config: dict[str, Any], ctx: Context) -> str:
     full = tuple(plan.full_shape)
     d0, d1 = plan.red_dims[0], plan.red_dims[-1]
     outer, red, inner = math.prod(full[:d0]), math.prod(full[d0:d1 + 1]), math.prod(full[d1 + 1:])
@@ -108,10 +116,10 @@ def _colwise(plan: Plan, problem: Problem, config: dict[str, Any]) -> str:
     else:
         raise Unrecognized(f"an output of {math.prod(out.shape)} elements from a reduction of {list(full)}")
     return render("colwise.py.j2", body=em.outer, final=final, out_full=out_full, outer=outer, red=red, inner=inner,
-                  **common_variables(plan, problem, config))
+                  **common_variables(plan, problem, config, ctx))
 
 
-def _matmul(plan: Plan, problem: Problem, config: dict[str, Any]) -> str:
+def _matmul(plan: Plan, problem: Problem, config: dict[str, Any], ctx: Context) -> str:
     mm_index = next(i for i, n in enumerate(plan.nodes) if n.op == "mm")
     mm = plan.nodes[mm_index]
     a, b = (plan.leaves[r[1]] for r in mm.args)
@@ -137,4 +145,4 @@ def _matmul(plan: Plan, problem: Problem, config: dict[str, Any]) -> str:
         precision = None
     return render("matmul.py.j2", body=em.outer, result=value, batched=batched, batch=batch, m=m, n=n, k=k,
                   a_index=a_idx, b_index=b_idx, a_strides=a.strides, b_strides=b.strides, precision=precision,
-                  even_k=(k % config["BLOCK_K"] == 0), **common_variables(plan, problem, config))
+                  **common_variables(plan, problem, config, ctx))

@@ -1,14 +1,17 @@
 """Elementwise expressions for the kernels: each IR op (agent.builtin.ir, `ew` nodes) as a Triton
-expression over float32 operands with a float32 result, and Python scalars as float literals."""
+expression over float32 operands with a float32 result, and Python scalars as float literals
+(or, for a scalar the module holds, the name of the kernel parameter that carries it)."""
 from __future__ import annotations
 
 import math
 from typing import Any
 
-from agent.builtin.ir import Node, Unrecognized
+from agent.builtin.ir import Node, Runtime, Unrecognized
 
 
 def literal(value: Any) -> str:
+    if isinstance(value, Runtime):  # a kernel parameter, never its traced value
+        return value.name
     if isinstance(value, bool):
         return "1.0" if value else "0.0"
     value = float(value)

@@ -10,13 +10,32 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agent.builtin.variants import Variants
 
 FLOAT_DTYPES = ("torch.float32", "torch.float16", "torch.bfloat16", "torch.float64")
 
 
 class Unrecognized(Exception):
     """The forward holds something the built-in policy has no template for; str() says what."""
+
+
+class Runtime(float):
+    """A scalar of the forward that comes from the module (a constructor argument stored on
+    `self`): its traced value, and the kernel parameter it reaches the kernel as, so the kernel
+    never bakes it in (agent.builtin.variants finds them)."""
+
+    name: str
+
+    def __new__(cls, value: float, name: str) -> "Runtime":
+        obj = super().__new__(cls, value)
+        obj.name = name
+        return obj
+
+    def __reduce__(self):
+        return (Runtime, (float(self), self.name))
 
 
 @dataclass
@@ -73,3 +92,5 @@ class Problem:
     forward_params: str  # the forward's parameter list after self
     input_names: list[str]
     param_exprs: dict[str, str]  # parameter name -> expression on self
+    # what a user may vary (agent.builtin.variants): set by recognition, read by the draft
+    variants: Variants | None = None

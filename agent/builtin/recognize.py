@@ -11,7 +11,9 @@ The steps, one module each:
 - agent.builtin.describe: the reference's constructor and forward signature, for ModelNew;
 - agent.builtin.lower (with agent.builtin.aten and agent.builtin.builder): the aten graph as the IR
   of agent.builtin.ir, composite ops expanded into elementwise ops, reductions and matrix products;
-- agent.builtin.classify: the plan, which picks the template (pointwise, rowwise, colwise, matmul).
+- agent.builtin.classify: the plan, which picks the template (pointwise, rowwise, colwise, matmul);
+- agent.builtin.variants: the problem traced again at other sizes and scalars, so the draft is
+  general over what a user varies.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from agent.builtin.describe import describe
 from agent.builtin.ir import Plan, Problem, Unrecognized
 from agent.builtin.load import load, trace
 from agent.builtin.lower import build_plan
+from agent.builtin.variants import analyse
 
 
 @dataclass
@@ -45,6 +48,7 @@ def recognize(path: str | Path, entry: str = "Model") -> Recognition:
     try:
         problem = describe(path, entry, module, model, inputs)
         plan = build_plan(trace(model, inputs), problem)
+        problem.variants = analyse(module, entry, model, inputs, problem, plan)
         _check_draft(plan, problem)
     except Unrecognized as exc:
         return Recognition(None, None, str(exc))

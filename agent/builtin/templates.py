@@ -4,6 +4,7 @@ module.py.j2 (the ModelNew around the kernel: constructor, leaves, output, confi
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,20 @@ from agent.builtin.ir import Plan, Problem, Unrecognized
 
 KERNELS_DIR = Path(__file__).parent / "kernels"
 INT32_LIMIT = 2**31 - 1
+OFFSET_LIMIT = INT32_LIMIT - 65536  # elements a kernel indexing in int32 may address
+
+
+@dataclass
+class Context:
+    """What one rendering of a plan takes besides the plan (agent.builtin.general renders the
+    problem's plan and the plans traced at other sizes with the same context)."""
+
+    guards: list[str] = field(default_factory=list)  # forward's first lines: sizes read, inputs checked
+    i64: bool | None = None  # index in int64 (None: as the plan's sizes need)
+    general: bool = False  # some sizes are read at run time (forward then bounds int32 offsets)
+    strict: bool = True  # decline shapes that would be slow (only for the problem's own plan)
+    notes: list[str] = field(default_factory=list)  # ModelNew's docstring: what may vary
+    sizes: list[tuple[str, str]] = field(default_factory=list)  # kernel size parameters: (name, forward's expression)
 
 
 @lru_cache(maxsize=1)
@@ -74,18 +89,43 @@ def needs_int64(plan: Plan) -> bool:
     """Whether offsets may pass int32 (then the kernels index in int64)."""
     sizes = [math.prod(l.shape) for l in plan.leaves] + [math.prod(plan.out_shape)]
     spans = [sum((s - 1) * abs(t) for s, t in zip(l.shape, l.strides)) for l in plan.leaves]
-    return max(sizes + spans) > INT32_LIMIT - 65536
+    return max(sizes + spans) > OFFSET_LIMIT
 
 
-def common_variables(plan: Plan, problem: Problem, config: dict[str, Any]) -> dict[str, Any]:
+def local_name(base: str, problem: Problem) -> str:
+    """A local variable of forward that no input of the same name is shadowed by."""
+    name = base
+    while name in problem.input_names:
+        name += "_"
+    return name
+
+
+def leaf_checks(plan: Plan, problem: Problem) -> list[str]:
+    """forward's checks that each parameter operand has the shape the kernel was drafted for."""
+    lines = []
+    expected = local_name("expected", problem)
+    for i, (leaf, source) in enumerate(zip(plan.leaves, leaf_sources(plan, problem))):
+        if leaf.kind == "param":
+            lines += [f"{expected} = {tuple(leaf.shape)!r}",
+                      f"if tuple(in{i}.shape) != {expected}:",
+                      f'    raise ValueError(f"{source} has shape {{tuple(in{i}.shape)}}; this drafted kernel handles '
+                      f'{{{expected}}} (other sizes are fixed by the draft)")']
+    return lines
+
+
+def common_variables(plan: Plan, problem: Problem, config: dict[str, Any], ctx: Context) -> dict[str, Any]:
     out_node = plan.nodes[plan.out]
+    i64 = needs_int64(plan) if ctx.i64 is None else ctx.i64
+    variants = problem.variants
     return dict(
         problem_name=problem.path.name, summary=plan.summary, prelude=problem.prelude,
         init_source=problem.init_source.rstrip("\n"), forward_params=problem.forward_params,
         leaves=[{"ptr": f"in{i}_ptr", "var": f"in{i}", "source": src} for i, src in enumerate(leaf_sources(plan, problem))],
         out_alloc=tuple(out_node.shape), out_dtype=plan.out_dtype,
         out_glue=glue_expr("out", plan.out_glue) if plan.out_glue else "out",
-        config=config, config_text=", ".join(f"{k}={v}" for k, v in config.items()), i64=needs_int64(plan),
+        config=config, config_text=", ".join(f"{k}={v}" for k, v in config.items()), i64=i64,
+        scalars=variants.scalars if variants is not None else [], sizes=ctx.sizes, guards=ctx.guards, notes=ctx.notes,
+        leaf_checks=leaf_checks(plan, problem), offset_limit=OFFSET_LIMIT if ctx.general and not i64 else None,
     )
 
 

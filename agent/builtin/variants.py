@@ -1,0 +1,346 @@
+"""What a user varies, found by tracing the problem again: the kernels the built-in policy drafts
+must compute the reference's function for other batch sizes, sequence lengths and constructor
+arguments, not only for the problem's own (ModelNew is a drop-in module).
+
+Recognition traces the forward at the problem's shapes and constructor arguments, so every size
+and every scalar in the IR is a number. This module traces it again with one thing changed at a
+time, on the meta device (nothing is allocated):
+
+- scalars: every float attribute of the module and its submodules (`self.scale`, `self.norm.eps`)
+  is changed alone; the IR scalars that follow it exactly become `Runtime` values (kernel
+  parameters, passed as `float(self.scale)`). One whose effect is anything else (it changes the
+  graph, an op's mode, a derived value) is `Fixed`: forward refuses other values with a ValueError.
+  So is an int, bool or str attribute (or a tuple of them) the forward reads that holds no size
+  (`self.dim`, `self.mode`);
+- sizes: the dims of the forward's inputs, grouped by value (a `SizeClass`: every input dim and
+  int constructor argument of that value; a dim that traces changed alone is a class of its own,
+  so sizes equal by coincidence stay apart), are changed one class at a time to a smaller odd value.
+  The class's plan lets the draft (agent.builtin.general) check that the kernel does not depend on
+  it and write every size that does as an expression of the inputs' shapes.
+"""
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.builtin.ir import Plan, Problem, Runtime, Unrecognized
+from agent.builtin.load import trace
+from agent.builtin.lower import build_plan
+
+# what tracing the user's module at other sizes may raise (its own checks, torch's, ours): that
+# variation is then not followed, and the draft bakes in or checks the value instead
+RETRACE_ERRORS = (Exception,)
+# ops whose scalar operand may be a kernel parameter (an arithmetic operand, not a mode or exponent)
+ARITHMETIC = {"add", "sub", "mul", "div", "maximum", "minimum", "gt", "lt", "ge", "le", "eq", "ne", "where"}
+
+
+Retrace = Callable[..., Plan]  # (constructor arguments, input shapes[, patch]) -> the plan traced there
+
+
+@dataclass
+class ScalarArg:
+    """A scalar of the module passed to the kernel at run time."""
+
+    name: str  # the kernel parameter
+    expr: str  # what forward passes for it
+
+
+@dataclass
+class Fixed:
+    """An attribute of the module the draft bakes in: forward refuses any other value."""
+
+    expr: str  # self.dim
+    value: Any
+
+
+@dataclass
+class SizeClass:
+    """The input dims (and int constructor arguments) of one value, and the problem traced with
+    all of them changed to `varied`: its plan (None, with the reason, when that did not trace)."""
+
+    value: int
+    varied: int
+    inputs: list[tuple[int, int]]  # (forward input, dim)
+    init: list[int]  # positions in get_init_inputs()
+    name: str  # the forward's local variable holding it
+    source: str  # where forward reads it: the first input dim (x.shape[0]), or a parameter's dim
+    plan: Plan | None = None
+    shapes: list[tuple[int, ...]] = field(default_factory=list)
+    reason: str = ""
+
+
+@dataclass
+class Variants:
+    shapes: list[tuple[int, ...]]  # the forward inputs' shapes in the problem
+    contiguous: list[bool]  # whether each input was (the kernel assumes its strides)
+    dtypes: list[str]  # each input's dtype (the output's dtype is drafted from them)
+    scalars: list[ScalarArg]
+    fixed: list[Fixed]
+    classes: list[SizeClass]
+    # the problem traced with several classes changed at once: (plan, shapes), or None
+    joint: Callable[[tuple[SizeClass, ...]], tuple[Plan, list[tuple[int, ...]]] | None]
+
+
+def analyse(module, entry: str, model, inputs: list, problem: Problem, plan: Plan) -> Variants:
+    """Trace again with each float attribute and each size class changed; turns the plan's module
+    scalars into `Runtime` values in place."""
+    import torch
+
+    cls = getattr(module, entry)
+    with torch.device("meta"):
+        init = list(getattr(module, "get_init_inputs", lambda: [])())
+    shapes = [tuple(int(s) for s in t.shape) for t in inputs]
+    dtypes = [t.dtype for t in inputs]
+
+    def retrace(new_init: list, new_shapes: list[tuple[int, ...]], patch: Callable[[Any], None] | None = None) -> Plan:
+        with torch.device("meta"):
+            torch.manual_seed(0)
+            other = cls(*new_init)
+            xs = [torch.empty(s, dtype=d) for s, d in zip(new_shapes, dtypes)]
+        if patch is not None:
+            patch(other)
+        return build_plan(trace(other, xs), problem)
+
+    scalars, fixed, substitutions = _scalars(model, plan, init, shapes, retrace)
+    _substitute(plan, substitutions)
+    classes = _split(_classes(shapes, init, problem.input_names), init, shapes, problem.input_names, retrace)
+    classes += _constructor_sizes(cls, model, init, classes)
+    _vary(classes, shapes, init)
+    for c in classes:
+        new_init, new_shapes = _changed(init, shapes, [c])
+        try:
+            c.plan, c.shapes = _substitute(retrace(new_init, new_shapes), substitutions), new_shapes
+        except RETRACE_ERRORS as exc:
+            c.reason = f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
+    traced = {c.value for c in classes if c.plan is not None}
+    for name in _forward_attributes(problem.source, entry):
+        if name == "training":  # nn.Module's own mode flag, which .eval() sets
+            continue
+        value = getattr(model, name, None)
+        items = value if isinstance(value, tuple) else (value,)
+        if items and all(type(v) in (int, bool, str) for v in items) and not any(
+                type(v) is int and v in traced for v in items):  # a mode, a dim, a flag: not a size
+            fixed.append(Fixed(f"self.{name}", value))
+    cache: dict[tuple[str, ...], tuple[Plan, list[tuple[int, ...]]] | None] = {}
+
+    def joint(group: tuple[SizeClass, ...]) -> tuple[Plan, list[tuple[int, ...]]] | None:
+        k = tuple(sorted(c.name for c in group))
+        if k not in cache:
+            new_init, new_shapes = _changed(init, shapes, list(group))
+            try:
+                cache[k] = (_substitute(retrace(new_init, new_shapes), substitutions), new_shapes)
+            except RETRACE_ERRORS:
+                cache[k] = None  # the draft then treats every size as fixed
+        return cache[k]
+
+    return Variants(shapes=shapes, contiguous=[bool(t.is_contiguous()) for t in inputs], dtypes=[str(d) for d in dtypes],
+                    scalars=scalars, fixed=fixed, classes=classes, joint=joint)
+
+
+# --- scalars ---------------------------------------------------------------------------------------
+
+
+def _scalars(model, plan: Plan, init: list, shapes: list[tuple[int, ...]], retrace: Retrace
+             ) -> tuple[list[ScalarArg], list[Fixed], dict[tuple[int, int], Runtime]]:
+    scalars: list[ScalarArg] = []
+    fixed: list[Fixed] = []
+    substitutions: dict[tuple[int, int], Runtime] = {}
+    for prefix, sub in model.named_modules():
+        for name, value in list(vars(sub).items()):
+            if name.startswith("_") or type(value) is not float:
+                continue
+            expr = _attr_expr(f"{prefix}.{name}" if prefix else name)
+            varied = value * 0.75 if value != 0 else 0.5
+
+            def patch(other, prefix=prefix, name=name, varied=varied):
+                setattr(other.get_submodule(prefix), name, varied)
+
+            try:
+                found = _followed(plan, retrace(init, shapes, patch), value, varied)
+            except RETRACE_ERRORS:
+                found = None  # another value does not even trace: it is structural
+            if found is None:
+                fixed.append(Fixed(expr, value))
+            elif found:
+                arg = ScalarArg(f"scalar_{len(scalars)}", f"float({expr})")
+                scalars.append(arg)
+                substitutions.update({position: Runtime(value, arg.name) for position in found})
+    return scalars, fixed, substitutions
+
+
+def _skeleton(plan: Plan) -> tuple:
+    """Everything of a plan but its nodes' scalar operands."""
+    leaves = [(l.kind, l.ref, repr(l.glue), l.shape, l.strides, l.dtype) for l in plan.leaves]
+    nodes = [(n.op, n.name, n.shape, n.dtype, repr(n.attrs), [a if isinstance(a, tuple) else type(a) for a in n.args])
+             for n in plan.nodes]
+    return (plan.kind, leaves, nodes, plan.out, repr(plan.out_glue), plan.out_shape, plan.out_dtype, plan.full_shape,
+            plan.red_dims)
+
+
+def _followed(base: Plan, other: Plan, value: float, varied: float) -> list[tuple[int, int]] | None:
+    """The (node, operand) positions whose scalar is the attribute itself, or None when the
+    attribute changes anything else."""
+    if _skeleton(base) != _skeleton(other):
+        return None
+    found = []
+    for i, (a, b) in enumerate(zip(base.nodes, other.nodes)):
+        for j, (x, y) in enumerate(zip(a.args, b.args)):
+            if isinstance(x, tuple) or x == y:
+                continue
+            if a.name in ARITHMETIC and not isinstance(x, bool) and x == value and y == varied:
+                found.append((i, j))
+            else:
+                return None
+    return found
+
+
+def _substitute(plan: Plan, substitutions: dict[tuple[int, int], Runtime]) -> Plan:
+    for (i, j), scalar in substitutions.items():
+        if i >= len(plan.nodes) or j >= len(plan.nodes[i].args) or isinstance(plan.nodes[i].args[j], tuple) \
+                or plan.nodes[i].args[j] != float(scalar):
+            raise Unrecognized(f"the module's scalar {scalar.name} is no longer where it was")
+        plan.nodes[i].args[j] = scalar
+    return plan
+
+
+def _attr_expr(dotted: str) -> str:
+    expr = "self"
+    for part in dotted.split("."):
+        expr += f"[{part}]" if part.isdigit() else f".{part}"
+    return expr
+
+
+def _forward_attributes(source: str, entry: str) -> list[str]:
+    """The attributes of `self` the entry class's forward reads."""
+    tree = ast.parse(source)
+    cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == entry), None)
+    body = cls.body if cls else []
+    forward = next((n for n in body if isinstance(n, ast.FunctionDef) and n.name == "forward"), None)
+    if forward is None:
+        return []
+    names = {n.attr for n in ast.walk(forward)
+             if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"}
+    return sorted(names)
+
+
+# --- sizes -----------------------------------------------------------------------------------------
+
+
+def _classes(shapes: list[tuple[int, ...]], init: list, input_names: list[str]) -> list[SizeClass]:
+    by_value: dict[int, SizeClass] = {}
+    for i, shape in enumerate(shapes):
+        for d, size in enumerate(shape):
+            if size > 1:
+                by_value.setdefault(size, _of_inputs(size, 0, [(i, d)], [], input_names))
+                if (i, d) not in by_value[size].inputs:
+                    by_value[size].inputs.append((i, d))
+    for k, value in enumerate(init):
+        if type(value) is int and value in by_value:
+            by_value[value].init.append(k)
+    classes = list(by_value.values())
+    _vary(classes, shapes, init)
+    return classes
+
+
+def _constructor_sizes(cls, model, init: list, classes: list[SizeClass]) -> list[SizeClass]:
+    """An int constructor argument no input dim shares (nn.Linear's out_features): a class of its
+    own when it sizes a parameter or buffer, which forward then reads it from."""
+    import torch
+
+    used = {k for c in classes for k in c.init}
+    state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    out = []
+    for k, value in enumerate(init):
+        if type(value) is not int or value <= 1 or k in used:
+            continue
+        changed = list(init)
+        changed[k] = (value // 2) | 1 if value > 3 else value + 2
+        try:
+            with torch.device("meta"):
+                other = cls(*changed)
+        except (RuntimeError, ValueError, TypeError, IndexError):
+            continue
+        other_state = {**dict(other.named_parameters()), **dict(other.named_buffers())}
+        source = next((f"{_attr_expr(name)}.shape[{d}]" for name, t in state.items() if name in other_state
+                       for d, size in enumerate(t.shape)
+                       if size == value and d < other_state[name].dim() and other_state[name].shape[d] == changed[k]),
+                      None)
+        if source is not None:
+            out.append(SizeClass(value, 0, [], [k], _init_name(cls, k), source))
+    return out
+
+
+def _init_name(cls, k: int) -> str:
+    """The constructor's name for its argument k (out_features), for forward's local variable."""
+    import inspect
+
+    try:
+        params = [p for p in inspect.signature(cls.__init__).parameters.values()
+                  if p.kind == p.POSITIONAL_OR_KEYWORD][1:]
+    except (TypeError, ValueError):
+        params = []
+    name = params[k].name if k < len(params) else ""
+    return f"{name}_size" if name.isidentifier() else f"init{k}_size"
+
+
+def _of_inputs(value: int, varied: int, inputs: list[tuple[int, int]], init: list[int],
+               input_names: list[str]) -> SizeClass:
+    """A class read at run time from its first input dim (`x_dim0 = x.shape[0]`)."""
+    i, d = inputs[0]
+    return SizeClass(value, varied, inputs, init, f"{input_names[i]}_dim{d}", f"{input_names[i]}.shape[{d}]")
+
+
+def _vary(classes: list[SizeClass], shapes: list[tuple[int, ...]], init: list) -> None:
+    """Give each class its own smaller odd value, distinct from every size of the problem."""
+    taken = {s for shape in shapes for s in shape} | {v for v in init if type(v) is int}
+    for c in classes:
+        varied = (c.value // 2) | 1
+        while varied <= 1 or varied in taken:
+            varied += 2
+        c.varied = varied
+        taken.add(varied)
+
+
+def _split(classes: list[SizeClass], init: list, shapes: list[tuple[int, ...]], input_names: list[str],
+           retrace: Retrace) -> list[SizeClass]:
+    """Sizes equal only by coincidence (a square matrix, H == W, in_features == out_features) are
+    separate classes: an input dim of a class that traces changed alone is a class of its own, and
+    a constructor argument the rest trace without leaves the class; the rest stay together."""
+    out: list[SizeClass] = []
+    for c in classes:
+        if len(c.inputs) < 2:
+            out.append(c)
+            continue
+        rest = []
+        for i, d in c.inputs:
+            alone = _of_inputs(c.value, c.varied, [(i, d)], [], input_names)
+            try:
+                retrace(*_changed(init, shapes, [alone]))
+            except RETRACE_ERRORS:
+                rest.append((i, d))
+                continue
+            out.append(alone)
+        if rest:  # those that must change together (a batch shared by inputs), with the constructor's
+            init_kept = list(c.init)
+            for k in c.init:  # a constructor argument that traces unchanged is another size (in == out)
+                trial = _of_inputs(c.value, c.varied, rest, [j for j in init_kept if j != k], input_names)
+                try:
+                    retrace(*_changed(init, shapes, [trial]))
+                except RETRACE_ERRORS:
+                    continue
+                init_kept.remove(k)
+            out.append(_of_inputs(c.value, c.varied, rest, init_kept, input_names))
+    return out
+
+
+def _changed(init: list, shapes: list[tuple[int, ...]], group: list[SizeClass]) -> tuple[list, list[tuple[int, ...]]]:
+    new_init = list(init)
+    new_shapes = [list(s) for s in shapes]
+    for c in group:
+        for k in c.init:
+            new_init[k] = c.varied
+        for i, d in c.inputs:
+            new_shapes[i][d] = c.varied
+    return new_init, [tuple(s) for s in new_shapes]
