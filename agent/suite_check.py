@@ -15,8 +15,9 @@
   `non-finite` (warning) NaN or Inf in the reference's outputs;
   `constant-inputs` (warning) `get_inputs()` gives the same values whatever the seed.
   The degenerate kinds are errors when they hold on both input distributions the evaluator
-  uses (the problem's own and the shifted one, tools/worker/inputs.py), warnings when only on the
-  problem's own (the shifted trials still test a candidate).
+  uses (the problem's own, the shifted one and the signed one as the evaluator chooses it for this
+  problem, tools/trials.py), warnings when not on all of them (the other trials still test a
+  candidate: ReLU of `torch.rand` is an identity on its own and shifted inputs, not on signed ones).
 - `too-fast`: on a GPU, the eager reference's median time (timed by the reference worker with
   the evaluator's timing protocol) below `min_eager_ms` (default 0.02 ms: launch overhead and
   timer resolution dominate, so speedups are noise). On the CPU this cannot be judged; the
@@ -48,7 +49,6 @@ from agent.suite_degenerate import degenerate_kinds
 from agent.suite_duplicates import DEFAULT_SIMILARITY, near_duplicates
 
 PROBE_SEEDS = (0x5EED01, 0x5EED02, 0x5EED03)  # fixed: curation needs reproducible draws, not secrecy
-DISTRIBUTIONS = ("problem", "shifted")
 DEFAULT_MIN_EAGER_MS = 0.02
 SEVERITIES = ("error", "warning", "info")
 
@@ -189,7 +189,7 @@ def check_problem(path: Path, *, device: str | None = None, min_eager_ms: float 
         report.bytes_moved = problem.input_bytes + problem.output_bytes + problem.param_bytes
         report.flops = problem.flops
         # draws are pulled one at a time (the evaluator keeps no outputs: reference_cache_mb=0)
-        draws = {dist: _draws(ev, dist) for dist in DISTRIBUTIONS}
+        draws = {dist: _draws(ev, dist) for dist in _distributions(ev)}
         try:
             report.flags.extend(degeneracy_flags(draws))
         except ProblemError as exc:
@@ -198,6 +198,19 @@ def check_problem(path: Path, *, device: str | None = None, min_eager_ms: float 
             return report
         report.flags.extend(_timing_flags(ev, report, min_eager_ms))
     return report
+
+
+def _distributions(ev: Any) -> list[str]:
+    """The distributions the evaluator's trials use for this problem, as it chooses them (the
+    signed inputs narrowed, a distribution the problem does not allow dropped)."""
+    from tools.trials import distribution
+
+    names: list[str] = []
+    for i in range(3):
+        name = distribution(ev, i, PROBE_SEEDS[0])
+        if name not in names:
+            names.append(name)
+    return names
 
 
 def _draws(ev: Any, dist: str) -> Iterable[tuple[Any, Any]]:
@@ -209,15 +222,19 @@ def degeneracy_flags(draws: dict[str, Iterable[tuple[Any, Any]]]) -> list[Flag]:
     """Flags from (outputs, inputs after forward) per draw, per distribution (see the module docstring).
     Each distribution's draws may be a generator: only one draw's tensors are held at a time."""
     found: dict[str, dict[tuple[str, int], str]] = {dist: degenerate_kinds(pairs) for dist, pairs in draws.items()}
-    own, shifted = found.get("problem", {}), found.get("shifted", {})
+    own = found.get("problem", {})
     flags = []
     for (kind, index), detail in own.items():
+        clean = [d.split(":")[0] for d in found if d != "problem" and (kind, index) not in found[d]]
+        others = [d.split(":")[0] for d in found if d != "problem"]
         if kind in ("non-finite", "constant-inputs", "mostly-constant"):
             flags.append(Flag(kind, "warning", detail))
-        elif (kind, index) in shifted or not shifted and "shifted" not in draws:
-            flags.append(Flag(kind, "error", f"{detail}, on the problem's own inputs and on shifted ones"))
+        elif not clean:
+            also = f" and on {' and '.join(others)} ones" if others else ""
+            flags.append(Flag(kind, "error", f"{detail}, on the problem's own inputs{also}"))
         else:
-            flags.append(Flag(kind, "warning", f"{detail} on the problem's own inputs (not on shifted ones, which half the trials use)"))
+            flags.append(Flag(kind, "warning", f"{detail} on the problem's own inputs (not on {' or '.join(clean)} ones, "
+                                               f"which other trials use)"))
     return flags
 
 

@@ -25,11 +25,13 @@ def test_planted_problems_are_flagged(capsys):
         return {f["kind"] for f in reports[name]["flags"] if f["severity"] == severity}
 
     assert kinds("constant_zero.py") == {"constant-output"}
-    assert kinds("relu_nonnegative.py") == {"identity"}
     assert kinds("identity_clone.py") == {"identity"}
     assert kinds("ignores_input.py") == {"input-independent"}
     # degenerate on the problem's own inputs only: a warning (the shifted trials still test it)
     assert not kinds("clamp_unit_rand.py") and kinds("clamp_unit_rand.py", "warning") == {"identity"}
+    # an identity on its own and shifted inputs (both non-negative), not on signed ones, which
+    # test the negative half: a warning
+    assert not kinds("relu_nonnegative.py") and kinds("relu_nonnegative.py", "warning") == {"identity"}
     for name, other in (("softplus_scale.py", "softplus_scale_copy.py"), ("softplus_scale_copy.py", "softplus_scale.py")):
         flags = [f for f in reports[name]["flags"] if f["kind"] == "near-duplicate"]
         assert len(flags) == 1 and other in flags[0]["detail"] and "numeric constants" in flags[0]["detail"]
@@ -69,6 +71,12 @@ def test_degeneracy_on_one_distribution_only_is_a_warning():
     assert [(f.kind, f.severity) for f in flags] == [("identity", "warning")]
     draws["shifted"] = [(t.clone(), [t]) for t in shifted]
     assert [(f.kind, f.severity) for f in degeneracy_flags(draws)] == [("identity", "error")]
+    # the signed trials still test it (ReLU of non-negative inputs, an identity on the first two)
+    draws["signed:0"] = [(t.relu(), [t]) for t in shifted]
+    draws["shifted"] = [(t.clone(), [t]) for t in shifted]
+    draws["problem"] = [(t.clone(), [t]) for t in x]
+    (flag,) = degeneracy_flags(draws)
+    assert (flag.kind, flag.severity) == ("identity", "warning") and "not on signed ones" in flag.detail
 
 
 @pytest.mark.gpu
