@@ -134,9 +134,17 @@ def test_forged_reply_frame_on_the_result_pipe(second_line):
 
 def test_kernel_defined_but_never_launched(elementwise):
     result = elementwise.evaluate(source("never_launched"))
-    assert_verdict(result, Verdict.REJECTED, "kernel-launched", "launch")
+    assert_verdict(result, Verdict.REJECTED, "kernel-launched", "defines a kernel but did not launch it")
     assert result.trials == 5  # correct outputs: only the launch check catches it
     assert result.torch_ops == ["aten::add", "aten::mul", "aten::relu"]
+
+
+def test_no_kernel_at_all_with_the_own_kernel_rule_off(cache_dir):
+    """`--allow own-kernel` on plain torch code: rejected at run time, saying it defines no kernel
+    (not that it "did not launch" one)."""
+    with evaluator("elementwise", cache_dir, disabled_rules=frozenset({"own-kernel"})) as ev:
+        result = ev.evaluate(source("pure_torch"))
+    assert_verdict(result, Verdict.REJECTED, "kernel-launched", "defines no kernel of its own")
 
 
 def test_output_aliasing_an_input(elementwise):

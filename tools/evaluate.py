@@ -231,7 +231,8 @@ class Evaluator:
             if files is None:
                 return result
             worker = self._take_worker()
-            self._run(worker, source, files, result, scan.triton_kernels + scan.cuda_kernels)
+            self._run(worker, source, files, result, scan.triton_kernels + scan.cuda_kernels,
+                      defines_kernel=bool(scan.triton_kernels or scan.uses_load_inline))
         finally:
             if worker is not None:
                 worker.unmap()  # the used worker is disposable: keep what it compiled, then kill and reap it
@@ -275,7 +276,7 @@ class Evaluator:
         return max(self.arena_cap(2), self.artifacts.namespace_cap_bytes + (1 << 20))
 
     def _run(self, worker: WorkerProcess, source: str, files: tuple[list[dict[str, Any]], bytes], result: Result,
-             kernel_names: list[str]) -> None:
+             kernel_names: list[str], defines_kernel: bool = True) -> None:
         t0 = time.monotonic()
         try:
             ready = worker.wait_ready(self.options.start_timeout)
@@ -300,7 +301,7 @@ class Evaluator:
                 return
             passed(result, "build")
             t0 = time.monotonic()
-            trials.run(self, worker, result, source)
+            trials.run(self, worker, result, source, defines_kernel)
             result.phases["correctness"] = round(time.monotonic() - t0, 4)
             if result.ok:
                 self._profile(worker, result, kernel_names)

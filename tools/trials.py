@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from tools.evaluate import Evaluator
 
 
-def run(ev: "Evaluator", worker: WorkerProcess, result: Result, source: str) -> None:
+def run(ev: "Evaluator", worker: WorkerProcess, result: Result, source: str, defines_kernel: bool = True) -> None:
     stats = Stats()
     launched: int | None = None  # the fewest own-kernel launches in any trial: each must launch
     torch_ops: set[str] = set()  # compute ops left to torch in any trial (every trial is recorded)
@@ -81,13 +81,16 @@ def run(ev: "Evaluator", worker: WorkerProcess, result: Result, source: str) -> 
         torch_ops.update(compute_ops(ops))
     result.torch_ops = sorted(torch_ops)
     result.kernel_launches = launched
-    integrity(ev, result, launched)
+    integrity(ev, result, launched, defines_kernel)
 
 
-def integrity(ev: "Evaluator", result: Result, launched: int) -> None:
+def integrity(ev: "Evaluator", result: Result, launched: int, defines_kernel: bool = True) -> None:
     if launched == 0:
         fail(result, Verdict.REJECTED, "kernel-launched", "a forward() with no launch of the candidate's own kernels",
-             "Rejected: the candidate defines a kernel but did not launch it in every forward() call; the work must run in your own kernel.")
+             "Rejected: the candidate defines a kernel but did not launch it in every forward() call; the work must run in your own kernel."
+             if defines_kernel else
+             "Rejected: the candidate defines no kernel of its own (no @triton.jit function, no load_inline), so no forward() "
+             "launched one; the work must run in your own kernel (the guard rule own-kernel, which says so first, was switched off).")
         return
     passed(result, "kernel-launched", f"{launched} launches in one forward")
     if ev.problem.single_op and result.torch_ops:
