@@ -93,8 +93,9 @@ def _module_sizes(module: Any, source: str) -> dict[str, int]:
     for node in ast.parse(source).body:
         targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
         for target in targets:
-            if isinstance(target, ast.Name) and not target.id.startswith("_") and target.id not in names:
-                names.append(target.id)
+            for name in target.elts if isinstance(target, ast.Tuple) else [target]:  # `ROWS, COLS = ...` too
+                if isinstance(name, ast.Name) and not name.id.startswith("_") and name.id not in names:
+                    names.append(name.id)
     values = {n: getattr(module, n, None) for n in names}
     return {n: v for n, v in values.items() if isinstance(v, int) and not isinstance(v, bool) and v > 0}
 
