@@ -106,3 +106,9 @@ def test_ratchet_best_says_whether_the_kept_kernel_is_a_drop_in(tmp_path, capsys
     assert notes[0] == ("attempt 1 is specialized to the problem's shapes and arguments (declared): it refuses others, "
                         f"e.g. {HELD_OUT}: ValueError: specialized to (16, 256)")
     assert notes[1] == f"attempt 2 is general: also right on held-out {HELD_OUT}"
+
+
+def test_a_kernel_that_does_not_compile_for_held_out_sizes_is_a_compile_error_naming_them(rows):
+    result = rows.evaluate(source("rows_pow2_only"))
+    assert_verdict(result, Verdict.COMPILE_ERROR, "heldout-0", "held-out sizes (batch_size=9, dim=129", "power of 2")
+    assert result.trials == 5

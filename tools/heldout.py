@@ -89,7 +89,7 @@ def _one(ev: "Evaluator", worker: WorkerProcess, result: Result, k: int, name: s
     trees, payload = feed(ev, worker, [(None, seed, dist)])
     header, payload = worker.request({"op": "trial", "inputs": trees[0], "poison": True, "model": "variant",
                                       "arena_cap": ev.arena_cap(2)}, ev.options.trial_timeout, payload)
-    if header.get("op") == "error" and header.get("kind") == "runtime_error" and not header.get("violations"):
+    if header.get("op") == "error" and not header.get("violations"):
         return _raised(result, name, desc, where, header, specialized)
     if not ev.verdict_from_reply(header, name, result):
         return None
@@ -118,16 +118,19 @@ def _one(ev: "Evaluator", worker: WorkerProcess, result: Result, k: int, name: s
 
 
 def _raised(result: Result, name: str, desc: str, where: str, reply: dict[str, Any], specialized: bool) -> str | None:
-    """The candidate raised on a variant: a refusal if it declares itself specialized, else a failure."""
+    """The candidate raised on a variant (or its kernel did not compile for it): a refusal if it
+    declares itself specialized, else a failure with the worker's kind of failure, naming the sizes."""
     message = str(reply.get("message") or "an error").strip()
     first = message.splitlines()[-1].strip() if message else "an error"  # the exception, after its frames
-    if specialized:
+    kind = reply.get("kind")
+    verdict = Verdict.COMPILE_ERROR if kind == "compile_error" else Verdict.CRASHED if kind == "crashed" else Verdict.RUNTIME_ERROR
+    if specialized and verdict is not Verdict.CRASHED:  # an error raised (or a kernel that does not compile) refuses
         result.heldout.append({"variant": desc, "outcome": "refused", "detail": first})
         passed(result, name, f"refused {where} (declared specialized): {first}")
         return "refused"
     result.heldout.append({"variant": desc, "outcome": "failed", "detail": first})
-    fail(result, Verdict.RUNTIME_ERROR, name, f"{where}: {message}",
-         f"Correct on the problem's own sizes, but it raised on {where}: {first}. {HOW}")
+    fail(result, verdict, name, f"{where}: {message}",
+         f"Correct on the problem's own sizes, but it failed on {where}: {first}. {HOW}")
     return None
 
 
