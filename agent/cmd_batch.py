@@ -144,6 +144,7 @@ def run(args: argparse.Namespace) -> int:
     from agent.model import ModelError
 
     write = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    slots = slots_from(args)  # a bad --gpus is a usage error before anything else is said
     try:
         settings = settings_from(args, write)
     except SandboxUnavailable as exc:
@@ -152,7 +153,6 @@ def run(args: argparse.Namespace) -> int:
     except ModelError as exc:
         print(f"ratchet batch: {exc}", file=sys.stderr)
         return EXIT_MODEL
-    slots = slots_from(args)
     if all(slot.device == "cpu" for slot in slots):
         scaled = cpu_scale(problems, os.environ)  # the bundled suite's GPU sizes would time out in the interpreter
         if scaled:

@@ -126,7 +126,13 @@ def run(args: argparse.Namespace) -> int:
         except (NothingToResume, WorkspaceError) as exc:
             raise UsageError(str(exc)) from None
     from agent.model import ModelError
+    from tools.problem import ProblemError, read_problem
 
+    try:  # static checks of the problem file first: a broken one is one line, before anything else is said
+        read_problem(module, config.entry or "Model")
+    except ProblemError as exc:
+        print(f"ratchet optimize: {exc}", file=sys.stderr)
+        return EXIT_BAD_PROBLEM
     try:
         client = model_client(config, module)
     except NoModelNamed as exc:
