@@ -112,3 +112,9 @@ def test_a_kernel_that_does_not_compile_for_held_out_sizes_is_a_compile_error_na
     result = rows.evaluate(source("rows_pow2_only"))
     assert_verdict(result, Verdict.COMPILE_ERROR, "heldout-0", "held-out sizes (batch_size=9, dim=129", "power of 2")
     assert result.trials == 5
+
+
+def test_a_forward_that_reads_the_module_sizes_sees_the_held_out_ones(cache_dir):
+    with evaluator("reads_sizes", cache_dir) as ev:
+        assert [v["describe"] for v in ev.problem.variants] == ["batch_size=9, dim=129"]
+        assert ev.problem.variants_dropped == []

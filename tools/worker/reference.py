@@ -75,9 +75,13 @@ class ReferenceWorker(Worker):
 
     def trial(self, msg: dict[str, Any], payload: bytes) -> Reply:
         """The reference's outputs, and its inputs after forward, on the inputs of (seed, distribution)."""
+        from tools.worker.variants import Variant, applied
+
         dist = msg["distribution"]
         inputs = self.generate(int(msg["seed"]), dist)
-        outputs, seconds = self.forward(inputs, poison=False, model=self.model_for(dist))
+        variant = self.variants[int(dist.split(":")[1])] if dist.startswith("variant:") else Variant()
+        with applied(self.problem, variant):  # a forward that reads the module's sizes sees the variant's
+            outputs, seconds = self.forward(inputs, poison=False, model=self.model_for(dist))
         return self.reply_with({"op": "outputs", "seconds": seconds}, [outputs, inputs], int(msg.get("arena_cap") or 0))
 
     def variant_init(self, msg: dict[str, Any], payload: bytes) -> Reply:
@@ -137,15 +141,15 @@ class ReferenceWorker(Worker):
         built: dict[int, Any] = {}
 
         def build(variant: Any) -> tuple[list[Any], list[Any], bool]:
-            init = self._variant_init(variant)
-            torch.manual_seed(self.config["init_seed"])
-            model = cls(*init).to(self.device)
-            with v.applied(self.problem, variant):
-                from tools.worker.inputs import generate
+            from tools.worker.inputs import generate
 
+            init = self._variant_init(variant)
+            with v.applied(self.problem, variant):  # the module's sizes, as the model and forward read them too
+                torch.manual_seed(self.config["init_seed"])
+                model = cls(*init).to(self.device)
                 inputs = generate(self.get_inputs, self.config["probe_seed"], "problem", self.device)
-            with torch.no_grad():
-                ok = v.finite(model(*inputs)) or not own_finite
+                with torch.no_grad():
+                    ok = v.finite(model(*inputs)) or not own_finite
             built[id(variant)] = model
             return init, inputs, ok
 
