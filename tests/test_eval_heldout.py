@@ -114,7 +114,11 @@ def test_a_kernel_that_does_not_compile_for_held_out_sizes_is_a_compile_error_na
     assert result.trials == 5
 
 
-def test_a_forward_that_reads_the_module_sizes_sees_the_held_out_ones(cache_dir):
+def test_a_forward_that_reads_the_module_sizes_has_no_variant_a_candidate_could_follow(cache_dir):
+    """The reference is built and run as a candidate is, from the constructor's arguments and the
+    inputs alone: a forward that reshapes to the module's batch_size cannot follow other sizes,
+    so no variant is held out (and no honest kernel is failed for it), and the record says why."""
     with evaluator("reads_sizes", cache_dir) as ev:
-        assert [v["describe"] for v in ev.problem.variants] == ["batch_size=9, dim=129"]
-        assert ev.problem.variants_dropped == []
+        assert ev.problem.variants == []
+        assert [d["variant"] for d in ev.problem.variants_dropped] == ["batch_size=9, dim=129", "batch_size=9"]
+        assert all("the reference fails on it" in d["why"] for d in ev.problem.variants_dropped)

@@ -24,6 +24,7 @@ from tools import heldout
 from tools.compare import Stats
 from tools.feed import feed
 from tools.ops import compute_ops
+from tools.problem import ProblemError
 from tools.process import WorkerProcess
 from tools.record import Errors, Result, Verdict
 from tools.transport import TransportError
@@ -108,7 +109,7 @@ def distribution(ev: "Evaluator", i: int, seed: int) -> str:
         while True:
             dist = ev.distributions[i % len(ev.distributions)]
             if dist == "shifted" and _breaks(ev, seed, "shifted"):
-                _drop(ev, "shifted", "the reference's output is not finite on shifted inputs")
+                _drop(ev, "shifted", "the reference's output is not finite (or it raises) on shifted inputs")
             elif dist == "signed":
                 _choose_signed(ev, seed)  # replaced by the inputs that may cross zero, or dropped
             else:
@@ -124,8 +125,13 @@ def words(dist: str) -> str:
 
 
 def _breaks(ev: "Evaluator", seed: int, dist: str) -> bool:
-    """The reference stops being finite under `dist` where it is finite on the problem's own inputs."""
-    out, _ = ev.reference_outputs(seed, dist)
+    """The reference stops being finite under `dist` (or refuses its inputs: binary_cross_entropy
+    of values outside [0, 1]) where it is finite on the problem's own inputs."""
+    try:
+        out, _ = ev.reference_outputs(seed, dist)
+    except ProblemError:  # the reference raised on these inputs; on its own ones it must not
+        ev.reference_outputs(seed, "problem")
+        return True
     if not nonfinite(out):
         return False
     base, _ = ev.reference_outputs(seed, "problem")
@@ -144,12 +150,12 @@ def _choose_signed(ev: "Evaluator", seed: int) -> None:
         keep = keep[:1]  # each may cross zero alone, not together: the first
     lost = [n for n in leaves if n not in keep]
     if not keep:
-        _drop(ev, "signed", f"the reference's output is not finite when input {_names(lost)} cross zero")
+        _drop(ev, "signed", f"the reference's output is not finite (or it raises) when input {_names(lost)} cross zero")
         return
     ev.distributions[at] = _signed(keep)
     if lost:
         ev.dropped["signed"] = (f"input {_names(lost)} keep the problem's own signs: the reference's output is not "
-                                f"finite when they cross zero")
+                                f"finite (or it raises) when they cross zero")
 
 
 def _signed(leaves: list[int]) -> str:

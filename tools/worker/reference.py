@@ -75,13 +75,9 @@ class ReferenceWorker(Worker):
 
     def trial(self, msg: dict[str, Any], payload: bytes) -> Reply:
         """The reference's outputs, and its inputs after forward, on the inputs of (seed, distribution)."""
-        from tools.worker.variants import Variant, applied
-
         dist = msg["distribution"]
         inputs = self.generate(int(msg["seed"]), dist)
-        variant = self.variants[int(dist.split(":")[1])] if dist.startswith("variant:") else Variant()
-        with applied(self.problem, variant):  # a forward that reads the module's sizes sees the variant's
-            outputs, seconds = self.forward(inputs, poison=False, model=self.model_for(dist))
+        outputs, seconds = self.forward(inputs, poison=False, model=self.model_for(dist))
         return self.reply_with({"op": "outputs", "seconds": seconds}, [outputs, inputs], int(msg.get("arena_cap") or 0))
 
     def variant_init(self, msg: dict[str, Any], payload: bytes) -> Reply:
@@ -144,12 +140,15 @@ class ReferenceWorker(Worker):
             from tools.worker.inputs import generate
 
             init = self._variant_init(variant)
-            with v.applied(self.problem, variant):  # the module's sizes, as the model and forward read them too
-                torch.manual_seed(self.config["init_seed"])
-                model = cls(*init).to(self.device)
+            with v.applied(self.problem, variant):
                 inputs = generate(self.get_inputs, self.config["probe_seed"], "problem", self.device)
-                with torch.no_grad():
-                    ok = v.finite(model(*inputs)) or not own_finite
+            # built and run as a candidate is, from the constructor's arguments and the inputs
+            # alone: a Model or forward that reads the module's sizes itself makes a variant no
+            # candidate could follow, so the reference failing here drops it
+            torch.manual_seed(self.config["init_seed"])
+            model = cls(*init).to(self.device)
+            with torch.no_grad():
+                ok = v.finite(model(*inputs)) or not own_finite
             built[id(variant)] = model
             return init, inputs, ok
 

@@ -4,8 +4,10 @@ benchmark's own shapes (tools/heldout.py judges them).
 
 Runs in the reference worker (it holds the problem's module, which is trusted). A variant is a
 set of overrides of the problem module's module-level constants, in force while get_inputs()
-and get_init_inputs() run and while the reference's variant model is built and runs (a forward
-that reads `batch_size` sees the variant's), plus a factor on the floating constructor arguments:
+and get_init_inputs() run (not while the models are built or run: a candidate only ever gets the
+constructor's arguments and the inputs, so a Model that reads `batch_size` itself has no variant
+a candidate could follow, and the reference refusing it drops it), plus a factor on the floating
+constructor arguments:
 
 - declared: the problem's own `RATCHET_VARIANTS = [{"batch_size": 3, "dim": 100}, ...]` (each
   dict overrides those module-level names; floats are not scaled). `RATCHET_VARIANTS = []`
