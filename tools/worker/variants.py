@@ -137,13 +137,6 @@ def signature(values: list[Any]) -> list[Any]:
     return out
 
 
-def shapes(values: list[Any]) -> str:
-    """The inputs' shapes, for messages: "(9, 2049), (9, 2049)"."""
-    import torch
-
-    return ", ".join(str(tuple(x.shape)) if isinstance(x, torch.Tensor) else repr(x) for x in values)
-
-
 def accepted(build: Callable[[Variant], tuple[list[Any], list[Any], bool]], variant: Variant,
              own: tuple[list[Any], list[Any]]) -> str | None:
     """None if the reference accepts the variant, else why not. `build(variant)` returns the
