@@ -123,6 +123,64 @@ class ModelNew(nn.Module):
 '''
 
 
+# one program walks the whole array: an honest kernel of a few milliseconds, far from the
+# roofline (so only the parent's clock can tell a forged time from a real one)
+SLOW = KERNEL + '''
+@triton.jit
+def one_program(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    for start in range(0, n, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2.0 + 1.0, mask=mask)
+
+
+def launch_slow(x):
+    y = torch.empty_like(x)
+    one_program[(1,)](x, y, x.numel(), BLOCK=1024)
+    return y
+'''
+
+SLOW_HONEST = SLOW + '''
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return launch_slow(x)
+'''
+
+# what native code owning the process can do: every time its worker reads is divided by 1.5
+SLOW_FORGED = SLOW + '''
+import sys
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        timing = sys.modules["tools.worker.timing"]
+        real = timing._elapsed
+        timing._elapsed = lambda a, b: real(a, b) / 1.5
+
+    def forward(self, x):
+        return launch_slow(x)
+'''
+
+SCALE_ADD_4M = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x * 2.0 + 1.0
+
+
+def get_inputs():
+    return [torch.randn(1 << 22)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
 @pytest.fixture(scope="module")
 def scale_add():
     with Evaluator(HERE / "scale_add.py", EvalOptions(device="cuda:0")) as ev:
@@ -238,3 +296,17 @@ def test_cuda_build_runs_ahead_on_cpu_cores_and_is_reported_separately(tmp_path)
     assert r.verdict is Verdict.OK, r.message
     assert r.phases["prebuild"] > 1.0  # nvcc ran there...
     assert r.phases["cuda_build"] < 0.5 * r.phases["prebuild"]  # ...so the GPU worker only loaded it
+
+
+def test_a_forged_time_is_caught_by_the_parents_clock(tmp_path):
+    """The candidate's worker reports every time divided by 1.5 (the static rule that would refuse
+    its import is off: native code needs no import). Only the parent's clock stands in its way."""
+    problem = tmp_path / "scale_add_4m.py"
+    problem.write_text(SCALE_ADD_4M)
+    with Evaluator(problem, EvalOptions(device="cuda:0", disabled_rules=frozenset({"import"}))) as ev:
+        honest = ev.evaluate(SLOW_HONEST)
+        forged = ev.evaluate(SLOW_FORGED)
+    assert honest.verdict is Verdict.OK, honest.message
+    assert any(c.name == "timing:two-clocks" and c.passed for c in honest.checks), honest.checks
+    assert forged.verdict is Verdict.REJECTED, forged.message
+    assert any(c.name == "timing:two-clocks" and not c.passed for c in forged.checks), forged.checks

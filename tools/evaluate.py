@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tools import builds, profile, trials
+from tools import builds, clocks, profile, trials
 from tools import guard as guard_mod
 from tools.artifacts import ArtifactCache
 from tools.baseline_cache import default_cache_dir
@@ -103,6 +103,9 @@ class Evaluator:
             for _ in range(self.options.spares):  # they start while the reference loads
                 self._spares.append(self._spawn("candidate"))
             self.reference.build()
+            # the second clock's copy charge (tools/clocks.py), measured before any candidate runs
+            timed = self.options.timing and self.device.startswith("cuda")
+            self.copy_ms_per_byte = clocks.measure_copy(self.device) if timed else None
         except (WorkerGone, ReferenceLost) as exc:
             self.close()
             raise ProblemError(f"{self.problem.path.name}: {exc}") from None

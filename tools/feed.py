@@ -9,6 +9,7 @@ values, never the seed that made them, and only when it must compute on them.
 """
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 from tools.process import WorkerProcess
@@ -20,9 +21,11 @@ if TYPE_CHECKING:
 Set = tuple[int | None, int, str]  # (pool slot or None for a fresh set, seed, distribution)
 
 
-def feed(ev: "Evaluator", worker: WorkerProcess, sets: list[Set]) -> tuple[list[dict[str, Any]], bytes]:
+def feed(ev: "Evaluator", worker: WorkerProcess, sets: list[Set],
+         stamps: dict[str, float] | None = None) -> tuple[list[dict[str, Any]], bytes]:
     """Write the input sets `sets` into `worker`; returns one tree per set (and the request's
-    payload on the CPU)."""
+    payload on the CPU). `stamps`, when given, receives the parent's clock right before the copy
+    into the worker starts ("copy_start") and the bytes copied ("copied")."""
     with ev._lock:  # the reference worker is shared
         header, payload = ev.reference.checked(
             {"op": "inputs", "sets": [list(s) for s in sets], "arena_cap": ev.arena_cap(len(sets), inputs_only=True)},
@@ -34,6 +37,8 @@ def feed(ev: "Evaluator", worker: WorkerProcess, sets: list[Set]) -> tuple[list[
         used = arena_used(header["tree"])
         if used:
             target = worker.input_arena_of(used, ev.options.trial_timeout)
+            if stamps is not None:
+                stamps.update(copy_start=time.perf_counter(), copied=float(used))
             target[:used].copy_(source[:used])
             _synchronize(ev.device)
     return trees, b""

@@ -16,6 +16,7 @@ import statistics
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tools import clocks
 from tools.baseline_cache import BaselineCache
 from tools.compare import Stats, compare_trees
 from tools.feed import feed
@@ -119,7 +120,7 @@ def measure(ev: "Evaluator", worker: WorkerProcess, result: Result) -> None:
         block += 1
     result.candidate_time = to_time_stats(collectors["candidate"])
     result.eager_time = to_time_stats(collectors["eager"])
-    if not _same_stream(result, gaps):
+    if not _same_stream(result, gaps) or not clocks.check(ev, worker, p, result):
         return
     result.speedup_vs_eager = speedup(result.eager_time, result.candidate_time)
     result.compile_time = compile_baseline(ev, p)

@@ -93,6 +93,8 @@ class Worker:
             # take the minimum call count, right after the candidate's own full warm-up
             warm = self.timer.warm_up(fn, warmup, min_seconds=0.0 if key in self.warmed else WARMUP_SECONDS)
             self.warmed.add(key)
+        if msg.get("burst"):  # back to back, no events: the parent's own clock times this request
+            return self.burst(fn, input_sets, int(msg.get("arena_cap") or 0))
         samples, synced, outputs = [], [], []
         for inputs in input_sets:
             if msg.get("untimed"):  # outputs only: the reference for timed candidate calls
@@ -108,6 +110,19 @@ class Worker:
         if msg.get("keep_outputs"):
             return self.reply_with(reply, outputs, int(msg.get("arena_cap") or 0))
         return reply, b""
+
+    def burst(self, fn: Callable[..., Any], input_sets: list[list[Any]], arena_cap: int) -> Reply:
+        """One call per input set, back to back on the current stream, between two device-wide
+        synchronizations; every output handed over for checking. Nothing in the reply is a time."""
+        import torch
+
+        from tools.worker.timing import synchronize
+
+        synchronize(self.device)
+        with torch.no_grad():
+            outputs = [fn(*inputs) for inputs in input_sets]
+        synchronize(self.device)
+        return self.reply_with({"op": "burst", "calls": len(outputs)}, outputs, arena_cap)
 
     def forward(self, inputs: list[Any], poison: bool, model: Any = None) -> tuple[Any, float]:
         """One forward pass of `model` (default: the worker's model; no grad; uninitialized

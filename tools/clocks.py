@@ -1,0 +1,207 @@
+"""The second clock: the parent's own, against the time a candidate's worker reports.
+
+A candidate owns its whole process, so the samples its worker reports (CUDA events read in that
+process) can be forged by native code. The parent cannot time kernels in another process, but it
+can time requests: after the timed blocks, the worker runs one call per input set back to back
+(no events, no per-call synchronization, no L2 flush; `burst` in tools/worker/worker.py), and the
+parent reads its own clock from just before it copies those input sets into the worker (the
+candidate cannot start on inputs it does not have) until the reply arrives. Every output of these
+calls is checked against the eager reference on the same inputs, so the work cannot be skipped,
+and no two calls share inputs, so it cannot be cached; the calls are ordered on one stream, so
+they cannot overlap. Hence the parent's clock, less the copy and the request's own overhead, is
+an upper bound no candidate can lower: its true time per call.
+
+The overhead of a request (the pipe both ways, two synchronizations, handing the outputs over) is
+measured on the eager reference, which is trusted, in the same run: passes of 1 and k calls give
+its per-call cost and what is left over. The copy is charged at the bandwidth the parent measured
+itself on its own buffers.
+
+A disagreement, the parent's time per call above RATIO times the worker's median plus
+HOST_ALLOWANCE_MS (the launch overhead of an honest kernel whose host work is longer than its
+GPU time, which the worker's protocol hides behind a GPU busy-wait and back-to-back calls do not),
+rejects the candidate under the rule `two-clocks`. A forged factor f is caught when
+(f - RATIO) * median > HOST_ALLOWANCE_MS plus the noise of the pass; docs/integrity.md gives the
+smallest kernel time at which a forged 1.5x is caught, measured on an H100.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tools.compare import Stats, compare_trees
+from tools.feed import feed
+from tools.process import WorkerProcess
+from tools.record import Result, Verdict
+from tools.transport import TransportError
+from tools.verdict import fail, passed
+
+if TYPE_CHECKING:
+    from tools.evaluate import Evaluator
+    from tools.profile import TimingPlan
+
+REPS = 3  # passes per arm; the smallest wall of each is used (noise only ever adds time)
+RATIO = 1.1
+# the worker's 0.2 ms pre-roll hides host work from its samples; back to back shows it (measured
+# on an H200: an honest kernel with nine launches per call, 0.14-0.22 ms between the two clocks)
+HOST_ALLOWANCE_MS = 0.3
+# what a sandboxed candidate worker's request costs beyond the reference's (measured: 0.35-0.5 ms)
+REQUEST_ALLOWANCE_MS = 0.6
+BURST_MAX = 32  # calls per pass, at most
+PASS_MS = 20.0  # ... and about this much work per pass, by the worker's median
+FIRST_CALL = 10**6  # pool calls from here on: seeds not used by the timed blocks
+COPY_PROBE_BYTES = 128 << 20
+
+
+@dataclass
+class Passes:
+    candidate: list[float]  # parent's clock for k candidate calls, copy excluded (ms)
+    candidate_one: list[float]  # ... one candidate call (reported, never used to judge: padding lowers a slope)
+    eager_one: list[float]  # ... one eager call
+    eager_k: list[float]  # ... k eager calls
+    copy: float = 0.0  # ms charged for copying a pass's inputs
+
+    def describe(self) -> str:
+        def ms(xs: list[float]) -> str:
+            return "/".join(f"{x:.3g}" for x in xs) or "-"
+        return (f"passes in ms: candidate {ms(self.candidate)}, candidate x1 {ms(self.candidate_one)}, "
+                f"eager x1 {ms(self.eager_one)}, eager {ms(self.eager_k)}; copy charged {self.copy:.3g}")
+
+    def per_call(self, k: int, eager_median_ms: float) -> tuple[float, float]:
+        """(candidate's time per call by the parent's clock, the request overhead subtracted).
+
+        The overhead is the candidate's own (from its passes of 1 and k calls) kept between the
+        eager reference's (trusted, measured in the same run) and that plus REQUEST_ALLOWANCE_MS:
+        padding its single call to shrink its slope gains a candidate at most the allowance."""
+        one, many = min(self.eager_one), min(self.eager_k)
+        slope = (many - one) / (k - 1) if k > 1 else eager_median_ms
+        floor = max(0.0, one - max(slope, 0.0))
+        overhead = floor + REQUEST_ALLOWANCE_MS
+        if k > 1 and self.candidate_one:
+            c_one, c_many = min(self.candidate_one), min(self.candidate)
+            own = c_one - max((c_many - c_one) / (k - 1), 0.0)
+            overhead = min(max(own, floor), overhead)
+        return (min(self.candidate) - overhead) / k, overhead
+
+    def own_slope(self, k: int) -> float | None:
+        """The candidate's time per call from its own passes of 1 and k calls (for the record)."""
+        if k < 2 or not self.candidate_one:
+            return None
+        return (min(self.candidate) - min(self.candidate_one)) / (k - 1)
+
+    def noise(self, k: int) -> float:
+        """Spread of the eager arm's k-call passes, per call: how far an honest pass may wander."""
+        return (max(self.eager_k) - min(self.eager_k)) / k
+
+
+def check(ev: "Evaluator", worker: WorkerProcess, plan: "TimingPlan", result: Result) -> bool:
+    """Compare the parent's clock with the worker's median; False when the verdict is set."""
+    k = burst_size(ev, plan, result.candidate_time.median_ms or 0.0)
+    passes = Passes([], [], [], [])
+    for rep in range(REPS):
+        calls = [plan.call(FIRST_CALL + rep * k + i) for i in range(k)]
+        stamps: dict[str, float] = {}
+        trees, _ = feed(ev, worker, [(slot, seed, "problem") for slot, seed in calls], stamps)
+        start = stamps.get("copy_start", time.perf_counter())
+        cand = _request(ev, worker, {"calls": trees, "warmup": None}, result)
+        if cand is None:
+            return False
+        passes.copy = copy_ms(ev, stamps.get("copied", 0.0))
+        passes.candidate.append((cand[2] - start) * 1e3 - passes.copy)
+        one = _request(ev, ev.reference, {"calls": calls[:1]}, result)
+        eager = _request(ev, ev.reference, {"calls": calls}, result)
+        if one is None or eager is None:
+            return False
+        passes.eager_one.append(one[3])
+        passes.eager_k.append(eager[3])
+        if not _verify(ev, worker, cand, eager, rep * k, result):
+            return False
+        if k > 1:  # after the check: its reply reuses the memory the outputs above were read from
+            single = _request(ev, worker, {"calls": trees[:1], "warmup": None}, result)
+            if single is None:
+                return False
+            passes.candidate_one.append(single[3])
+    median = result.candidate_time.median_ms or 0.0
+    parent, overhead = passes.per_call(k, result.eager_time.median_ms or 0.0)
+    allowed = RATIO * median + HOST_ALLOWANCE_MS + passes.noise(k)
+    slope = passes.own_slope(k)
+    detail = (f"parent's clock {parent:.4g} ms per call back to back, worker's median {median:.4g} ms "
+              f"(allowed {allowed:.4g} ms; {k} calls per pass, request overhead {overhead:.4g} ms"
+              + (f", slope of its own passes {slope:.4g} ms" if slope is not None else "") + f"; {passes.describe()})")
+    if parent > allowed:
+        return fail(result, Verdict.REJECTED, "timing:two-clocks", detail,
+                    f"Rejected (rule two-clocks): {detail}. The times the worker reported are shorter than "
+                    "the work takes: either they were altered, or each call spends far more time launching "
+                    "on the host than running on the GPU.")
+    return passed(result, "timing:two-clocks", detail)
+
+
+def burst_size(ev: "Evaluator", plan: "TimingPlan", median_ms: float) -> int:
+    """Calls per pass: distinct pool sets, as many as memory for their inputs and outputs allows,
+    BURST_MAX at most, and about PASS_MS of work."""
+    from tools.profile import KEEP_BYTES
+
+    prob = ev.problem
+    by_memory = min(KEEP_BYTES // max(prob.output_bytes, 1), KEEP_BYTES // max(prob.input_bytes, 1))
+    by_time = int(PASS_MS / max(median_ms, 1e-3))
+    return max(1, min(BURST_MAX, plan.pool, by_memory, by_time))
+
+
+def _request(ev: "Evaluator", proc: WorkerProcess, fields: dict[str, Any],
+             result: Result) -> tuple[dict[str, Any], bytes, float, float] | None:
+    """A burst request: (header, payload, parent's clock at the reply, ms from sending to reply)."""
+    msg = {"op": "time", "burst": True, "keep_outputs": True,
+           "arena_cap": ev.arena_cap(2 * max(len(fields["calls"]), 1), outputs_only=True), **fields}
+    sent = time.perf_counter()
+    header, payload = proc.request(msg, ev.options.trial_timeout)
+    done = time.perf_counter()
+    if not ev.verdict_from_reply(header, "timing:two-clocks", result):
+        return None
+    if header.get("calls") != len(fields["calls"]):
+        fail(result, Verdict.REJECTED, "timing:two-clocks", f"a burst of {len(fields['calls'])} calls was "
+             f"answered with {header.get('calls')!r}", "Rejected: the worker's reply does not match the request.")
+        return None
+    return header, payload, done, (done - sent) * 1e3
+
+
+def _verify(ev: "Evaluator", worker: WorkerProcess, cand: tuple[Any, ...], eager: tuple[Any, ...],
+            first: int, result: Result) -> bool:
+    try:
+        outs, refs = worker.outputs(cand[0], cand[1]), ev.reference.outputs(eager[0], eager[1])
+    except (TransportError, KeyError, TypeError, ValueError) as exc:
+        return fail(result, Verdict.REJECTED, "timing:two-clocks", f"malformed outputs of back-to-back calls: {exc}")
+    if len(outs) != len(refs):
+        return fail(result, Verdict.REJECTED, "timing:two-clocks",
+                    f"{len(outs)} outputs for {len(refs)} back-to-back calls")
+    for i, (ref, out) in enumerate(zip(refs, outs)):
+        found = compare_trees(ref, out, Stats(), ev.options.tolerances)
+        if found:
+            return fail(result, Verdict.INCORRECT, "timing:two-clocks",
+                        f"back-to-back call {first + i + 1} returned a different result from the reference "
+                        f"(a kernel must do the full work on every call): {found.message}")
+    return True
+
+
+def copy_ms(ev: "Evaluator", nbytes: float) -> float:
+    """What copying `nbytes` device to device costs the parent, at the bandwidth it measured on
+    its own buffers when the evaluator opened, before any candidate could share the GPU with it
+    (a candidate busy on the GPU during a copy only lengthens what it is charged)."""
+    return max(nbytes, 0.0) * (ev.copy_ms_per_byte or 0.0)
+
+
+def measure_copy(device: str) -> float:
+    """Milliseconds per byte of a device-to-device copy between the parent's own buffers."""
+    import torch
+
+    src = torch.empty(COPY_PROBE_BYTES, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    best = float("inf")
+    for _ in range(3):
+        start.record()
+        dst.copy_(src)
+        end.record()
+        end.synchronize()
+        best = min(best, start.elapsed_time(end))
+    return best / COPY_PROBE_BYTES
