@@ -96,7 +96,7 @@ class Passes:
 
 def check(ev: "Evaluator", worker: WorkerProcess, plan: "TimingPlan", result: Result) -> bool:
     """Compare the parent's clock with the worker's median; False when the verdict is set."""
-    k = burst_size(ev, plan, result.candidate_time.median_ms or 0.0)
+    k = burst_size(ev.problem.input_bytes, ev.problem.output_bytes, plan.pool, result.candidate_time.median_ms or 0.0)
     passes = Passes([], [], [], [])
     for rep in range(REPS):
         calls = [plan.call(FIRST_CALL + rep * k + i) for i in range(k)]
@@ -136,15 +136,14 @@ def check(ev: "Evaluator", worker: WorkerProcess, plan: "TimingPlan", result: Re
     return passed(result, "timing:two-clocks", detail)
 
 
-def burst_size(ev: "Evaluator", plan: "TimingPlan", median_ms: float) -> int:
-    """Calls per pass: distinct pool sets, as many as memory for their inputs and outputs allows,
-    BURST_MAX at most, and about PASS_MS of work."""
+def burst_size(input_bytes: int, output_bytes: int, pool: int, median_ms: float) -> int:
+    """Calls per pass: distinct pool sets (`pool` of them), as many as KEEP_BYTES of inputs and of
+    outputs allow, BURST_MAX at most, and about PASS_MS of work by the worker's median."""
     from tools.profile import KEEP_BYTES
 
-    prob = ev.problem
-    by_memory = min(KEEP_BYTES // max(prob.output_bytes, 1), KEEP_BYTES // max(prob.input_bytes, 1))
+    by_memory = min(KEEP_BYTES // max(output_bytes, 1), KEEP_BYTES // max(input_bytes, 1))
     by_time = int(PASS_MS / max(median_ms, 1e-3))
-    return max(1, min(BURST_MAX, plan.pool, by_memory, by_time))
+    return max(1, min(BURST_MAX, pool, by_memory, by_time))
 
 
 def _request(ev: "Evaluator", proc: WorkerProcess, fields: dict[str, Any],
