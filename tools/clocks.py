@@ -8,20 +8,21 @@ parent reads its own clock from just before it copies those input sets into the 
 candidate cannot start on inputs it does not have) until the reply arrives. Every output of these
 calls is checked against the eager reference on the same inputs, so the work cannot be skipped,
 and no two calls share inputs, so it cannot be cached; the calls are ordered on one stream, so
-they cannot overlap. Hence the parent's clock, less the copy and the request's own overhead, is
-an upper bound no candidate can lower: its true time per call.
+they cannot overlap. Hence the parent's clock, less the copy and the request's own overhead, can
+be made longer by a candidate but never shorter than the work it did.
 
 The overhead of a request (the pipe both ways, two synchronizations, handing the outputs over) is
 measured on the eager reference, which is trusted, in the same run: passes of 1 and k calls give
-its per-call cost and what is left over. The copy is charged at the bandwidth the parent measured
-itself on its own buffers.
+its per-call cost and what is left over. A sandboxed candidate worker answers more slowly, so the
+candidate's own passes of 1 and k calls give its overhead, kept between the reference's and that
+plus REQUEST_ALLOWANCE_MS. The copy is charged at the bandwidth the parent measured on its own
+buffers when the evaluator opened.
 
 A disagreement, the parent's time per call above RATIO times the worker's median plus
-HOST_ALLOWANCE_MS (the launch overhead of an honest kernel whose host work is longer than its
-GPU time, which the worker's protocol hides behind a GPU busy-wait and back-to-back calls do not),
-rejects the candidate under the rule `two-clocks`. A forged factor f is caught when
-(f - RATIO) * median > HOST_ALLOWANCE_MS plus the noise of the pass; docs/integrity.md gives the
-smallest kernel time at which a forged 1.5x is caught, measured on an H100.
+HOST_ALLOWANCE_MS (the worker's protocol hides up to 0.2 ms of host work per call behind a GPU
+busy-wait; back-to-back calls do not) plus the noise of the reference's passes, rejects the
+candidate under the rule `two-clocks`. docs/integrity.md has the measurements these constants
+come from and the smallest kernel time at which a forged 1.5x is caught.
 """
 from __future__ import annotations
 
