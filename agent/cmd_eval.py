@@ -49,17 +49,19 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"RATCHET_SANDBOX={args.sandbox}: expected required or best-effort")
     check_device(args.device)
     from tools.env import DeviceError
-    from tools.evaluate import EvalOptions, Evaluator, precheck  # torch: only once the command line is known good
     from tools.problem import ProblemError, read_problem
-    from tools.sandbox import SandboxUnavailable
+    from tools.static import precheck
 
     try:
-        read_problem(Path(args.reference), args.entry)  # static: no worker yet
+        problem = read_problem(Path(args.reference), args.entry)  # static: no worker yet
     except ProblemError as exc:
         return bad_problem(exc)
-    early = precheck(source, args.reference)  # not a candidate at all: no worker needs to start
+    early = precheck(source, problem, frozenset(args.allow))  # refused statically: no worker needs to start
     if early is not None:
         return report(early, args)
+    from tools.evaluate import EvalOptions, Evaluator  # torch: only for a file that passed the static checks
+    from tools.sandbox import SandboxUnavailable
+
     options = EvalOptions(device=args.device, trials=args.trials, timing=not args.no_timing,
                           disabled_rules=frozenset(args.allow), trial_timeout=args.timeout, warm=False,
                           sandbox=args.sandbox)

@@ -122,16 +122,20 @@ def test_baseline_before_any_candidate_says_what_it_knows_on_the_cpu():
     assert base["flops"] == info.flops > 0  # a matrix product: torch's flop counter sees it
 
 
-@pytest.mark.parametrize("candidate", ["no_modelnew", "syntax_error"])
-def test_a_file_that_is_not_a_candidate_is_refused_before_any_worker_starts(tmp_path, capsys, candidate):
-    """No class ModelNew, or a syntax error: compile_error from the static check, and the
-    reference's file is never run (its import would leave a mark)."""
+@pytest.mark.parametrize("candidate,verdict", [("no_modelnew", Verdict.COMPILE_ERROR), ("syntax_error", Verdict.COMPILE_ERROR),
+                                               ("pure_torch", Verdict.REJECTED), ("cheat_subprocess", Verdict.REJECTED)])
+def test_a_file_refused_statically_is_answered_before_any_worker_starts(tmp_path, capsys, candidate, verdict):
+    """No class ModelNew, a syntax error, or a file the static guard refuses: the verdict of the
+    static checks, and the reference's file is never run (its import would leave a mark)."""
     mark = tmp_path / "reference-ran"
     problem = tmp_path / "marked.py"
     problem.write_text(f"import pathlib\npathlib.Path({str(mark)!r}).write_text('ran')\n"
                        + (PROBLEMS / "elementwise.py").read_text())
-    code = main(cli(str(problem), str(CANDIDATES / f"{candidate}.py")))
+    code = main(cli(str(problem), str(CANDIDATES / f"{candidate}.py"), "--json"))
     out, _ = capsys.readouterr()
-    assert code == EVAL_EXIT_CODES[Verdict.COMPILE_ERROR]
-    assert out.splitlines()[0] == f"{candidate}.py: compile_error"
+    record = json.loads(out)
+    assert code == EVAL_EXIT_CODES[verdict]
+    assert record["verdict"] == verdict.value and "start" not in record["phases"]
+    if verdict is Verdict.REJECTED:
+        assert any(c["name"].startswith("guard:") and not c["passed"] for c in record["checks"])
     assert not mark.exists()

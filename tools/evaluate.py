@@ -25,16 +25,16 @@ from pathlib import Path
 from typing import Any
 
 from tools import builds, clocks, profile, trials
-from tools import guard as guard_mod
 from tools.artifacts import ArtifactCache
 from tools.baseline_cache import default_cache_dir
 from tools.compare import Tolerance
 from tools.env import environment, resolve_device
-from tools.problem import ProblemError, ProblemInfo, candidate_problems, read_problem
+from tools.problem import ProblemError, ProblemInfo, read_problem
 from tools.process import Limits, WorkerGone, WorkerProcess, plain_launch, worker_env
 from tools.record import Result, Verdict, describe_exception
 from tools.reference import Reference, ReferenceLost
 from tools.sandbox import Sandbox
+from tools.static import static_checks
 from tools.verdict import fail, passed
 
 INIT_SEED = 42  # both models are built after torch.manual_seed(INIT_SEED), so weights match
@@ -227,7 +227,7 @@ class Evaluator:
         result = self._new_result(source)
         worker: WorkerProcess | None = None
         try:
-            scan = self._static_checks(source, result)
+            scan = static_checks(source, result, self.options.disabled_rules, self.problem.single_op_family)
             if scan is None:
                 return result
             files = builds.artifacts_for(self, source, scan, result)
@@ -244,25 +244,6 @@ class Evaluator:
                                  name="ratchet-reap", daemon=True).start()
             result.phases["total"] = round(time.monotonic() - started, 4)
         return result
-
-    def _static_checks(self, source: str, result: Result) -> guard_mod.Scan | None:
-        t0 = time.monotonic()
-        problem = candidate_problems(source)
-        if problem:
-            fail(result, Verdict.COMPILE_ERROR, "parse", problem)
-            return None
-        passed(result, "parse")
-        policy = guard_mod.GuardPolicy(disabled=self.options.disabled_rules, single_op=self.problem.single_op_family)
-        scan = guard_mod.check(source, policy)
-        result.phases["guard"] = round(time.monotonic() - t0, 4)
-        if scan.violations:
-            first = scan.violations[0]
-            more = f" (and {len(scan.violations) - 1} more)" if len(scan.violations) > 1 else ""
-            for i, v in enumerate(scan.violations):
-                fail(result, Verdict.REJECTED, f"guard:{v.rule}", str(v), f"Rejected by the guard, {first}{more}." if i == 0 else None)
-            return None
-        passed(result, "guard", f"kernels: {', '.join(scan.triton_kernels + scan.cuda_kernels) or 'load_inline'}")
-        return scan
 
     def _take_worker(self) -> WorkerProcess:
         with self._lock:
@@ -350,19 +331,6 @@ class Evaluator:
         reference's outputs (and inputs): room for honest answers, not for runaway ones."""
         size = (0 if inputs_only else self.problem.output_bytes) + (0 if outputs_only else self.problem.input_bytes)
         return copies * size + (64 << 20)
-
-
-def precheck(source: str, problem: Path | str = "") -> Result | None:
-    """The verdict of a file that is not a candidate at all (a syntax error, no class ModelNew),
-    decided before any worker starts; None for anything else. The same rule as an evaluation's
-    first check (tools/problem.py candidate_problems)."""
-    why = candidate_problems(source)
-    if why is None:
-        return None
-    result = Result(verdict=Verdict.OK, message="", problem=str(problem),
-                    source_hash=hashlib.sha256(source.encode()).hexdigest())
-    fail(result, Verdict.COMPILE_ERROR, "parse", why)
-    return result
 
 
 def evaluate(problem_path: Path | str, source: str, options: EvalOptions | None = None, entry: str = "Model") -> Result:
