@@ -26,8 +26,7 @@ from tools.compare import Stats
 from tools.feed import feed
 from tools.process import WorkerGone, WorkerProcess
 from tools.record import Result, Verdict
-from tools.trial_checks import aliasing, mismatch
-from tools.transport import TransportError
+from tools.trial_checks import compare_reply
 from tools.verdict import fail, passed
 
 if TYPE_CHECKING:
@@ -93,16 +92,12 @@ def _one(ev: "Evaluator", worker: WorkerProcess, result: Result, k: int, name: s
         return _raised(result, name, desc, where, header, specialized)
     if not ev.verdict_from_reply(header, name, result):
         return None
-    try:
-        cand_out, cand_in = worker.outputs(header, payload)
-    except (TransportError, KeyError, TypeError, ValueError) as exc:
-        fail(result, Verdict.REJECTED, name, f"malformed output: {exc}", f"The worker sent malformed outputs ({exc}).")
+    # a Stats of its own: the result's error sizes stay those of the correctness trials
+    compared = compare_reply(worker, header, payload, ref_out, ref_in, Stats(), ev.options.tolerances, result, name)
+    if not compared.readable:
         return None
-    problem = (aliasing(header["tree"]) or mismatch(ref_out, cand_out, Stats(), ev.options.tolerances, "output")
-               or mismatch(ref_in, cand_in, Stats(), ev.options.tolerances, "input", what="inputs after forward"))
-    del cand_out, cand_in
-    if problem:
-        check, verdict, message = problem
+    if compared.problem:
+        check, verdict, message = compared.problem
         declared = (" It declares `# ratchet: specialized`, but returned a wrong result instead of refusing these "
                     "inputs with an error." if specialized else "")
         result.heldout.append({"variant": desc, "outcome": "failed", "detail": message})

@@ -2,20 +2,54 @@
 
 A trial fails when an output shares memory with an input (aliasing), or when the candidate's
 outputs, or its inputs after forward(), differ from the reference's (mismatch); each returns
-(check, verdict, message) for tools/verdict.py. nonfinite() tells whether a reference output
-holds NaN or infinity (the shifted input distribution is dropped for problems where it does).
+(check, verdict, message) for tools/verdict.py. compare_reply() runs that sequence on a worker's
+reply to a trial request, for the correctness trials (tools/trials.py) and the held-out ones
+(tools/heldout.py) alike; each phrases its own failure message. nonfinite() tells whether a
+reference output holds NaN or infinity (the shifted input distribution is dropped for problems
+where it does).
 """
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from tools.compare import Stats, Tolerance, compare_trees
-from tools.record import Verdict
-from tools.transport import tensor_nodes
+from tools.record import Result, Verdict
+from tools.transport import TransportError, tensor_nodes
+from tools.verdict import fail
+
+if TYPE_CHECKING:
+    from tools.process import WorkerProcess
+
+Problem = tuple[str, Verdict, str]  # (check, verdict, message): the first check a trial failed
+
+
+@dataclass(frozen=True)
+class Compared:
+    """What compare_reply() found in a trial's reply."""
+
+    readable: bool  # False: the reply's outputs were malformed, and the result already failed (rejected)
+    problem: Problem | None = None  # the first failed check, for the caller to phrase; None: all passed
+
+
+def compare_reply(worker: "WorkerProcess", header: dict[str, Any], payload: bytes, ref_out: Any, ref_in: Any,
+                  stats: Stats, tolerances: dict[str, Tolerance] | None, result: Result, name: str) -> Compared:
+    """A trial's reply against the reference: the candidate's outputs and inputs read from it
+    (malformed: check `name` fails, rejected), then no output aliasing an input, outputs equal to
+    `ref_out` (error sizes added to `stats`), inputs after forward() equal to `ref_in`."""
+    try:
+        cand_out, cand_in = worker.outputs(header, payload)
+    except (TransportError, KeyError, TypeError, ValueError) as exc:
+        fail(result, Verdict.REJECTED, name, f"malformed output: {exc}", f"The worker sent malformed outputs ({exc}).")
+        return Compared(readable=False)
+    problem = (aliasing(header["tree"]) or mismatch(ref_out, cand_out, stats, tolerances, "output")
+               or mismatch(ref_in, cand_in, Stats(), tolerances, "input", what="inputs after forward"))
+    del cand_out, cand_in  # CUDA ones are views into the worker's arena; it frees its side at its next request
+    return Compared(readable=True, problem=problem)
 
 
 def mismatch(ref: Any, cand: Any, stats: Stats, tolerances: dict[str, Tolerance] | None, path: str,
-             what: str = "") -> tuple[str, Verdict, str] | None:
+             what: str = "") -> Problem | None:
     found = compare_trees(ref, cand, stats, tolerances, path)
     if found is None:
         return None
@@ -25,7 +59,7 @@ def mismatch(ref: Any, cand: Any, stats: Stats, tolerances: dict[str, Tolerance]
     return label, verdict, prefix + found.message
 
 
-def aliasing(tree: dict[str, Any]) -> tuple[str, Verdict, str] | None:
+def aliasing(tree: dict[str, Any]) -> Problem | None:
     """An output that shares memory with an input (as the worker saw its storages)."""
     items = tree.get("items") if isinstance(tree, dict) else None
     if not isinstance(items, list) or len(items) != 2:

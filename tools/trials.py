@@ -27,8 +27,7 @@ from tools.ops import compute_ops
 from tools.problem import ProblemError
 from tools.process import WorkerProcess
 from tools.record import Errors, Result, Verdict
-from tools.transport import TransportError
-from tools.trial_checks import aliasing, mismatch, nonfinite
+from tools.trial_checks import compare_reply, nonfinite
 from tools.verdict import accept, fail, passed
 
 if TYPE_CHECKING:
@@ -56,18 +55,13 @@ def run(ev: "Evaluator", worker: WorkerProcess, result: Result, source: str, def
         if isinstance(header.get("ops"), dict):
             torch_ops.update(compute_ops(header["ops"]))
             result.torch_ops = sorted(torch_ops)
-        try:
-            cand_out, cand_in = worker.outputs(header, payload)
-        except (TransportError, KeyError, TypeError, ValueError) as exc:
-            fail(result, Verdict.REJECTED, name, f"malformed output: {exc}", f"The worker sent malformed outputs ({exc}).")
+        compared = compare_reply(worker, header, payload, ref_out, ref_in, stats, ev.options.tolerances, result, name)
+        if not compared.readable:
             return
-        problem = (aliasing(header["tree"]) or mismatch(ref_out, cand_out, stats, ev.options.tolerances, "output")
-                   or mismatch(ref_in, cand_in, Stats(), ev.options.tolerances, "input", what="inputs after forward"))
-        del cand_out, cand_in  # the worker frees its side at its next request
         result.errors = Errors(max_abs=stats.max_abs, max_rel=stats.max_rel, norm_rel=stats.norm_rel)
-        if problem:
+        if compared.problem:
             result.dropped = dict(ev.dropped)
-            check, verdict, message = problem
+            check, verdict, message = compared.problem
             fail(result, verdict, f"{name}:{check}", message, f"Trial {i + 1} of {len(ev.seeds)} ({words(dist)}): {message}")
             return
         passed(result, name)
