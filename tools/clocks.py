@@ -170,9 +170,9 @@ def _verify(ev: "Evaluator", worker: WorkerProcess, cand: tuple[Any, ...], eager
         outs, refs = worker.outputs(cand[0], cand[1]), ev.reference.outputs(eager[0], eager[1])
     except (TransportError, KeyError, TypeError, ValueError) as exc:
         return fail(result, Verdict.REJECTED, "timing:two-clocks", f"malformed outputs of back-to-back calls: {exc}")
-    if len(outs) != len(refs):
+    if not isinstance(outs, list) or len(outs) != len(refs):
         return fail(result, Verdict.REJECTED, "timing:two-clocks",
-                    f"{len(outs)} outputs for {len(refs)} back-to-back calls")
+                    f"{len(outs) if isinstance(outs, list) else type(outs).__name__} outputs for {len(refs)} back-to-back calls")
     for i, (ref, out) in enumerate(zip(refs, outs)):
         found = compare_trees(ref, out, Stats(), ev.options.tolerances)
         if found:

@@ -141,6 +141,12 @@ def _fed(ev: "Evaluator", worker: WorkerProcess, calls: list[tuple[int, int]], w
 
 def _verify(ev: "Evaluator", replies: dict[str, Any], first: int, result: Result) -> bool:
     """Each timed candidate output against the eager reference's output on the same inputs."""
+    outs = replies["candidate"]
+    if not isinstance(outs, list) or len(outs) != len(replies["eager"]):  # a shorter list would leave calls unchecked
+        count = len(outs) if isinstance(outs, list) else type(outs).__name__
+        return fail(result, Verdict.REJECTED, "timing:outputs", f"the candidate's worker answered "
+                    f"{len(replies['eager'])} timed calls with outputs {count}",
+                    "Rejected: the timing reply does not match the request.")
     for i, (ref, out) in enumerate(zip(replies["eager"], replies["candidate"])):
         found = compare_trees(ref, out, Stats(), ev.options.tolerances)
         if found:
