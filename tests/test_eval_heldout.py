@@ -23,10 +23,11 @@ def rows(cache_dir):
 
 
 HELD_OUT = "batch_size=9, dim=129, float constructor arguments x0.75"
+LARGER = "batch_size=21, dim=321"  # the larger variant (tests/test_eval_heldout_larger.py)
 
 
 def test_held_out_sizes_are_smaller_odd_values_and_scaled_arguments(rows):
-    assert [v["describe"] for v in rows.problem.variants] == [HELD_OUT]
+    assert [v["describe"] for v in rows.problem.variants] == [HELD_OUT, LARGER]
     assert rows.problem.variants_dropped == []
 
 
@@ -34,8 +35,9 @@ def test_a_general_kernel_is_accepted_and_recorded_as_general(rows):
     result = rows.evaluate(source("rows_general_ok"))
     assert_ok(result)
     assert result.generalizes is True, describe(result)
-    assert result.heldout == [{"variant": HELD_OUT, "outcome": "ok", "detail": "inputs (9, 129)"}]
-    assert "heldout-0" in [c.name for c in result.checks if c.passed]
+    assert result.heldout == [{"variant": HELD_OUT, "outcome": "ok", "detail": "inputs (9, 129)"},
+                              {"variant": LARGER, "outcome": "ok", "detail": "inputs (21, 321)"}]
+    assert {"heldout-0", "heldout-1"} <= {c.name for c in result.checks if c.passed}
 
 
 def test_a_kernel_with_the_benchmarks_shapes_baked_in_fails_naming_the_sizes(rows):
@@ -78,8 +80,11 @@ def test_a_variant_the_reference_refuses_falls_back_to_the_leading_size(cache_di
     with why, and the leading size alone is held out."""
     with evaluator("grouped_rows", cache_dir) as ev:
         assert [v["describe"] for v in ev.problem.variants] == ["batch_size=9"]
-        (dropped,) = ev.problem.variants_dropped
+        dropped, *larger = ev.problem.variants_dropped
         assert dropped["variant"] == "batch_size=9, heads=5, dim=129" and "the reference fails on it" in dropped["why"]
+        # every larger one breaks dim % heads, or the heads the forward reads from the module, too
+        assert [d["variant"] for d in larger] == ["batch_size=21, heads=11, dim=321", "heads=11, dim=321", "dim=321"]
+        assert all("the reference fails on it" in d["why"] for d in larger)
 
 
 def test_ratchet_best_says_whether_the_kept_kernel_is_a_drop_in(tmp_path, capsys):
@@ -120,5 +125,6 @@ def test_a_forward_that_reads_the_module_sizes_has_no_variant_a_candidate_could_
     so no variant is held out (and no honest kernel is failed for it), and the record says why."""
     with evaluator("reads_sizes", cache_dir) as ev:
         assert ev.problem.variants == []
-        assert [d["variant"] for d in ev.problem.variants_dropped] == ["batch_size=9, dim=129", "batch_size=9"]
+        assert [d["variant"] for d in ev.problem.variants_dropped] == ["batch_size=9, dim=129", "batch_size=9",
+                                                                     "batch_size=21, dim=321", "dim=321"]
         assert all("the reference fails on it" in d["why"] for d in ev.problem.variants_dropped)

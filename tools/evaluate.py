@@ -255,9 +255,10 @@ class Evaluator:
 
     def reply_cap(self) -> int:
         """The largest reply a candidate's worker may send: its outputs and inputs of one trial
-        (on the CPU they travel as bytes), or what a build hands over. Known once the reference
-        has described the problem."""
-        return max(self.arena_cap(2), self.artifacts.namespace_cap_bytes + (1 << 20))
+        (on the CPU they travel as bytes; a held-out variant's trial included), or what a build
+        hands over. Known once the reference has described the problem."""
+        trials = [self.arena_cap(2, dist=f"variant:{k}") for k in range(len(self.problem.variants))]
+        return max(self.arena_cap(2), *trials, self.artifacts.namespace_cap_bytes + (1 << 20))
 
     def _run(self, worker: WorkerProcess, source: str, files: tuple[list[dict[str, Any]], bytes], result: Result,
              kernel_names: list[str], defines_kernel: bool = True) -> None:
@@ -323,13 +324,21 @@ class Evaluator:
     def reference_outputs(self, seed: int, dist: str) -> Any:
         with self._lock:
             return self.reference.outputs_for(seed, dist, timeout=self.options.trial_timeout,
-                                              arena_cap=self.arena_cap(2),
+                                              arena_cap=self.arena_cap(2, dist=dist),
                                               keep_bytes=self.options.reference_cache_mb << 20)
 
-    def arena_cap(self, copies: int, outputs_only: bool = False, inputs_only: bool = False) -> int:
+    def arena_cap(self, copies: int, outputs_only: bool = False, inputs_only: bool = False,
+                  dist: str = "problem") -> int:
         """Bytes a worker's arena may grow to for a reply holding `copies` times the
-        reference's outputs (and inputs): room for honest answers, not for runaway ones."""
-        size = (0 if inputs_only else self.problem.output_bytes) + (0 if outputs_only else self.problem.input_bytes)
+        reference's outputs (and inputs): room for honest answers, not for runaway ones. On a
+        held-out variant's distribution ("variant:K"), the variant's when it took more (a
+        larger variant: tools/worker/variant_bytes.py bounds it)."""
+        inputs, outputs = self.problem.input_bytes, self.problem.output_bytes
+        if dist.startswith("variant:"):
+            variant = self.problem.variants[int(dist.split(":")[1])]
+            inputs = max(inputs, int(variant.get("input_bytes") or 0))
+            outputs = max(outputs, int(variant.get("output_bytes") or 0))
+        size = (0 if inputs_only else outputs) + (0 if outputs_only else inputs)
         return copies * size + (64 << 20)
 
 

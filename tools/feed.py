@@ -26,10 +26,11 @@ def feed(ev: "Evaluator", worker: WorkerProcess, sets: list[Set],
     """Write the input sets `sets` into `worker`; returns one tree per set (and the request's
     payload on the CPU). `stamps`, when given, receives the parent's clock right before the copy
     into the worker starts ("copy_start") and the bytes copied ("copied")."""
+    cap = max((ev.arena_cap(len(sets), inputs_only=True, dist=dist) for _, _, dist in sets),
+              default=ev.arena_cap(len(sets), inputs_only=True))
     with ev._lock:  # the reference worker is shared
         header, payload = ev.reference.checked(
-            {"op": "inputs", "sets": [list(s) for s in sets], "arena_cap": ev.arena_cap(len(sets), inputs_only=True)},
-            ev.options.trial_timeout)
+            {"op": "inputs", "sets": [list(s) for s in sets], "arena_cap": cap}, ev.options.trial_timeout)
         trees = header["tree"]["items"]
         if not ev.device.startswith("cuda"):
             return trees, payload

@@ -87,7 +87,7 @@ def _one(ev: "Evaluator", worker: WorkerProcess, result: Result, k: int, name: s
         return None
     trees, payload = feed(ev, worker, [(None, seed, dist)])
     header, payload = worker.request({"op": "trial", "inputs": trees[0], "poison": True, "model": "variant",
-                                      "arena_cap": ev.arena_cap(2)}, ev.options.trial_timeout, payload)
+                                      "arena_cap": ev.arena_cap(2, dist=dist)}, ev.options.trial_timeout, payload)
     if header.get("op") == "error" and not header.get("violations"):
         return _raised(result, name, desc, where, header, specialized)
     if not ev.verdict_from_reply(header, name, result):

@@ -69,7 +69,8 @@ class ReferenceWorker(Worker):
 
         init_tree, init_payload = encode(init_inputs)
         described = self._describe()
-        described["variants"], described["variants_dropped"] = self._choose_variants(cls, init_inputs)
+        own_bytes = described["input_bytes"] + described["output_bytes"] + described["param_bytes"]
+        described["variants"], described["variants_dropped"] = self._choose_variants(cls, init_inputs, own_bytes)
         reply = {"op": "built", "seconds": time.monotonic() - start, "problem": described, "init": init_tree}
         return reply, init_payload
 
@@ -115,11 +116,15 @@ class ReferenceWorker(Worker):
         with applied(self.problem, variant):
             return scale_floats(call_factory(self.get_init_inputs, "get_init_inputs", None), variant.float_scale)
 
-    def _choose_variants(self, cls: Any, init_inputs: list[Any]) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
-        """The held-out variants the reference accepts: every declared one, or the first derived
-        one; and why the others were not used (tools/worker/variants.py)."""
+    def _choose_variants(self, cls: Any, init_inputs: list[Any], own_bytes: int
+                         ) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+        """The held-out variants the reference accepts: every declared one, or the first smaller
+        and the first larger derived one (a larger one only within the memory bound of
+        tools/worker/variant_bytes.py, `own_bytes` being the problem's); and why the others were
+        not used (tools/worker/variants.py)."""
         import torch
 
+        from tools.worker import variant_bytes as vb
         from tools.worker import variants as v
 
         try:
@@ -134,7 +139,7 @@ class ReferenceWorker(Worker):
         own_inputs = self.generate(self.config["probe_seed"], "problem")
         with torch.no_grad():
             own_finite = v.finite(self.model(*own_inputs))
-        built: dict[int, Any] = {}
+        built: dict[int, tuple[Any, vb.Footprint]] = {}
 
         def build(variant: Any) -> tuple[list[Any], list[Any], bool]:
             from tools.worker.inputs import generate
@@ -148,26 +153,61 @@ class ReferenceWorker(Worker):
             torch.manual_seed(self.config["init_seed"])
             model = cls(*init).to(self.device)
             with torch.no_grad():
-                ok = v.finite(model(*inputs)) or not own_finite
-            built[id(variant)] = model
-            return init, inputs, ok
+                outputs = model(*inputs)
+            built[id(variant)] = (model, vb.footprint(model, inputs, outputs))
+            return init, inputs, v.finite(outputs) or not own_finite
 
         dropped: list[dict[str, str]] = []
+        held: set[bool] = set()  # the kinds of derived variant held out already (larger or not)
         for variant in tried:
+            if variant.origin == "derived" and variant.larger in held:
+                continue
             if not variant.sizes and variant.float_scale == 1.0:
                 dropped.append({"variant": "any", "why": "the problem has no module-level sizes and no floating constructor "
                                                          f"arguments to vary (a problem may declare {v.DECLARED})"})
                 continue
-            why = v.accepted(build, variant, (init_inputs, own_inputs))
+            why = self._beyond_bound(cls, variant, own_bytes) if variant.larger else None
+            if why is None:
+                why = v.accepted(build, variant, (init_inputs, own_inputs))
+            if why is None and variant.larger:
+                why = vb.over_bound(built[id(variant)][1].total, own_bytes)
+            model, took = built.pop(id(variant), (None, None))
             if why is not None:
                 dropped.append({"variant": variant.describe(), "why": why})
-                built.pop(id(variant), None)
                 continue
-            self.variant_models[len(self.variants)] = built.pop(id(variant))
+            variant.bytes = {"inputs": took.inputs, "outputs": took.outputs}
+            self.variant_models[len(self.variants)] = model
             self.variants.append(variant)
             if variant.origin == "derived":
-                break
+                held.add(variant.larger)
         return [x.to_dict() for x in self.variants], dropped
+
+    def _beyond_bound(self, cls: Any, variant: Any, own_bytes: int) -> str | None:
+        """Why a larger variant would take too much memory, judged on the meta device before
+        anything is allocated at its sizes; None if it fits."""
+        import torch
+
+        from tools.worker import variant_bytes as vb
+        from tools.worker.inputs import call_factory
+        from tools.worker.variants import applied, scale_floats
+
+        meta = torch.device("meta")
+
+        def make_init() -> list[Any]:
+            with applied(self.problem, variant):
+                return scale_floats(call_factory(self.get_init_inputs, "get_init_inputs", meta), variant.float_scale)
+
+        def make_inputs() -> list[Any]:
+            with applied(self.problem, variant):
+                return call_factory(self.get_inputs, "get_inputs", meta)
+
+        try:
+            need = vb.estimate(make_init, make_inputs, cls)
+        except Exception as exc:  # noqa: BLE001 - a problem that cannot run on shapes alone is an answer, not a fault
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            return ("the reference fails on it, or cannot run on shapes alone to bound its memory before allocating "
+                    f"it (on the meta device: {type(exc).__name__}: {first})")
+        return vb.over_bound(need.total, own_bytes)
 
     def _pool(self):
         from tools.worker.timing import InputPool

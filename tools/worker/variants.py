@@ -19,7 +19,15 @@ constructor arguments:
      scaled by FLOAT_SCALE;
   2. "leading": only the leading size (the first module-level int whose name mentions batch,
      else the first one of at least 2) becomes (v // 2) | 1.
-  A variant is never larger than the problem: every size shrinks, floats shrink in magnitude.
+  and, besides, one LARGER variant, the first of these the reference accepts within the memory
+  bound of tools/worker/variant_bytes.py (a tile or grid baked to the problem's size passes
+  every smaller variant, its mask hiding the difference, and fails a larger one):
+  3. "larger": every module-level int of at least MIN_SIZE becomes the larger odd value
+     (v + v // 4) | 1 (16 -> 21, 256 -> 321, 4096 -> 5121: about 1.25x, never a power of two),
+     floats unscaled;
+  4. "larger, leading kept": the same for all but the leading size;
+  5. "larger, last": the same for the last such int alone (in source order: most often the
+     innermost, the row length).
   The reference accepts a variant when it builds, runs, gives finite outputs where its own
   were finite, and its inputs' shapes or its constructor arguments differ from the problem's.
 """
@@ -45,6 +53,8 @@ class Variant:
     sizes: dict[str, int] = field(default_factory=dict)  # module-level name -> value while it runs
     float_scale: float = 1.0  # applied to floating constructor arguments (not bools)
     origin: str = "derived"  # "declared" or "derived"
+    larger: bool = False  # a derived variant larger than the problem (held out within a memory bound)
+    bytes: dict[str, int] = field(default_factory=dict)  # what the reference took on it: inputs, outputs
 
     def describe(self) -> str:
         parts = [f"{k}={v}" for k, v in self.sizes.items()]
@@ -54,12 +64,13 @@ class Variant:
 
     def to_dict(self) -> dict[str, Any]:
         return {"sizes": dict(self.sizes), "float_scale": self.float_scale, "origin": self.origin,
-                "describe": self.describe()}
+                "larger": self.larger, "describe": self.describe(),
+                "input_bytes": self.bytes.get("inputs", 0), "output_bytes": self.bytes.get("outputs", 0)}
 
 
 def candidates(module: Any, source: str) -> list[Variant] | None:
-    """The variants to try, in order (declared ones all count; of derived ones the first the
-    reference accepts); None when the problem declares its shapes fixed."""
+    """The variants to try, in order (declared ones all count; of derived ones the first smaller
+    and the first larger one the reference accepts); None when the problem declares its shapes fixed."""
     declared = getattr(module, DECLARED, None)
     if declared is not None:
         return _declared(module, declared) or None
@@ -71,7 +82,19 @@ def candidates(module: Any, source: str) -> list[Variant] | None:
         or next((n for n, v in sizes.items() if v >= 2), None)
     if leading is not None and sizes[leading] >= 3:
         found.append(Variant(sizes={leading: (sizes[leading] // 2) | 1}))
+    grown = [n for n, v in sizes.items() if v >= MIN_SIZE]
+    tried: list[list[str]] = []
+    for names in (grown, [n for n in grown if n != leading], grown[-1:]):
+        if names and names not in tried:
+            tried.append(names)
+            found.append(Variant(sizes={n: grow(sizes[n]) for n in names}, larger=True))
     return found
+
+
+def grow(v: int) -> int:
+    """The larger odd size of a larger variant: about 1.25x, so that inputs of two or three grown
+    sizes stay within the memory bound (tools/worker/variant_bytes.py)."""
+    return (v + v // 4) | 1
 
 
 def _declared(module: Any, declared: Any) -> list[Variant]:
