@@ -94,7 +94,8 @@ def _one(ev: "Evaluator", worker: WorkerProcess, result: Result, k: int, name: s
         return None
     # a Stats of its own: the result's error sizes stay those of the correctness trials
     compared = compare_reply(worker, header, payload, ref_out, ref_in, Stats(), ev.options.tolerances, result, name)
-    if not compared.readable:
+    if not compared.readable:  # the result says how (rejected); the record still lists the variant as failed
+        result.heldout.append({"variant": desc, "outcome": "failed", "detail": "malformed output from the worker"})
         return None
     if compared.problem:
         check, verdict, message = compared.problem
