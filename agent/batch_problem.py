@@ -110,6 +110,9 @@ def _run_agent(spec: dict[str, Any], log: Callable[[str], None]) -> dict[str, An
         # fault judges nothing), else error (every attempt was a fault), else no_attempt
         "verdict": "ok" if best else (judged or s["verdicts"] or ["no_attempt"])[-1],
         "correct": bool(best), "timing_measured": bool(best.get("timing_measured")),
+        # the best and eager both timed, the best not faster beyond noise (agent/kept_eager.py): the
+        # report counts the problem as 1.0x against eager; None where there is no correct kernel
+        "kept_eager": bool(best.get("kept_eager")) if best else None,
         "speedup_vs_eager": best.get("speedup_vs_eager"), "speedup_vs_compile": best.get("speedup_vs_compile"),
         "roofline_fraction": best.get("roofline_fraction"), "candidate_ms": best.get("median_ms"),
         "best_attempt": best.get("attempt"), "attempts": s["attempts"], "attempts_used": s["attempts_used"],
@@ -163,7 +166,7 @@ def _baseline_times(workspace: Path, attempt: int | None) -> dict[str, Any]:
 
 def _complete_row(row: dict[str, Any]) -> dict[str, Any]:
     """Every row carries every field (None where unknown), so readers need no special cases."""
-    for key in ("status", "verdict", "error", "resumed", "exit_code", "correct", "timing_measured",
+    for key in ("status", "verdict", "error", "resumed", "exit_code", "correct", "timing_measured", "kept_eager",
                 "speedup_vs_eager", "speedup_vs_compile", "roofline_fraction", "candidate_ms", "eager_ms",
                 "compile_ms", "floor_ms", "best_attempt", "attempts", "attempts_used", "correct_attempts",
                 "evaluator_faults", "format_errors", "tokens", "model_calls", "agent_wall_s", "model", "run_id",

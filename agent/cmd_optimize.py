@@ -3,7 +3,8 @@
 Progress goes to stderr (one line per attempt: verdict, best speedup so far); the final summary
 goes to stdout, as one JSON object with --json. Exit codes:
 
-    0   a correct kernel was found in this run (the best is in the workspace)
+    0   a correct kernel was found in this run (the best is in the workspace); where it is not
+        faster than eager PyTorch beyond noise, the summary says "no kernel faster than PyTorch"
     10  the run ended (a budget spent or an early stop) with no correct kernel
     11  the model endpoint was unreachable after retries, did not answer within the request
         timeout (tried twice), or refused the request (400/401/404); continue with --resume
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING
 from agent.cli import UsageError
 from agent.cli_checks import check_device, device_origin, readable_file
 from agent.config import AgentConfig, ConfigError, load_config
+from agent.kept_eager import NO_FASTER
 from agent.model_choice import BUILTIN, NoModelNamed, choose_model
 from tools.exit_codes import EXIT_BAD_PROBLEM, EXIT_MODEL, EXIT_SANDBOX, EXIT_UNRECOGNIZED
 
@@ -195,6 +197,9 @@ def report(result: RunResult, *, as_json: bool) -> None:
         if best["roofline_fraction"] is not None:
             figures.append(f"{best['roofline_fraction']:.0%} of the roofline floor")
         lines.append(f"best: attempt {best['attempt']}: " + ", ".join(figures))
+    if best is not None and best.get("kept_eager"):  # agent/kept_eager.py
+        lines.append(f"{NO_FASTER}: attempt {best['attempt']} is not faster than eager beyond noise; the reference "
+                     f"stays the answer (ratchet best --reference writes it as ModelNew)")
     if s["best_path"]:
         lines.append(f"best file: {s['best_path']}")
     print("\n".join(lines))

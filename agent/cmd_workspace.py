@@ -2,6 +2,8 @@
 
 PROBLEM is the problem file (its workspace is found by name and content hash) or the
 workspace's directory name. These commands only read: they take no lock and repair nothing.
+Where the best is not faster than eager PyTorch beyond noise (agent/kept_eager.py), `ratchet
+best` writes nothing and exits EXIT_KEPT_EAGER, or with --reference writes the reference as ModelNew.
 """
 from __future__ import annotations
 
@@ -13,9 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agent.cli import UsageError
+from agent.kept_eager import MODEL_NEW, kept_eager, no_faster_line, reference_as_model_new
 from agent.workspace_attempt import Attempt, format_ms
 from agent.workspace_lock import atomic_write
-from tools.exit_codes import EXIT_OK
+from tools.exit_codes import EXIT_KEPT_EAGER, EXIT_OK
 
 if TYPE_CHECKING:  # agent.workspace imports git: only when a command reads a workspace
     from agent.workspace import ProblemRepo
@@ -38,8 +41,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     show.add_argument("--json", action="store_true", help="one JSON object: attempt, source, result")
     show.set_defaults(func=run_show)
 
-    best = subparsers.add_parser("best", parents=[common], help="write the best ModelNew source (a drop-in file)")
+    best = subparsers.add_parser("best", parents=[common], help="write the best ModelNew source (a drop-in file)",
+                                 description="Write the best attempt's ModelNew source. When no kernel is faster than "
+                                             "PyTorch (the best and eager both timed, the best not faster beyond "
+                                             "noise) nothing is written and the exit code is 14, unless --reference "
+                                             "(docs/workspace.md).")
     best.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    best.add_argument("--reference", action="store_true",
+                      help="when no kernel is faster than PyTorch, write the problem's reference as a drop-in "
+                           "ModelNew instead (exit 0)")
+    best.add_argument("--entry", metavar="CLASS", default="Model",
+                      help="the reference class that --reference makes ModelNew of (default Model)")
     best.set_defaults(func=run_best)
 
 
@@ -120,21 +132,42 @@ def run_best(args: argparse.Namespace) -> int:
         attempt = repo.best()
         if attempt is None:
             raise UsageError(f"workspace {repo.name} has no correct attempt yet")
+        record = repo.record(attempt)
+        if kept_eager(attempt, record):  # agent/kept_eager.py: say so instead of handing out a slower kernel
+            line = no_faster_line(attempt, record)
+            if not args.reference:
+                print(f"ratchet best: {line}; nothing written (--reference writes the reference as {MODEL_NEW}; "
+                      f"ratchet show {repo.name} --best shows the attempt)", file=sys.stderr)
+                return EXIT_KEPT_EAGER
+            try:
+                source = reference_as_model_new(repo.reference_source(), entry=args.entry, why=line)
+            except ValueError as exc:
+                raise UsageError(f"cannot write the reference of {repo.name} as {MODEL_NEW}: {exc}") from None
+            _write(args.output, source)
+            where = f"to {args.output}" if args.output else "to stdout"
+            print(f"wrote the reference as {MODEL_NEW} {where}: {line}", file=sys.stderr)
+            return EXIT_OK
         source = repo.source(attempt)
-        note = generality_note(attempt.number, repo.record(attempt))
+        note = generality_note(attempt.number, record)
+    _write(args.output, source)
     if args.output:
-        out = Path(args.output)
+        print(f"wrote attempt {attempt.number} ({attempt.summary()}) to {args.output}", file=sys.stderr)
+    print(note, file=sys.stderr)
+    return EXIT_OK
+
+
+def _write(output: str | None, source: str) -> None:
+    """`source` to the file named (atomically), or to stdout."""
+    if output:
+        out = Path(output)
         if not out.parent.is_dir():
             raise UsageError(f"cannot write {out}: no directory {out.parent}")
         try:
             atomic_write(out, source)
         except OSError as exc:
             raise UsageError(f"cannot write {out}: {exc.strerror}") from None
-        print(f"wrote attempt {attempt.number} ({attempt.summary()}) to {out}", file=sys.stderr)
     else:
         sys.stdout.write(source)
-    print(note, file=sys.stderr)
-    return EXIT_OK
 
 
 def generality_note(number: int, record: dict) -> str:

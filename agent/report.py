@@ -4,11 +4,19 @@ Reads a run directory (`ratchet batch --out DIR`: `results.jsonl`, `run.json`) o
 JSONL file. The latest row of each problem counts. The headline numbers, as the field uses them:
 
 - fraction correct: problems with a correct kernel / all problems;
-- fraction faster than eager (torch.compile): problems with a correct, timed kernel whose
-  speedup against eager PyTorch (torch.compile) is above 1.0 / all problems;
-- geometric-mean speedup against torch.compile over all problems, where a failed problem (no
-  correct kernel) and a problem with no torch.compile time count as 1.0x;
+- fraction faster than eager (torch.compile): problems with a correct, timed kernel, not kept
+  eager, whose speedup against eager PyTorch (torch.compile) is above 1.0 / all problems;
+- geometric-mean speedup against torch.compile (and against eager) over all problems, where a
+  failed problem (no correct kernel), a kept-eager problem and a problem with no torch.compile
+  time count as 1.0x;
 - mean roofline fraction: over the problems with a correct, timed kernel.
+
+A problem is "kept eager" when its best kernel and eager PyTorch were both timed and the kernel
+is not faster beyond noise (agent/kept_eager.py; the row's `kept_eager`, or for rows written
+before it, a measured speedup against eager of at most 1.0, which can never be faster beyond
+noise): the reference stays the answer, so it counts as 1.0x against eager, never as a slowdown,
+and as faster than neither eager nor torch.compile. Its kernel's own ratio is still shown beside
+it (`best 0.11x`), and the RL reward keeps the honest ratio.
 
 A problem whose row has verdict `error` and no correct kernel was never judged: ratchet failed
 (an evaluator fault, or the agent raised), not the model. It is shown as an evaluator fault and
@@ -35,8 +43,12 @@ from agent.batch_log import RESULTS, RUN_META, RunLog
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 NOT_MEASURED = "not measured"
-FAILURE_NOTE = ("failed problems (no correct kernel) and problems without a torch.compile time count as 1.0x "
-                "in the geometric mean")
+FAILURE_NOTE = ("failed problems (no correct kernel), kept-eager problems (no kernel faster than PyTorch) and "
+                "problems without a torch.compile time count as 1.0x in the geometric mean")
+KEPT_EAGER = "kept eager"
+KEPT_NOTE = ("kept eager: the best kernel and eager PyTorch were both timed and the kernel is not faster beyond "
+             "noise; the reference stays the answer, counted as 1.0x against eager (never as a slowdown) and as "
+             "faster than neither eager nor torch.compile")
 FAULT_VERDICT = "error"  # a row's verdict when ratchet failed (tools.record.Verdict.ERROR, or the agent raised)
 FAULT_NOTE = ("evaluator faults (verdict error: ratchet failed, not the model) were never judged: neither correct "
               "nor incorrect, they stay in every denominator as not correct (1.0x); rerun them")
@@ -85,6 +97,22 @@ def timed(row: dict[str, Any]) -> bool:
     return bool(row.get("correct")) and bool(row.get("timing_measured")) and row.get("speedup_vs_eager") is not None
 
 
+def kept_eager(row: dict[str, Any]) -> bool:
+    """A correct, timed kernel not faster than eager beyond noise: the row's `kept_eager` (written by
+    agent/batch_problem.py from the best's record), else, for rows written before that field, a
+    speedup of at most 1.0 (a median no faster than eager's is never faster beyond noise)."""
+    if not timed(row):
+        return False
+    if isinstance(row.get("kept_eager"), bool):
+        return row["kept_eager"]
+    return row["speedup_vs_eager"] <= 1.0
+
+
+def faster(row: dict[str, Any]) -> bool:
+    """A correct, timed kernel that is the problem's answer (not kept eager)."""
+    return timed(row) and not kept_eager(row)
+
+
 def evaluator_fault(row: dict[str, Any]) -> bool:
     """No correct kernel and the verdict `error`: the problem was never judged (ratchet failed)."""
     return not row.get("correct") and row.get("verdict") == FAULT_VERDICT
@@ -99,13 +127,15 @@ def headline(rows: list[dict[str, Any]]) -> dict[str, Any]:
     correct = sum(bool(r.get("correct")) for r in rows)
     faults = [r["problem"] for r in rows if evaluator_fault(r)]
     measured = [r for r in rows if timed(r)]
+    kept = [r["problem"] for r in rows if kept_eager(r)]
     out: dict[str, Any] = {
         "problems": n, "correct": correct, "fraction_correct": correct / n if n else None,
         "timing_measured": bool(measured), "timed": len(measured),
         "faster_than_eager": None, "fraction_faster_than_eager": None,
         "faster_than_compile": None, "fraction_faster_than_compile": None,
-        "geomean_speedup_vs_compile": None, "mean_roofline_fraction": None, "roofline_problems": 0,
-        "failures_count_as": 1.0,
+        "geomean_speedup_vs_compile": None, "geomean_speedup_vs_eager": None,
+        "mean_roofline_fraction": None, "roofline_problems": 0,
+        "failures_count_as": 1.0, "kept_eager": len(kept), "kept_eager_problems": kept, "kept_eager_counts_as": 1.0,
         "evaluator_faults": len(faults), "evaluator_fault_problems": faults,
         "evaluator_fault_attempts": sum(r.get("evaluator_faults") or 0 for r in rows),
         "attempts": sum(r.get("attempts") or 0 for r in rows), "tokens": sum(r.get("tokens") or 0 for r in rows),
@@ -113,13 +143,16 @@ def headline(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
     if not measured or not n:
         return out
-    eager = sum(r["speedup_vs_eager"] > 1.0 for r in measured)
-    compiled = sum((r.get("speedup_vs_compile") or 0) > 1.0 for r in measured)
-    logs = [math.log(r["speedup_vs_compile"]) if timed(r) and (r.get("speedup_vs_compile") or 0) > 0 else 0.0
+    answers = [r for r in measured if faster(r)]  # kept-eager problems: 1.0x, faster than nothing
+    eager = sum(r["speedup_vs_eager"] > 1.0 for r in answers)
+    compiled = sum((r.get("speedup_vs_compile") or 0) > 1.0 for r in answers)
+    logs = [math.log(r["speedup_vs_compile"]) if faster(r) and (r.get("speedup_vs_compile") or 0) > 0 else 0.0
             for r in rows]
+    eager_logs = [math.log(r["speedup_vs_eager"]) if faster(r) and r["speedup_vs_eager"] > 0 else 0.0 for r in rows]
     fractions = [r["roofline_fraction"] for r in measured if r.get("roofline_fraction") is not None]
     out.update(faster_than_eager=eager, fraction_faster_than_eager=eager / n, faster_than_compile=compiled,
                fraction_faster_than_compile=compiled / n, geomean_speedup_vs_compile=math.exp(sum(logs) / n),
+               geomean_speedup_vs_eager=math.exp(sum(eager_logs) / n),
                mean_roofline_fraction=sum(fractions) / len(fractions) if fractions else None,
                roofline_problems=len(fractions))
     return out
@@ -139,6 +172,8 @@ def speed_cells(row: dict[str, Any]) -> tuple[str, str, str]:
         return "-", "-", "-"
     if not timed(row):
         return NOT_MEASURED, NOT_MEASURED, NOT_MEASURED
+    if kept_eager(row):
+        return f"1.00x {KEPT_EAGER} (best {_x(row['speedup_vs_eager'])})", KEPT_EAGER, _pct(row.get("roofline_fraction"))
     compile_cell = _x(row.get("speedup_vs_compile")) if row.get("speedup_vs_compile") is not None else NOT_MEASURED
     return _x(row["speedup_vs_eager"]), compile_cell, _pct(row.get("roofline_fraction"))
 
@@ -153,6 +188,8 @@ def one_problem(row: dict[str, Any]) -> str:
         return f"{verdict}{extra}, {row.get('attempts') or 0} attempt(s)"
     eager, compiled, _ = speed_cells(row)
     figures = f"{eager} vs eager, {compiled} vs torch.compile" if timed(row) else "timing not measured"
+    if kept_eager(row):
+        figures = f"{KEPT_EAGER}: no kernel faster than PyTorch (best {_x(row['speedup_vs_eager'])} vs eager)"
     return f"ok, {figures}, {row.get('attempts') or 0} attempt(s)"
 
 
@@ -188,6 +225,7 @@ def headline_lines(run: Run) -> list[str]:
         lines += [f"faster than eager:                {NOT_MEASURED}",
                   f"faster than torch.compile:        {NOT_MEASURED}",
                   f"geomean speedup vs torch.compile: {NOT_MEASURED}",
+                  f"geomean speedup vs eager:         {NOT_MEASURED}",
                   f"mean roofline fraction:           {NOT_MEASURED}",
                   "timing: not measured (no kernel was timed: a CPU run, Triton's interpreter checks correctness only)"]
         return lines
@@ -195,8 +233,12 @@ def headline_lines(run: Run) -> list[str]:
               f"faster than torch.compile:        {h['faster_than_compile']}/{n} ({_pct(h['fraction_faster_than_compile'])})",
               f"geomean speedup vs torch.compile: {_x(h['geomean_speedup_vs_compile'])} over all {n} problems "
               f"({FAILURE_NOTE})",
+              f"geomean speedup vs eager:         {_x(h['geomean_speedup_vs_eager'])} over all {n} problems",
               f"mean roofline fraction:           {_pct(h['mean_roofline_fraction'])} "
               f"(over {h['roofline_problems']} correct timed kernel(s))"]
+    if h["kept_eager"]:
+        lines.append(f"kept eager:                       {h['kept_eager']}/{n} ({', '.join(h['kept_eager_problems'])}): "
+                     f"no kernel faster than PyTorch; counted as 1.0x against eager, never as a slowdown")
     return lines
 
 
@@ -209,6 +251,8 @@ def json_report(run: Run) -> dict[str, Any]:
     notes = [FAILURE_NOTE]
     if h["evaluator_faults"]:
         notes.append(FAULT_NOTE)
+    if h["kept_eager"]:
+        notes.append(KEPT_NOTE)
     if not h["timing_measured"]:
         notes.append("timing not measured: every speed figure is null")
     return {"run": str(run.path), "headline": h, "missing": run.missing, "notes": notes, "problems": run.rows}
@@ -246,7 +290,7 @@ def _marks(row: dict[str, Any]) -> dict[str, float | None]:
         roofline = row["eager_ms"] / (row["candidate_ms"] * row["roofline_fraction"])
     elif row.get("roofline_fraction"):
         roofline = sve / row["roofline_fraction"]  # floor = kernel time * fraction
-    return {"kernel": sve, "compile": compile_mark, "roofline": roofline}
+    return {"kernel": None if kept_eager(row) else sve, "compile": compile_mark, "roofline": roofline}
 
 
 def chart(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -281,6 +325,8 @@ def chart(rows: list[dict[str, Any]]) -> dict[str, Any]:
             item["note"] = f"no correct kernel ({r.get('verdict')})"
         elif not item["timed"]:
             item["note"] = "correct; timing not measured"
+        elif kept_eager(r):
+            item["note"] = f"{KEPT_EAGER}: no kernel faster than PyTorch (best {_x(r['speedup_vs_eager'])})"
         out_rows.append(item)
     ticks = []
     v = lo
@@ -310,11 +356,14 @@ def render_html(run: Run) -> str:
                   ("faster than torch.compile", _pct(h["fraction_faster_than_compile"]),
                    f"{h['faster_than_compile']} of {h['problems']}"),
                   ("geomean vs torch.compile", _x(h["geomean_speedup_vs_compile"]), "failures count as 1.0x"),
+                  ("geomean vs eager", _x(h["geomean_speedup_vs_eager"]),
+                   f"kept eager: {h['kept_eager']} (1.0x)" if h["kept_eager"] else "failures count as 1.0x"),
                   ("mean roofline fraction", _pct(h["mean_roofline_fraction"]),
                    f"over {h['roofline_problems']} timed kernel(s)")]
     else:
         tiles += [(name, NOT_MEASURED, "no GPU timing in this run") for name in
-                  ("faster than eager", "faster than torch.compile", "geomean vs torch.compile", "mean roofline fraction")]
+                  ("faster than eager", "faster than torch.compile", "geomean vs torch.compile", "geomean vs eager",
+                   "mean roofline fraction")]
     settings = run.meta.get("settings") or {}
     return env.get_template("report.html.j2").render(
         title=f"ratchet batch report: {Path(run.meta.get('suite') or run.path).name}",
@@ -322,6 +371,7 @@ def render_html(run: Run) -> str:
         generated=time.strftime("%Y-%m-%d %H:%M:%S"), tiles=tiles, headline=h, chart=chart(run.rows),
         rows=table_rows, missing=run.missing, failure_note=FAILURE_NOTE, seconds_label=device_label(run),
         faults=h["evaluator_fault_problems"], fault_note=FAULT_NOTE,
+        kept=h["kept_eager_problems"], kept_note=KEPT_NOTE,
         not_measured=NOT_MEASURED)
 
 

@@ -26,6 +26,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 
 from agent.config import AgentConfig
 from agent.graph import compile_graph, steps_needed
+from agent.kept_eager import kept_eager
 from agent.model import ModelClient, ModelError
 from agent.nodes import AgentContext, empty_baseline, trajectory_text
 from tools.env import target_name
@@ -142,12 +143,20 @@ def run_summary(state: AgentState, repo, *, error: ModelError | None = None) -> 
             "attempt": best["attempt"], "sha": best["sha"], "speedup_vs_eager": best["speedup_vs_eager"],
             "speedup_vs_compile": best["speedup_vs_compile"], "median_ms": best["median_ms"],
             "roofline_fraction": best["roofline_fraction"], "timing_measured": best["timing_measured"],
+            "kept_eager": _kept_eager(repo, best["attempt"]),
         },
         "best_path": str(repo.best_path) if workspace_best is not None else None,
         "workspace_best_attempt": workspace_best.number if workspace_best is not None else None,
         "tokens_used": state.get("tokens_used", 0), "model_calls": len(state.get("usage", [])),
         "wall_s": round(state.get("wall_s", 0.0), 3),
     }
+
+
+def _kept_eager(repo, number: int) -> bool:
+    """Whether the run's best, and eager PyTorch, were both timed and the best is not faster beyond
+    noise (agent/kept_eager.py): the run then ends with "no kernel faster than PyTorch"."""
+    attempt = repo.attempt(number)
+    return attempt is not None and kept_eager(attempt, repo.record(attempt))
 
 
 def _evaluator(problem: Path, config: AgentConfig):

@@ -48,6 +48,7 @@ The agent's API (errors are `WorkspaceError` subclasses, each with a one-line me
         att.number, att.sha, att.became_best, att.is_best
         repo.best(); repo.attempts(); repo.attempt(3); repo.latest()     # Attempt | list | None
         repo.source(att); repo.record(att)                   # candidate source; result dict
+        repo.reference_source()                              # the problem file (reference.py)
         repo.best_path, repo.best_result_path                # <repo>/best/candidate.py, .json
         repo.save_trajectory(run_id, text)                   # between attempts, on the trajectories ref
         repo.trajectories(); repo.trajectory(att)            # each run's latest; as of an attempt

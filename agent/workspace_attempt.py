@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tools.record import Result, Verdict
+from tools.record import Result, TimeStats, Verdict
 from tools.stats import below_beyond_offset
 
 NA = "n/a"
@@ -204,4 +204,19 @@ def beats(new: Attempt, incumbent: Attempt | None) -> bool:
         return True
     high = new.ci_high_ms if new.ci_high_ms is not None else new.median_ms
     low = incumbent.ci_low_ms if incumbent.ci_low_ms is not None else incumbent.median_ms
+    return below_beyond_offset(high, low)
+
+
+def beats_eager(attempt: Attempt, eager: TimeStats) -> bool | None:
+    """Whether a correct attempt beats eager PyTorch beyond noise, by the margin of `beats`: its
+    95% interval's high end below eager's low end by more than a fresh process's own timing
+    offset (tools.stats.below_beyond_offset; a missing bound falls back to the median).
+
+    None where it cannot be said: the attempt is not correct, or its time or eager's was not
+    measured (a CPU run). False ("kept eager": the reference stays the answer) only where both
+    were measured, so an untimed attempt is never called slower than eager; a NaN is False."""
+    if not attempt.ok or not attempt.timed or not eager.measured or eager.median_ms is None:
+        return None
+    high = attempt.ci_high_ms if attempt.ci_high_ms is not None else attempt.median_ms
+    low = eager.ci_low_ms if eager.ci_low_ms is not None else eager.median_ms
     return below_beyond_offset(high, low)

@@ -158,6 +158,10 @@ class ProblemRepo:
     def record(self, attempt: Attempt) -> dict:
         return json.loads(self._git("cat-file", "blob", f"{attempt.sha}:{RESULT}", raw=True))
 
+    def reference_source(self) -> str:
+        """The problem file as the workspace holds it (reference.py, committed first on main)."""
+        return self._git("cat-file", "blob", f"{MAIN}:{REFERENCE}", raw=True)
+
     def trajectories(self) -> list[SavedTrajectory]:
         """The latest saved trajectory of each run, oldest run first (agent.workspace_trajectories)."""
         return saved_trajectories(self, MAIN)

@@ -39,6 +39,9 @@ EXIT_UNRECOGNIZED = 12  # the built-in policy recognizes nothing in the module; 
 EXIT_INCOMPLETE = 1  # batch: some problems have no final result (a worker crashed, the endpoint failed)
 EXIT_FLAGGED = 1  # suite check: at least one problem flagged (an error or a warning)
 
+# `ratchet best`
+EXIT_KEPT_EAGER = 14  # no correct attempt is faster than eager PyTorch beyond noise: nothing written (--reference writes the reference)
+
 # the batch's worker process (agent/batch_local.py), read by the batch driver, never by a user
 EXIT_PARENT_GONE = 137  # the batch process that started this worker is gone; the worker stopped at once
 
@@ -109,6 +112,10 @@ TABLE: tuple[ExitCode, ...] = (
     ExitCode("EXIT_SANDBOX", EXIT_SANDBOX, (EVAL, OPTIMIZE, BATCH),
              "the required OS sandbox is not available on this machine (one line on stderr names what is missing); "
              "use --sandbox best-effort to run with weaker isolation"),
+    ExitCode("EXIT_KEPT_EAGER", EXIT_KEPT_EAGER, (WORKSPACE,),
+             "best: no kernel faster than PyTorch: the best attempt and eager were both timed and the attempt is not "
+             "faster beyond noise; nothing is written (one line on stderr says why); --reference writes the "
+             "reference as ModelNew instead (exit 0)"),
     ExitCode("EXIT_INTERRUPTED", EXIT_INTERRUPTED, ALL + (WORKER,),
              "interrupted (Ctrl-C; SIGTERM for batch); optimize and batch continue with --resume"),
     ExitCode("EXIT_PARENT_GONE", EXIT_PARENT_GONE, (WORKER,),
