@@ -109,10 +109,11 @@ def check(ev: "Evaluator", worker: WorkerProcess, plan: "TimingPlan", result: Re
             return False
         passes.copy = copy_ms(ev, stamps.get("copied", 0.0))
         passes.candidate.append((cand[2] - start) * 1e3 - passes.copy)
-        one = _request(ev, ev.reference, {"calls": calls[:1]}, result)
+        one = _request(ev, ev.reference, {"calls": calls[:1]}, result) if k > 1 else None
         eager = _request(ev, ev.reference, {"calls": calls}, result)
-        if one is None or eager is None:
+        if eager is None or (k > 1 and one is None):
             return False
+        one = one or eager  # one call per pass: the same pass
         passes.eager_one.append(one[3])
         passes.eager_k.append(eager[3])
         if not _verify(ev, worker, cand, eager, rep * k, result):
