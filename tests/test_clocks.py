@@ -61,3 +61,20 @@ def test_calls_per_pass_respect_the_pool_memory_and_work_bounds():
     assert burst_size(4096, 4096, 5, 0.004) == 5
     assert burst_size(1 << 30, 1 << 30, 2, 0.5) == 1  # a 1 GiB set: one at a time
     assert burst_size(4096, 4096, 64, 5.0) == int(PASS_MS / 5.0)
+
+
+def test_every_call_of_a_run_must_be_answered_and_right():
+    """The outputs of timed blocks and back-to-back passes (tools.trial_checks.calls_mismatch):
+    a worker that answers fewer calls than asked, or not with a list, leaves none unchecked."""
+    import torch
+
+    from tools.record import Verdict
+    from tools.trial_checks import calls_mismatch
+
+    refs = [torch.arange(4.0), torch.arange(4.0) + 1]
+    assert calls_mismatch(refs, [r.clone() for r in refs], None, 0, "timed") is None
+    kind, verdict, message = calls_mismatch(refs, refs[:1], None, 0, "timed")
+    assert (kind, verdict) == ("count", Verdict.REJECTED) and "2 timed calls with outputs 1" in message
+    assert calls_mismatch(refs, {"0": refs[0]}, None, 0, "timed")[:2] == ("count", Verdict.REJECTED)
+    kind, verdict, message = calls_mismatch(refs, [refs[0], refs[0]], None, 10, "back-to-back")
+    assert (kind, verdict) == ("values", Verdict.INCORRECT) and message.startswith("back-to-back call 12 ")

@@ -30,11 +30,11 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tools.compare import Stats, compare_trees
 from tools.feed import feed
 from tools.process import WorkerProcess
 from tools.record import Result, Verdict
 from tools.transport import TransportError
+from tools.trial_checks import calls_mismatch
 from tools.verdict import fail, passed
 
 if TYPE_CHECKING:
@@ -171,16 +171,11 @@ def _verify(ev: "Evaluator", worker: WorkerProcess, cand: tuple[Any, ...], eager
         outs, refs = worker.outputs(cand[0], cand[1]), ev.reference.outputs(eager[0], eager[1])
     except (TransportError, KeyError, TypeError, ValueError) as exc:
         return fail(result, Verdict.REJECTED, "timing:two-clocks", f"malformed outputs of back-to-back calls: {exc}")
-    if not isinstance(outs, list) or len(outs) != len(refs):
-        return fail(result, Verdict.REJECTED, "timing:two-clocks",
-                    f"{len(outs) if isinstance(outs, list) else type(outs).__name__} outputs for {len(refs)} back-to-back calls")
-    for i, (ref, out) in enumerate(zip(refs, outs)):
-        found = compare_trees(ref, out, Stats(), ev.options.tolerances)
-        if found:
-            return fail(result, Verdict.INCORRECT, "timing:two-clocks",
-                        f"back-to-back call {first + i + 1} returned a different result from the reference "
-                        f"(a kernel must do the full work on every call): {found.message}")
-    return True
+    found = calls_mismatch(refs, outs, ev.options.tolerances, first, "back-to-back")
+    if found is None:
+        return True
+    _, verdict, message = found
+    return fail(result, verdict, "timing:two-clocks", message)
 
 
 def copy_ms(ev: "Evaluator", nbytes: float) -> float:

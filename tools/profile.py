@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 from tools import clocks
 from tools.baseline_cache import BaselineCache
-from tools.compare import Stats, compare_trees
 from tools.feed import feed
 from tools.interleave import block_order
 from tools.process import WorkerProcess
 from tools.record import Result, TimeStats, Verdict
 from tools.roofline import Ceilings, build_roofline, impossible
 from tools.stats import SampleCollector, speedup, to_time_stats
+from tools.trial_checks import calls_mismatch
 from tools.transport import TransportError
 from tools.verdict import fail, passed
 
@@ -141,19 +141,13 @@ def _fed(ev: "Evaluator", worker: WorkerProcess, calls: list[tuple[int, int]], w
 
 def _verify(ev: "Evaluator", replies: dict[str, Any], first: int, result: Result) -> bool:
     """Each timed candidate output against the eager reference's output on the same inputs."""
-    outs = replies["candidate"]
-    if not isinstance(outs, list) or len(outs) != len(replies["eager"]):  # a shorter list would leave calls unchecked
-        count = len(outs) if isinstance(outs, list) else type(outs).__name__
-        return fail(result, Verdict.REJECTED, "timing:outputs", f"the candidate's worker answered "
-                    f"{len(replies['eager'])} timed calls with outputs {count}",
-                    "Rejected: the timing reply does not match the request.")
-    for i, (ref, out) in enumerate(zip(replies["eager"], replies["candidate"])):
-        found = compare_trees(ref, out, Stats(), ev.options.tolerances)
-        if found:
-            msg = (f"timed call {first + i + 1} returned a different result from the reference "
-                   f"(a kernel must do the full work on every call): {found.message}")
-            return fail(result, Verdict.INCORRECT, "timing:verified", msg)
-    return True
+    found = calls_mismatch(replies["eager"], replies["candidate"], ev.options.tolerances, first, "timed")
+    if found is None:
+        return True
+    kind, verdict, message = found
+    if kind == "count":
+        return fail(result, verdict, "timing:outputs", message, "Rejected: the timing reply does not match the request.")
+    return fail(result, verdict, "timing:verified", message)
 
 
 def _same_stream(result: Result, gaps: dict[str, list[float]]) -> bool:

@@ -6,7 +6,8 @@ outputs, or its inputs after forward(), differ from the reference's (mismatch); 
 reply to a trial request, for the correctness trials (tools/trials.py) and the held-out ones
 (tools/heldout.py) alike; each phrases its own failure message. nonfinite() tells whether a
 reference output holds NaN or infinity (the shifted input distribution is dropped for problems
-where it does).
+where it does). calls_mismatch() checks the outputs of a run of calls (timed blocks,
+tools/profile.py; back-to-back passes, tools/clocks.py) one by one against the reference's.
 """
 from __future__ import annotations
 
@@ -83,3 +84,19 @@ def nonfinite(tree: Any) -> bool:
     if isinstance(tree, (list, tuple)):
         return any(nonfinite(x) for x in tree)
     return False
+
+
+def calls_mismatch(refs: list[Any], outs: Any, tolerances: dict[str, Tolerance] | None, first: int,
+                   what: str) -> Problem | None:
+    """The outputs of a run of calls against the reference's on the same inputs, one by one:
+    ("count", rejected, ...) when the worker did not answer every call with an output (a shorter
+    list would leave calls unchecked), ("values", incorrect, ...) for the first that differs."""
+    if not isinstance(outs, list) or len(outs) != len(refs):
+        count = len(outs) if isinstance(outs, list) else type(outs).__name__
+        return "count", Verdict.REJECTED, f"the candidate's worker answered {len(refs)} {what} calls with outputs {count}"
+    for i, (ref, out) in enumerate(zip(refs, outs)):
+        found = compare_trees(ref, out, Stats(), tolerances)
+        if found:
+            return ("values", Verdict.INCORRECT, f"{what} call {first + i + 1} returned a different result from the "
+                    f"reference (a kernel must do the full work on every call): {found.message}")
+    return None
