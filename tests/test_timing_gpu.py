@@ -162,6 +162,9 @@ class ModelNew(nn.Module):
         return launch_slow(x)
 '''
 
+# ... and it answers the back-to-back passes before its GPU work is done: no synchronization left
+SLOW_EARLY = SLOW_FORGED.replace("timing._elapsed = lambda", "timing.synchronize = lambda device: None\n        timing._elapsed = lambda")
+
 SCALE_ADD_4M = '''
 import torch
 import torch.nn as nn
@@ -289,9 +292,12 @@ class ModelNew(nn.Module):
 
 
 def test_cuda_build_runs_ahead_on_cpu_cores_and_is_reported_separately(tmp_path):
-    """prebuild() compiles in a worker without the GPU; evaluate() then finds the build cached."""
+    """prebuild() compiles in a worker without the GPU while the GPU evaluates something else;
+    evaluate() then waits for a fraction of the build (`prebuild` is the build's whole run,
+    `cuda_build` what the evaluation waited)."""
     with Evaluator(HERE / "scale_add.py", EvalOptions(device="cuda:0", cache_dir=tmp_path)) as ev:  # cold cache
         assert ev.prebuild(CUDA_SOURCE)
+        assert ev.evaluate(HONEST).verdict is Verdict.OK  # the GPU's other work, meanwhile
         r = ev.evaluate(CUDA_SOURCE)
     assert r.verdict is Verdict.OK, r.message
     assert r.phases["prebuild"] > 1.0  # nvcc ran there...
@@ -310,3 +316,15 @@ def test_a_forged_time_is_caught_by_the_parents_clock(tmp_path):
     assert any(c.name == "timing:two-clocks" and c.passed for c in honest.checks), honest.checks
     assert forged.verdict is Verdict.REJECTED, forged.message
     assert any(c.name == "timing:two-clocks" and not c.passed for c in forged.checks), forged.checks
+
+
+def test_answering_before_the_work_is_done_gains_nothing(tmp_path):
+    """Forged times, and a worker whose synchronizations are gone, so it answers while its kernels
+    still run: the parent copies the outputs the moment the reply comes and stops its clock after
+    that copy, so the work is either inside the clock or missing from the outputs checked."""
+    problem = tmp_path / "scale_add_4m.py"
+    problem.write_text(SCALE_ADD_4M)
+    with Evaluator(problem, EvalOptions(device="cuda:0", disabled_rules=frozenset({"import"}))) as ev:
+        early = ev.evaluate(SLOW_EARLY)
+    assert "timing.synchronize = lambda device: None" in SLOW_EARLY
+    assert early.verdict in (Verdict.REJECTED, Verdict.INCORRECT), early.message

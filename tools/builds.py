@@ -123,7 +123,9 @@ def _cuda(ev: "Evaluator", source: str, digest: str, result: Result) -> Files | 
         return None
     finally:
         proc.close()
-        result.phases["cuda_build"] = round(time.monotonic() - t0, 4)
+        now = time.monotonic()
+        result.phases["cuda_build"] = round(now - t0, 4)  # what this evaluation waited for the build
+        result.phases["prebuild"] = round(now - proc.spawned_at, 4)  # the build worker's whole run
     if not ev.verdict_from_reply(header, "build", result):
         return None
     try:

@@ -5,18 +5,25 @@ process) can be forged by native code. The parent cannot time kernels in another
 can time requests: after the timed blocks, the worker runs one call per input set back to back
 (no events, no per-call synchronization, no L2 flush; `burst` in tools/worker/worker.py), and the
 parent reads its own clock from just before it copies those input sets into the worker (the
-candidate cannot start on inputs it does not have) until the reply arrives. Every output of these
-calls is checked against the eager reference on the same inputs, so the work cannot be skipped,
-and no two calls share inputs, so it cannot be cached; the calls are ordered on one stream, so
-they cannot overlap. Hence the parent's clock, less the copy and the request's own overhead, can
-be made longer by a candidate but never shorter than the work it did.
+candidate cannot start on inputs it does not have) until it holds its own copy of the outputs
+(taken the moment the reply arrives, on its own stream: work the candidate finishes after
+answering is either inside that clock or missing from the copy). Every output of these calls is
+checked, in that copy, against the eager reference on the same inputs, so the work cannot be
+skipped, and no two calls share inputs, so it cannot be cached; the calls are ordered on one
+stream, so they cannot overlap. Hence the parent's clock, less the copies and the request's own
+overhead, can be made longer by a candidate but never shorter than the work it did.
 
 The overhead of a request (the pipe both ways, two synchronizations, handing the outputs over) is
 measured on the eager reference, which is trusted, in the same run: passes of 1 and k calls give
 its per-call cost and what is left over. A sandboxed candidate worker answers more slowly, so the
 candidate's own passes of 1 and k calls give its overhead, kept between the reference's and that
-plus REQUEST_ALLOWANCE_MS. The copy is charged at the bandwidth the parent measured on its own
-buffers when the evaluator opened.
+plus REQUEST_ALLOWANCE_MS. Three copies of a pass are charged: the parent's copy of the inputs
+in and of the outputs out (each its own event-timed duration, at most COPY_SLACK times what the
+bandwidth the parent measured on its own buffers when the evaluator opened predicts, so that a
+candidate hogging the GPU during them gains little), and the worker's hand-over of each output
+into its arena (at that bandwidth: it happens in the candidate's process, where nothing can be
+timed). The hand-over is charged on every pass, the reference's included, so that what is left
+per call is the calls' own work.
 
 A disagreement, the parent's time per call above RATIO times the worker's median plus
 HOST_ALLOWANCE_MS (the worker's protocol hides up to 0.2 ms of host work per call behind a GPU
@@ -52,6 +59,10 @@ BURST_MAX = 32  # calls per pass, at most
 PASS_MS = 20.0  # ... and about this much work per pass, by the worker's median
 FIRST_CALL = 10**6  # pool calls from here on: seeds not used by the timed blocks
 COPY_PROBE_BYTES = 128 << 20
+# the parent's own copies in a pass are charged at their event-timed duration, at most this many
+# times what the bandwidth measured at open predicts (the copies in a pass go between two other
+# processes' memory and may be slower than the probe's; docs/integrity.md has the measurement)
+COPY_SLACK = 1.5
 
 
 @dataclass
@@ -60,13 +71,16 @@ class Passes:
     candidate_one: list[float]  # ... one candidate call (reported, never used to judge: padding lowers a slope)
     eager_one: list[float]  # ... one eager call
     eager_k: list[float]  # ... k eager calls
-    copy: float = 0.0  # ms charged for copying a pass's inputs
+    copy: float = 0.0  # ms charged for the copies of the last k-call pass (inputs in, outputs out)
+    copy_timed: float = 0.0  # ... what those copies took by the parent's events
+    handover: float = 0.0  # ms charged per call for the worker's hand-over of its outputs
 
     def describe(self) -> str:
         def ms(xs: list[float]) -> str:
             return "/".join(f"{x:.3g}" for x in xs) or "-"
         return (f"passes in ms: candidate {ms(self.candidate)}, candidate x1 {ms(self.candidate_one)}, "
-                f"eager x1 {ms(self.eager_one)}, eager {ms(self.eager_k)}; copy charged {self.copy:.3g}")
+                f"eager x1 {ms(self.eager_one)}, eager {ms(self.eager_k)}; copies charged {self.copy:.3g} "
+                f"(timed {self.copy_timed:.3g}), hand-over {self.handover:.3g} per call")
 
     def per_call(self, k: int, eager_median_ms: float) -> tuple[float, float]:
         """(candidate's time per call by the parent's clock, the request overhead subtracted).
@@ -98,7 +112,7 @@ class Passes:
 def check(ev: "Evaluator", worker: WorkerProcess, plan: "TimingPlan", result: Result) -> bool:
     """Compare the parent's clock with the worker's median; False when the verdict is set."""
     k = burst_size(ev.problem.input_bytes, ev.problem.output_bytes, plan.pool, result.candidate_time.median_ms or 0.0)
-    passes = Passes([], [], [], [])
+    passes = Passes([], [], [], [], handover=copy_ms(ev, ev.problem.output_bytes))
     for rep in range(REPS):
         calls = [plan.call(FIRST_CALL + rep * k + i) for i in range(k)]
         stamps: dict[str, float] = {}
@@ -107,22 +121,30 @@ def check(ev: "Evaluator", worker: WorkerProcess, plan: "TimingPlan", result: Re
         cand = _request(ev, worker, {"calls": trees, "warmup": None}, result)
         if cand is None:
             return False
-        passes.copy = copy_ms(ev, stamps.get("copied", 0.0))
-        passes.candidate.append((cand[2] - start) * 1e3 - passes.copy)
+        try:
+            outs, taken = _take_outputs(ev, worker, cand)
+        except (TransportError, KeyError, TypeError, ValueError) as exc:
+            return fail(result, Verdict.REJECTED, "timing:two-clocks", f"malformed outputs of back-to-back calls: {exc}")
+        end = time.perf_counter()
+        copied = stamps.get("copied", 0.0)
+        timed = stamps.get("copy_ms", 0.0) + taken.get("copy_ms", 0.0)
+        predicted = copy_ms(ev, copied + taken.get("copied", 0.0))
+        passes.copy, passes.copy_timed = min(timed, COPY_SLACK * predicted) if timed else predicted, timed
+        passes.candidate.append((end - start) * 1e3 - passes.copy - k * passes.handover)
         one = _request(ev, ev.reference, {"calls": calls[:1]}, result) if k > 1 else None
         eager = _request(ev, ev.reference, {"calls": calls}, result)
         if eager is None or (k > 1 and one is None):
             return False
         one = one or eager  # one call per pass: the same pass
-        passes.eager_one.append(one[3])
-        passes.eager_k.append(eager[3])
-        if not _verify(ev, worker, cand, eager, rep * k, result):
+        passes.eager_one.append(one[3] - passes.handover)
+        passes.eager_k.append(eager[3] - k * passes.handover)
+        if not _verify(ev, outs, eager, rep * k, result):
             return False
-        if k > 1:  # after the check: its reply reuses the memory the outputs above were read from
+        if k > 1:
             single = _request(ev, worker, {"calls": trees[:1], "warmup": None}, result)
             if single is None:
                 return False
-            passes.candidate_one.append(single[3])
+            passes.candidate_one.append(single[3] - passes.handover)
     median = result.candidate_time.median_ms or 0.0
     parent, overhead = passes.per_call(k, result.eager_time.median_ms or 0.0)
     allowed = RATIO * median + HOST_ALLOWANCE_MS + passes.noise(k)
@@ -165,10 +187,36 @@ def _request(ev: "Evaluator", proc: WorkerProcess, fields: dict[str, Any],
     return header, payload, done, (done - sent) * 1e3
 
 
-def _verify(ev: "Evaluator", worker: WorkerProcess, cand: tuple[Any, ...], eager: tuple[Any, ...],
-            first: int, result: Result) -> bool:
+def _take_outputs(ev: "Evaluator", worker: WorkerProcess, cand: tuple[Any, ...]) -> tuple[Any, dict[str, float]]:
+    """The parent's own copy of a burst's outputs, taken on its own stream right after the reply
+    and synchronized: the values checked are those the outputs held when the clock stopped.
+    Returns the outputs (views into the copy) and what the copy moved and took."""
+    from tools.feed import arena_used
+    from tools.transport import decode
+
+    arena = worker.map_arena(cand[0])
+    if arena is None or not ev.device.startswith("cuda"):  # CPU: the payload is already ours
+        return worker.outputs(cand[0], cand[1]), {}
+    used = min(arena_used(cand[0]["tree"]), arena.numel())
+    copy, ms = timed_copy(arena[:used], ev.device)
+    return decode(cand[0]["tree"], cand[1], copy), {"copied": float(used), "copy_ms": ms}
+
+
+def timed_copy(source: Any, device: str) -> tuple[Any, float]:
+    """A synchronized copy of `source` on the parent's stream, and its duration by CUDA events (ms)."""
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    copy = source.clone()
+    end.record()
+    end.synchronize()
+    return copy, start.elapsed_time(end)
+
+
+def _verify(ev: "Evaluator", outs: Any, eager: tuple[Any, ...], first: int, result: Result) -> bool:
     try:
-        outs, refs = worker.outputs(cand[0], cand[1]), ev.reference.outputs(eager[0], eager[1])
+        refs = ev.reference.outputs(eager[0], eager[1])
     except (TransportError, KeyError, TypeError, ValueError) as exc:
         return fail(result, Verdict.REJECTED, "timing:two-clocks", f"malformed outputs of back-to-back calls: {exc}")
     found = calls_mismatch(refs, outs, ev.options.tolerances, first, "back-to-back")

@@ -25,7 +25,8 @@ def feed(ev: "Evaluator", worker: WorkerProcess, sets: list[Set],
          stamps: dict[str, float] | None = None) -> tuple[list[dict[str, Any]], bytes]:
     """Write the input sets `sets` into `worker`; returns one tree per set (and the request's
     payload on the CPU). `stamps`, when given, receives the parent's clock right before the copy
-    into the worker starts ("copy_start") and the bytes copied ("copied")."""
+    into the worker starts ("copy_start"), the bytes copied ("copied") and the copy's duration by
+    CUDA events on the parent's stream ("copy_ms")."""
     cap = max((ev.arena_cap(len(sets), inputs_only=True, dist=dist) for _, _, dist in sets),
               default=ev.arena_cap(len(sets), inputs_only=True))
     with ev._lock:  # the reference worker is shared
@@ -38,9 +39,18 @@ def feed(ev: "Evaluator", worker: WorkerProcess, sets: list[Set],
         used = arena_used(header["tree"])
         if used:
             target = worker.input_arena_of(used, ev.options.trial_timeout)
-            if stamps is not None:
+            if stamps is None:
+                target[:used].copy_(source[:used])
+            else:
+                import torch
+
+                begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 stamps.update(copy_start=time.perf_counter(), copied=float(used))
-            target[:used].copy_(source[:used])
+                begin.record()
+                target[:used].copy_(source[:used])
+                end.record()
+                end.synchronize()
+                stamps["copy_ms"] = begin.elapsed_time(end)
             _synchronize(ev.device)
     return trees, b""
 
