@@ -4,6 +4,7 @@ Run on the GPU machine: python -m pytest -m gpu tests/test_timing_gpu.py
 """
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -297,11 +298,16 @@ def test_cuda_build_runs_ahead_on_cpu_cores_and_is_reported_separately(tmp_path)
     `cuda_build` what the evaluation waited)."""
     with Evaluator(HERE / "scale_add.py", EvalOptions(device="cuda:0", cache_dir=tmp_path)) as ev:  # cold cache
         assert ev.prebuild(CUDA_SOURCE)
+        started = time.monotonic()
         assert ev.evaluate(HONEST).verdict is Verdict.OK  # the GPU's other work, meanwhile
+        other = time.monotonic() - started
         r = ev.evaluate(CUDA_SOURCE)
     assert r.verdict is Verdict.OK, r.message
     assert r.phases["prebuild"] > 1.0  # nvcc ran there...
-    assert r.phases["cuda_build"] < 0.5 * r.phases["prebuild"]  # ...so the GPU worker only loaded it
+    # ...while the other evaluation ran: the wait is the build less what ran ahead (a cold nvcc
+    # build can outlast the other evaluation: measured 53 s of build against 5 s of evaluation)
+    assert r.phases["cuda_build"] <= r.phases["prebuild"] - 0.8 * other
+    assert "cuda_load" in r.phases  # the GPU worker loaded what the build worker made
 
 
 def test_a_forged_time_is_caught_by_the_parents_clock(tmp_path):
