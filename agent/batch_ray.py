@@ -133,11 +133,10 @@ def run_on_node(fn: Callable[[dict[str, Any], Any], dict[str, Any]], spec: dict[
         if not key:
             raise RuntimeError(f"--api-key-env {api_key_env}: not set on node {socket.gethostname()}")
         spec = {**spec, "settings": {**spec.get("settings", {}), "api_key": key}}  # on the node only
-    gpus = [str(g) for g in ray.get_gpu_ids()]
-    row = fn(spec, RayChannel(mailbox))
-    if row.get("status") != "fenced":
-        row.update(executor="ray", node=socket.gethostname(), ray_node_id=ray.get_runtime_context().get_node_id(),
-                   gpu=",".join(gpus) or None)
+    gpus = ",".join(str(g) for g in ray.get_gpu_ids()) or None
+    node_id = ray.get_runtime_context().get_node_id()
+    row = fn({**spec, "executor": "ray", "node": socket.gethostname(), "gpu": gpus}, RayChannel(mailbox))
+    row["ray_node_id"] = node_id
     return row
 
 
