@@ -70,7 +70,9 @@ def run_on_ray(args: argparse.Namespace, suite: Path, problems: list[Path], sett
         session = f"{meta['sessions'][-1]['started_at']:.3f}-{os.getpid()}"
         service = WorkspaceService(Path(settings["workspace"]), {problem_key(p): p for p in problems}, session,
                                    log=lambda line: _append(out / LOGS / "service.log", line))
-        scale = {SCALE_VAR: slots[0].env[SCALE_VAR]} if SCALE_VAR in slots[0].env else {}
+        # the suite's size switch is the driver's choice (chosen here or set in its environment), not the node's
+        chosen = slots[0].env.get(SCALE_VAR) or os.environ.get(SCALE_VAR)
+        scale = {SCALE_VAR: chosen} if chosen else {}
         scheduler = RayScheduler(service.handle, cpu_slots=args.cpu_workers, env=scale,
                                  api_key_env=args.api_key_env, warn=write)
         # resume=True: a task retried after its worker died continues the run it began (the lease says whether

@@ -23,8 +23,9 @@ class LocalCluster:
     """A head node held by a small Python process (ray.init starts the GCS and the raylet as its
     children and stops them when it exits); drivers join it by address, as on a real cluster."""
 
-    def __init__(self, num_cpus: int = 2):
-        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    def __init__(self, num_cpus: int = 2, env: dict[str, str] | None = None):
+        """`env`: the nodes' own environment, over this process's (their workers inherit it)."""
+        env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, **(env or {})}
         self.proc = subprocess.Popen([sys.executable, "-c", HEAD, str(num_cpus)], env=env, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True, text=True)
         line = self.proc.stdout.readline().strip()

@@ -35,7 +35,9 @@ pytestmark = pytest.mark.timeout(480)  # a loaded 2-core machine interprets ever
 @pytest.fixture(scope="module")
 def cluster():
     os.environ["RAY_AUTH_MODE"] = "disabled"  # a throwaway cluster on this host; its drivers inherit this
-    c = LocalCluster(num_cpus=2)
+    # the nodes' own settings (a node reads its environment; only the command line's settings travel)
+    c = LocalCluster(num_cpus=2, env={"RATCHET_TRIALS": "2", "RATCHET_RETRY_ATTEMPTS": "3", "RATCHET_RETRY_BASE_S": "0.01",
+                                      "RATCHET_RETRY_MAX_S": "0.05", "TRITON_INTERPRET": "1"})
     yield c
     c.stop()
 
