@@ -8,6 +8,7 @@ the executor and the address; every row records the executor, node and GPU.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import os
 import signal
@@ -45,7 +46,17 @@ def check_ray_args(args: argparse.Namespace) -> list[Slot]:
 def run_on_ray(args: argparse.Namespace, suite: Path, problems: list[Path], settings: dict, slots: list[Slot],
                out: Path, write: Callable[[str], None], open_run: Callable[[dict], dict],
                finish: Callable[..., int]) -> int:
-    """Connect, open the run directory, run every pending problem on the cluster, finish."""
+    """Connect, open the run directory, run every pending problem on the cluster, finish. Ray's
+    driver prints its raylets' messages (a worker died, a task is retried) on stdout, which is the
+    summary's: they go to stderr while Ray is connected."""
+    with contextlib.redirect_stdout(sys.stderr):
+        code = _session(args, suite, problems, settings, slots, out, write, open_run)
+    return finish(suite, problems, RunLog(out / RESULTS), out, write) if code is None else code
+
+
+def _session(args: argparse.Namespace, suite: Path, problems: list[Path], settings: dict, slots: list[Slot],
+             out: Path, write: Callable[[str], None], open_run: Callable[[dict], dict]) -> int | None:
+    """The part connected to Ray: an exit code, or None when the batch ran to its end."""
     import ray
 
     from agent.batch_ray import ClusterError, RayScheduler, connect
@@ -90,7 +101,7 @@ def run_on_ray(args: argparse.Namespace, suite: Path, problems: list[Path], sett
         finally:
             scheduler = None  # run_batch shut it down
             signal.signal(signal.SIGTERM, previous)
-        return finish(suite, problems, log, out, write)
+        return None
     finally:
         if scheduler is not None:
             scheduler.shutdown(cancel=True)
