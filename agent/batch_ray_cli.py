@@ -8,8 +8,8 @@ the executor and the address; every row records the executor, node and GPU.
 from __future__ import annotations
 
 import argparse
+import importlib
 import contextlib
-import importlib.util
 import os
 import signal
 import sys
@@ -34,10 +34,12 @@ def check_ray_args(args: argparse.Namespace) -> list[Slot]:
         raise UsageError("--cpu-workers must be at least 1")
     if args.api_key_env is not None and not args.api_key_env.strip():
         raise UsageError("--api-key-env names no variable")
-    if importlib.util.find_spec("ray") is None:
+    try:
+        importlib.import_module("ray")  # only whether it is there
+    except ImportError:
         from agent.batch_ray import INSTALL_LINE
 
-        raise UsageError(INSTALL_LINE)
+        raise UsageError(INSTALL_LINE) from None
     if args.cpu_workers is not None:
         return [Slot.cpu(i) for i in range(args.cpu_workers)]
     return [Slot("Ray GPUs", "cuda:0")]

@@ -180,3 +180,11 @@ def test_usage_and_unreachable_cluster(batch_env, tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--ray 127.0.0.1:1: cannot reach the Ray cluster" in err
     assert not (tmp_path / "r").exists()
+
+
+def test_without_ray_installed_one_line_says_how(batch_env, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if the package were absent: `import ray` raises ImportError
+    code = main(["batch", str(SUITE), "--model", "m", "--base-url", "http://127.0.0.1:9/v1", "--ray", "auto",
+                 "--out", str(tmp_path / "r")])
+    assert code == 2
+    assert capsys.readouterr().err == "ratchet batch: --ray needs Ray: pip install -e '.[ray]'\n"
