@@ -174,6 +174,8 @@ def run_batch(specs: Sequence[dict[str, Any]], scheduler: Scheduler, log: RunLog
                 continue
             except Exception as exc:  # noqa: BLE001 - the worker died: the row says so
                 row = crashed_row(spec, str(exc), getattr(exc, "seconds", time.monotonic() - submitted))
+            if row.get("status") == "fenced":  # a run that lost its lease: the task holding it now reports
+                continue
             log.append(row)
             rows.append(row)
             progress.finished(row, log.latest().values(), scheduler.slots)

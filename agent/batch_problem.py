@@ -4,6 +4,12 @@
 state between calls, and reads only its spec, the environment (the API key,
 CUDA_VISIBLE_DEVICES) and the problem's workspace. It is what any executor runs (see
 agent/batch.py for the driver and the schedulers). Every row carries every field.
+
+A task on a cluster node runs agent.batch_remote.run_remote_problem instead, which shares the
+row's making (`problem_row`, `agent_row`) and writes through the driver's workspace service.
+
+Row schema 2 added `executor` ("local", "ray", ...) and `node` (where it ran; None in a local
+row); readers take schema-1 rows as they are (the two fields missing).
 """
 from __future__ import annotations
 
@@ -19,7 +25,7 @@ from typing import Any
 
 from tools.record import Verdict
 
-ROW_SCHEMA = 1
+ROW_SCHEMA = 2
 
 
 def problem_key(path: Path) -> str:
@@ -43,38 +49,56 @@ def make_spec(problem: Path, *, device: str = "cpu", settings: dict[str, Any] | 
 def run_problem(spec: dict[str, Any]) -> dict[str, Any]:
     """Run (or continue) the agent on one problem; return its row. Never raises for what the
     problem, the model or the workspace does: those end as a row with a status."""
-    started, started_wall = time.monotonic(), time.time()
     log_file = open(spec["log"], "a", buffering=1) if spec.get("log") else None  # noqa: SIM115
 
     def log(line: str) -> None:
         print(line, file=log_file or sys.stderr, flush=True)
 
-    row: dict[str, Any] = {
-        "schema": ROW_SCHEMA, "problem": spec["key"], "path": spec["problem"], "device": spec["device"],
-        "gpu": os.environ.get("CUDA_VISIBLE_DEVICES") if spec["device"].startswith("cuda") else None,
-        "host": socket.gethostname(), "started_at": round(started_wall, 3),
-    }
     try:
-        row.update(_run_agent(spec, log))
-    except Exception as exc:  # noqa: BLE001 - one problem's bug must not end the batch; the row says what
-        log(f"batch: {type(exc).__name__}: {exc}")
-        row.update(status="error", verdict="error", error=_one_line(f"{type(exc).__name__}: {exc}"))
+        return problem_row(spec, lambda: agent_row(spec, log), log, executor="local", node=None)
     finally:
         if log_file:
             log_file.close()
+
+
+def problem_row(spec: dict[str, Any], work: Callable[[], dict[str, Any]], log: Callable[[str], None], *,
+                executor: str, node: str | None, gpu: str | None = None) -> dict[str, Any]:
+    """The row of one problem: where and when it ran, and what `work()` returned. An exception out of
+    `work` ends as a row saying what (`fenced` where the run lost its lease: the driver discards it)."""
+    from agent.batch_channel import Fenced
+
+    started, started_wall = time.monotonic(), time.time()
+    row: dict[str, Any] = {
+        "schema": ROW_SCHEMA, "problem": spec["key"], "path": spec["problem"], "device": spec["device"],
+        "gpu": gpu or (os.environ.get("CUDA_VISIBLE_DEVICES") if spec["device"].startswith("cuda") else None),
+        "host": socket.gethostname(), "executor": executor, "node": node, "started_at": round(started_wall, 3),
+    }
+    try:
+        row.update(work())
+    except Fenced as exc:
+        log(f"batch: {exc}")
+        row.update(status="fenced", verdict="fenced", error=_one_line(str(exc)))
+    except Exception as exc:  # noqa: BLE001 - one problem's bug must not end the batch; the row says what
+        log(f"batch: {type(exc).__name__}: {exc}")
+        row.update(status="error", verdict="error", error=_one_line(f"{type(exc).__name__}: {exc}"))
     row["device_s"] = round(time.monotonic() - started, 3)
     row["finished_at"] = round(time.time(), 3)
     return _complete_row(row)
 
 
-def _run_agent(spec: dict[str, Any], log: Callable[[str], None]) -> dict[str, Any]:
+def agent_row(spec: dict[str, Any], log: Callable[[str], None], *, problem: Path | None = None,
+              resume: bool | None = None, store: Any = None) -> dict[str, Any]:
+    """Run the agent on the spec's problem; the row's agent fields. A remote run passes the problem's
+    file on its node, whether to resume (from its lease) and its store (agent.run_store); a local one
+    passes none of them: the spec's problem file, the workspace of its settings."""
+    from agent.batch_channel import Fenced
     from agent.cmd_optimize import model_client
     from agent.config import load_config
     from agent.runner import NothingToResume, optimize
     from agent.workspace import WorkspaceError
     from tools import ProblemError
 
-    problem = Path(spec["problem"])
+    problem = problem or Path(spec["problem"])
     config = load_config({**spec["settings"], "device": spec["device"]}, config_file=spec.get("config_file"))
     client = model_client(config, problem, log)
     unrecognized = getattr(client, "unrecognized", None)
@@ -82,15 +106,18 @@ def _run_agent(spec: dict[str, Any], log: Callable[[str], None]) -> dict[str, An
         log(f"batch: {unrecognized}")
         return {"status": "unrecognized", "verdict": "unrecognized", "error": _one_line(unrecognized),
                 "correct": False, "attempts": 0, "model": "builtin"}
-    resume = bool(spec.get("resume")) and _has_unfinished_run(problem, config, spec.get("since"))
+    if resume is None:
+        resume = bool(spec.get("resume")) and _has_unfinished_run(problem, config, spec.get("since"))
     try:
         try:
-            result = optimize(problem, config, client, resume=resume, log=log)
+            result = optimize(problem, config, client, resume=resume, log=log, store=store)
         except NothingToResume as exc:  # the run finished or vanished since we looked: start afresh
             log(f"batch: {exc}; starting a new run")
-            result = optimize(problem, config, client, resume=False, log=log)
+            result = optimize(problem, config, client, resume=False, log=log, store=store)
     except ProblemError as exc:
         return {"status": "invalid_problem", "verdict": "invalid_problem", "error": _one_line(str(exc))}
+    except Fenced:
+        raise  # not this run's to report: problem_row makes it a `fenced` row
     except WorkspaceError as exc:
         return {"status": "error", "verdict": "error", "error": _one_line(str(exc))}
     finally:
@@ -120,38 +147,64 @@ def _run_agent(spec: dict[str, Any], log: Callable[[str], None]) -> dict[str, An
         "model_calls": s["model_calls"], "agent_wall_s": s["wall_s"], "model": s["model"], "run_id": s["run_id"],
         "stop_reason": s["stop_reason"], "error": error, "workspace": s["workspace"], "best_path": s["best_path"],
     }
-    row.update(_baseline_times(Path(s["workspace"]), best.get("attempt")))
+    if store is None:
+        row.update(_baseline_times(Path(s["workspace"]), best.get("attempt")))
+    else:
+        with store.open(problem) as opened:
+            row.update(baseline_times(opened.repo, best.get("attempt")))
     return row
 
 
 def _has_unfinished_run(problem: Path, config: Any, since: float | None) -> bool:
     """Whether the problem's workspace holds an unfinished agent run started at or after `since`."""
-    from agent.runner import STATE_DIR
+    from agent.run_store import pointer_path
     from agent.workspace import Workspace, WorkspaceError
 
     try:
         with Workspace(config.workspace).open_existing(problem) as repo:
-            pointer_path = repo.path.parent / STATE_DIR / f"{repo.name}.run.json"
+            path = pointer_path(repo)
     except (WorkspaceError, OSError):
         return False
     try:
-        pointer = json.loads(pointer_path.read_text())
+        pointer = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return unfinished_since(pointer, since)
+
+
+def unfinished_since(pointer: Any, since: float | None) -> bool:
+    """Whether a run pointer (agent.run_store) names an unfinished run started at or after `since`
+    (unix seconds; None: any time)."""
+    try:
         begun = time.mktime(time.strptime(pointer["started_at"][:19], "%Y-%m-%dT%H:%M:%S"))
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):
         return False
     return not pointer.get("finished") and (since is None or begun >= math.floor(since) - 1)
 
 
 def _baseline_times(workspace: Path, attempt: int | None) -> dict[str, Any]:
-    """Eager and torch.compile medians and the roofline floor, from the best attempt's record
-    (else the latest attempt's): what the report's chart is drawn against."""
+    """baseline_times of the problem's repository in a workspace on this machine."""
     from agent.workspace import Workspace, WorkspaceError
+
+    try:
+        with Workspace(workspace.parent).open_existing(workspace.name) as repo:
+            return baseline_times(repo, attempt)
+    except (WorkspaceError, OSError):
+        return baseline_times(None, attempt)
+
+
+def baseline_times(repo: Any, attempt: int | None) -> dict[str, Any]:
+    """Eager and torch.compile medians and the roofline floor, from the best attempt's record
+    (else the latest attempt's): what the report's chart is drawn against. None where unknown."""
+    from agent.batch_channel import Fenced
+    from agent.workspace import WorkspaceError
 
     out: dict[str, Any] = {"eager_ms": None, "compile_ms": None, "floor_ms": None}
     try:
-        with Workspace(workspace.parent).open_existing(workspace.name) as repo:
-            chosen = repo.attempt(attempt) if attempt else repo.latest()
-            record = repo.record(chosen) if chosen else None
+        chosen = (repo.attempt(attempt) if attempt else repo.latest()) if repo is not None else None
+        record = repo.record(chosen) if chosen else None
+    except Fenced:
+        raise
     except (WorkspaceError, OSError, ValueError):
         return out
     if not record:
@@ -170,7 +223,7 @@ def _complete_row(row: dict[str, Any]) -> dict[str, Any]:
                 "speedup_vs_eager", "speedup_vs_compile", "roofline_fraction", "candidate_ms", "eager_ms",
                 "compile_ms", "floor_ms", "best_attempt", "attempts", "attempts_used", "correct_attempts",
                 "evaluator_faults", "format_errors", "tokens", "model_calls", "agent_wall_s", "model", "run_id",
-                "stop_reason", "workspace", "best_path", "device_s"):
+                "stop_reason", "workspace", "best_path", "device_s", "executor", "node"):
         row.setdefault(key, None)
     for key in ("attempts", "attempts_used", "correct_attempts", "evaluator_faults", "format_errors", "tokens",
                 "model_calls"):
@@ -183,7 +236,8 @@ def _complete_row(row: dict[str, Any]) -> dict[str, Any]:
 def crashed_row(spec: dict[str, Any], message: str, seconds: float) -> dict[str, Any]:
     """The row of a problem whose worker died without answering."""
     return _complete_row({"schema": ROW_SCHEMA, "problem": spec["key"], "path": spec["problem"],
-                          "device": spec["device"], "status": "crashed", "verdict": "crashed",
+                          "device": spec["device"], "executor": spec.get("executor") or "local",
+                          "node": spec.get("node"), "status": "crashed", "verdict": "crashed",
                           "error": _one_line(message), "device_s": round(seconds, 3),
                           "finished_at": round(time.time(), 3)})
 

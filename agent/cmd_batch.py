@@ -12,10 +12,14 @@ One JSON line per problem is appended to `<out>/results.jsonl` the moment it fin
 goes to stderr; `ratchet report <out>` prints the suite's table and writes its HTML page. On
 stdout at the end: one JSON object (the run directory, problems done and total). Exit codes:
 
+With `--ray ADDRESS` the problems run as Ray tasks on a cluster and every attempt is committed
+here, in this machine's workspace (agent/batch_ray.py, docs/batch.md).
+
     0   every problem of the suite has a result (whatever its verdict)
     1   some problems have none (their workers crashed, or the model endpoint failed): --resume
     2   usage error: bad flag, no problems, a model name needed, a run directory in the way
     11  the endpoint's model list (asked when no model is named) could not be read
+    15  --ray: the Ray cluster could not be reached or started, or has no GPU for a GPU run
     130 interrupted (Ctrl-C or SIGTERM); continue with --resume
 """
 from __future__ import annotations
@@ -54,6 +58,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                                  "repeat an id to run two problems on one GPU")
     p.add_argument("--cpu-workers", type=int, metavar="N",
                    help="run on the CPU (Triton interpreter) with N workers (default when there is no GPU: 1)")
+    p.add_argument("--ray", metavar="ADDRESS",
+                   help="run on a Ray cluster: local (start one on this host), auto, HOST:PORT or ray://HOST:PORT; "
+                        "one GPU per problem (with --cpu-workers N: N CPU slots); see docs/batch.md")
+    p.add_argument("--ray-code", choices=("ship", "installed"), default="ship",
+                   help="with --ray: ship this project's code to the nodes (default) or use the one installed there")
+    p.add_argument("--api-key-env", metavar="NAME",
+                   help="with --ray: the environment variable each node reads the API key from (default: the "
+                        "node's own OPENAI_API_KEY / RATCHET_API_KEY / config file); the key never travels")
     p.add_argument("--filter", metavar="REGEX", help="only problems whose file stem matches REGEX (re.search)")
     p.add_argument("--out", metavar="DIR", help="run directory (default ./runs/<suite>-<date>-<time>)")
     p.add_argument("--resume", action="store_true",
@@ -144,7 +156,14 @@ def run(args: argparse.Namespace) -> int:
     from agent.model import ModelError
 
     write = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
-    slots = slots_from(args)  # a bad --gpus is a usage error before anything else is said
+    if args.ray is None and (args.api_key_env or args.ray_code != "ship"):
+        raise UsageError("--api-key-env and --ray-code go with --ray")
+    if args.ray is not None:
+        from agent.batch_ray_cli import check_ray_args
+
+        slots = check_ray_args(args)
+    else:
+        slots = slots_from(args)  # a bad --gpus is a usage error before anything else is said
     try:
         settings = settings_from(args, write)
     except SandboxUnavailable as exc:
@@ -160,6 +179,11 @@ def run(args: argparse.Namespace) -> int:
                 slot.env.update(scaled)
             write(scale_line(suite))
     out = Path(args.out) if args.out else Path("runs") / f"{suite.resolve().name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    if args.ray is not None:
+        from agent.batch_ray_cli import run_on_ray
+
+        return run_on_ray(args, suite, problems, settings, slots, out, write,
+                          lambda executor: _open_run(out, suite, problems, settings, slots, args, executor), _finish)
     meta = _open_run(out, suite, problems, settings, slots, args)
     log = RunLog(out / RESULTS)
     log.repair()
@@ -178,6 +202,11 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
     finally:
         signal.signal(signal.SIGTERM, previous)
+    return _finish(suite, problems, log, out, write)
+
+
+def _finish(suite: Path, problems: list[Path], log: RunLog, out: Path, write: Callable[[str], None]) -> int:
+    """The summary on stdout and the exit code, once the batch has run."""
     latest = log.latest()
     finished = [k for k in (problem_key(p) for p in problems) if latest.get(k, {}).get("status") in FINAL]
     summary = {"run": str(out), "results": str(out / RESULTS), "total": len(problems), "done": len(finished),
@@ -196,10 +225,12 @@ def _interrupt(signum, frame) -> None:  # SIGTERM: stop like Ctrl-C (workers int
 
 
 def _open_run(out: Path, suite: Path, problems: list[Path], settings: dict, slots: list[Slot],
-              args: argparse.Namespace) -> dict:
+              args: argparse.Namespace, executor: dict | None = None) -> dict:
+    """Write (or, with --resume, extend) run.json; `executor` records a cluster run's executor and address."""
     meta_path = out / RUN_META
     session = {"started_at": round(time.time(), 3), "workers": [s.name for s in slots], "filter": args.filter,
-               "suite_scale": slots[0].env.get(SCALE_VAR, os.environ.get(SCALE_VAR))}
+               "suite_scale": slots[0].env.get(SCALE_VAR, os.environ.get(SCALE_VAR)),
+               **(executor or {"executor": "local"})}
     if args.resume:
         try:
             meta = json.loads(meta_path.read_text())
@@ -215,7 +246,8 @@ def _open_run(out: Path, suite: Path, problems: list[Path], settings: dict, slot
             raise UsageError(f"{out} already holds a batch run: continue it with --resume, or choose another --out")
         meta = {"batch": 1, "suite": str(suite.resolve()), "problems": [problem_key(p) for p in problems],
                 "settings": settings, "started_at": session["started_at"], "sessions": [session],
-                "device": "cpu" if slots[0].device == "cpu" else "cuda"}
+                "device": "cpu" if slots[0].device == "cpu" else "cuda", "executor": session["executor"],
+                "address": session.get("address")}
     (out / LOGS).mkdir(parents=True, exist_ok=True)
     tmp = meta_path.with_name(f".{RUN_META}.tmp")
     tmp.write_text(json.dumps(meta, indent=1) + "\n")

@@ -7,13 +7,14 @@ Graph state is checkpointed with LangGraph's SQLite checkpointer after every nod
 `<workspace root>/.ratchet/<problem>.sqlite`, thread id = the run id. A small pointer file beside
 it (`<problem>.run.json`) names the problem's latest run and whether it finished, which is how
 `--resume` finds the run to continue.
+
+The repository, the checkpointer and the pointer come from a store (agent.run_store): by default
+the workspace on this machine; a batch task on a cluster passes one that performs every read and
+write in the driver's workspace (agent.batch_remote).
 """
 from __future__ import annotations
 
-import json
-import os
 import secrets
-import sqlite3
 import sys
 import time
 from collections.abc import Callable
@@ -22,13 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from langgraph.checkpoint.sqlite import SqliteSaver
-
 from agent.config import AgentConfig
 from agent.graph import compile_graph, steps_needed
 from agent.kept_eager import kept_eager
 from agent.model import ModelClient, ModelError
 from agent.nodes import AgentContext, empty_baseline, trajectory_text
+from agent.run_store import STATE_DIR, LocalStore, Store, pointer_path, read_json
 from tools.env import target_name
 from agent.state import AgentState, initial_state
 from agent.workspace import Workspace
@@ -36,7 +36,7 @@ from tools.exit_codes import EXIT_FOUND, EXIT_MODEL, EXIT_NONE_CORRECT
 from tools.record import Verdict
 from tools.toolcalls import tool_schemas
 
-STATE_DIR = ".ratchet"
+__all__ = ["STATE_DIR", "NothingToResume", "RunResult", "optimize", "resumable_run", "run_summary", "new_run_id"]
 
 
 class NothingToResume(Exception):
@@ -54,25 +54,23 @@ def new_run_id() -> str:
 
 
 def optimize(problem: Path, config: AgentConfig, model: ModelClient, *, resume: bool = False,
-             log: Callable[[str], None] | None = None) -> RunResult:
-    """Run (or resume) the agent on one problem. Raises ProblemError, WorkspaceError, NothingToResume."""
+             log: Callable[[str], None] | None = None, store: Store | None = None) -> RunResult:
+    """Run (or resume) the agent on one problem. Raises ProblemError, WorkspaceError, NothingToResume.
+    `store`: where the repository, checkpoints and run pointer live (default: config.workspace here)."""
     log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+    store = store or LocalStore(config.workspace)
     with ExitStack() as stack:
         # the evaluator first: an invalid problem gets no workspace
         evaluator = stack.enter_context(_evaluator(problem, config))
-        repo = stack.enter_context(Workspace(config.workspace).open_problem(problem))
-        state_dir = repo.path.parent / STATE_DIR
-        state_dir.mkdir(parents=True, exist_ok=True)
-        pointer_path = state_dir / f"{repo.name}.run.json"
-        pointer = _read_json(pointer_path)
+        opened = stack.enter_context(store.open(problem))
+        repo = opened.repo
+        pointer = opened.read_pointer()
         if resume:
             run_id = _run_to_resume(problem, pointer)
         else:
             run_id = new_run_id()
 
-        connection = sqlite3.connect(state_dir / f"{repo.name}.sqlite", check_same_thread=False)
-        stack.callback(connection.close)
-        graph = compile_graph(SqliteSaver(connection))
+        graph = compile_graph(opened.saver())
         run_config = {"configurable": {"thread_id": run_id},
                       "recursion_limit": steps_needed(config.max_attempts)}
         ctx = AgentContext(config=config, model=model, evaluator=evaluator, repo=repo,
@@ -94,8 +92,8 @@ def optimize(problem: Path, config: AgentConfig, model: ModelClient, *, resume: 
                                   entry=config.entry, language=config.language, model=model.name,
                                   workspace=str(repo.path), baseline={**empty_baseline(), **evaluator.baseline()})
             graph_input = state
-            _write_json(pointer_path, {"run_id": run_id, "problem": str(problem), "finished": False,
-                                       "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+            opened.write_pointer({"run_id": run_id, "problem": str(problem), "finished": False,
+                                  "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
             log(f"run {run_id}: {problem} with {model.name}, workspace {repo.path}")
 
         error: ModelError | None = None
@@ -115,7 +113,7 @@ def optimize(problem: Path, config: AgentConfig, model: ModelClient, *, resume: 
             repo.save_trajectory(run_id, trajectory_text(state, ctx))  # with the last attempt's outcome
         finished = error is None and bool(state.get("stop_reason"))
         if finished:
-            _write_json(pointer_path, {**(_read_json(pointer_path) or {}), "finished": True})
+            opened.write_pointer({**(opened.read_pointer() or {}), "finished": True})
         summary = run_summary(state, repo, error=error)
         code = EXIT_MODEL if error else (EXIT_FOUND if state.get("best") else EXIT_NONE_CORRECT)
         summary["exit_code"] = code
@@ -174,7 +172,7 @@ def resumable_run(problem: Path, config: AgentConfig) -> str:
 
     try:
         with Workspace(config.workspace).open_existing(problem) as repo:
-            pointer = _read_json(repo.path.parent / STATE_DIR / f"{repo.name}.run.json")
+            pointer = read_json(pointer_path(repo))
     except UnknownProblem:
         pointer = None
     return _run_to_resume(problem, pointer)
@@ -185,17 +183,3 @@ def _run_to_resume(problem: Path, pointer: dict[str, Any] | None) -> str:
         what = "the last run finished" if pointer else "no run was started"
         raise NothingToResume(f"nothing to resume for {problem}: {what} (run without --resume to start one)")
     return pointer["run_id"]
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    os.replace(tmp, path)

@@ -105,13 +105,16 @@ class Workspace:
         self.root = resolve_root(root)
         self.lock_timeout = lock_timeout
 
-    def open_problem(self, problem_path: str | os.PathLike, *, create: bool = True) -> "ProblemRepo":
-        """The problem's repository, opened for writing (created on first use), recovered and checked."""
+    def open_problem(self, problem_path: str | os.PathLike, *, create: bool = True,
+                     data: bytes | None = None) -> "ProblemRepo":
+        """The problem's repository, opened for writing (created on first use), recovered and checked.
+        `data`: the problem file's bytes, where the caller read them already (the path is then not read)."""
         problem_path = Path(problem_path)
-        try:
-            data = problem_path.read_bytes()
-        except OSError as exc:
-            raise WorkspaceError(f"cannot read problem file {problem_path}: {exc.strerror}") from None
+        if data is None:
+            try:
+                data = problem_path.read_bytes()
+            except OSError as exc:
+                raise WorkspaceError(f"cannot read problem file {problem_path}: {exc.strerror}") from None
         for _ in range(5):  # each lost creation race is someone else's success: look again
             path = self._find(problem_path, data)
             if not _absent(path):

@@ -42,6 +42,9 @@ EXIT_FLAGGED = 1  # suite check: at least one problem flagged (an error or a war
 # `ratchet best`
 EXIT_KEPT_EAGER = 14  # no correct attempt is faster than eager PyTorch beyond noise: nothing written (--reference writes the reference)
 
+# `ratchet batch --ray`
+EXIT_CLUSTER = 15  # the Ray cluster named by --ray could not be reached or started, or cannot run the batch (no GPU)
+
 # the batch's worker process (agent/batch_local.py), read by the batch driver, never by a user
 EXIT_PARENT_GONE = 137  # the batch process that started this worker is gone; the worker stopped at once
 
@@ -116,6 +119,9 @@ TABLE: tuple[ExitCode, ...] = (
              "best: no kernel faster than PyTorch: the best attempt and eager were both timed and the attempt is not "
              "faster beyond noise; nothing is written (one line on stderr says why); --reference writes the "
              "reference as ModelNew instead (exit 0)"),
+    ExitCode("EXIT_CLUSTER", EXIT_CLUSTER, (BATCH,),
+             "--ray: the Ray cluster could not be reached or started, or has no GPU for a GPU run (one line on "
+             "stderr names the address); nothing was run and no run directory was written"),
     ExitCode("EXIT_INTERRUPTED", EXIT_INTERRUPTED, ALL + (WORKER,),
              "interrupted (Ctrl-C; SIGTERM for batch); optimize and batch continue with --resume"),
     ExitCode("EXIT_PARENT_GONE", EXIT_PARENT_GONE, (WORKER,),
