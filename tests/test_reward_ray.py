@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -66,9 +67,10 @@ def test_a_batch_over_two_problems_scores_like_a_local_reward(pool, problems):
                    completion_ids=[[1]] * len(completions))
     assert isinstance(rewards, list) and len(rewards) == len(completions)
     assert all(type(r) is float for r in rewards)
-    verdicts = [o.verdict for o in pool.last]
-    assert verdicts == ["ok", FORMAT_ERROR, verdicts[2], "incorrect", "compile_error", "incorrect", "ok", "ok"]
-    assert verdicts[2] in (FORMAT_ERROR, "compile_error")  # a syntax error: refused at extraction or by the build
+    # a syntax error is refused at extraction, on the driver; a bad import fails the actor's build
+    assert [o.verdict for o in pool.last] == ["ok", FORMAT_ERROR, FORMAT_ERROR, "incorrect", "compile_error",
+                                              "incorrect", "ok", "ok"]
+    assert "SyntaxError" in pool.last[2].reason
     assert pool.last[0].source_hash == pool.last[7].source_hash  # the same job, evaluated once
     with KernelReward(RewardConfig(**CPU)) as local:
         expected = local(prompts=["p"] * len(completions), completions=completions, problem=[str(p) for p in columns])
@@ -116,9 +118,10 @@ def test_a_killed_actor_is_restarted_and_answers(pool, problems):
     assert set(after).isdisjoint(before)
 
 
-def test_the_actor_bound_and_a_dead_actor(cluster, problems, caplog):
-    """One actor that keeps one warm evaluator: a second problem closes the first. The actor then
-    dies for good (no restarts): its completions score as evaluator faults; nothing raises."""
+def test_the_actor_bound_a_silent_actor_and_a_dead_one(cluster, problems, caplog):
+    """One actor that keeps one warm evaluator: a second problem closes the first. A batch past
+    ray_timeout_s scores as evaluator faults and the actor is killed; with no restarts left it is
+    dead for good, and its completions keep scoring as faults; nothing raises."""
     scale, plain = problems
     config = RewardConfig(executor="ray", actors=1, max_problems=1, ray_max_restarts=0, fault_reward=0.25, **CPU)
     with RayKernelReward(config) as r:
@@ -126,12 +129,16 @@ def test_the_actor_bound_and_a_dead_actor(cluster, problems, caplog):
         assert r.warm_problems() == [["scale_add.py"]]
         assert r.score_source(plain, FAST).verdict == "incorrect"
         assert r.warm_problems() == [["plain_add.py"]]
-        ray.kill(r.actors[0])
+        patient = r.config
+        r.config = replace(patient, ray_timeout_s=0.01)  # scale_add's evaluator was closed: it takes seconds to start
         with caplog.at_level(logging.WARNING, logger="ratchet.reward"):
+            assert r.score_source(scale, WRONG).evaluator_fault
+            assert any("no answer within ray_timeout_s=0.01" in rec.getMessage() for rec in caplog.records)
+            r.config = patient
             rewards = r(prompts=["p"] * 3, completions=[FAST, "no code", WRONG], problem=[str(scale)] * 3)
         assert rewards == [0.25, 0.0, 0.25]
         assert [(o.verdict, o.evaluator_fault) for o in r.last] == [("error", True), (FORMAT_ERROR, False), ("error", True)]
-        assert r.last[0].problem == str(scale.resolve())
+        assert r.last[0].problem == str(scale.resolve()) and "Actor" in r.last[0].reason
     assert any("could not answer" in rec.getMessage() for rec in caplog.records)
 
 

@@ -172,6 +172,9 @@ class RayKernelReward(RewardFunction):
             self.close()
             raise TimeoutError(f"{config.actors} reward actors did not start within ray_timeout_s="
                                f"{config.ray_timeout_s} (cluster resources: {ray.cluster_resources()})") from None
+        except ray.exceptions.RayError:  # an actor could not even be made (e.g. tools not importable on its node)
+            self.close()
+            raise
 
     # scoring ---------------------------------------------------------------------------------
     def score_sources(self, items: Sequence[tuple[str | Path, str, str]]) -> list[RewardOutcome]:

@@ -13,7 +13,8 @@ An evaluator fault (verdict error: ratchet failed, not the completion) scores th
 `fault_reward` (default 0.0) with `evaluator_fault=True` on the outcome: a trainer should mask
 these outcomes (drop them from the loss), so the policy is never punished, or paid, for our fault.
 
-`RewardConfig` also holds the settings of the evaluators `tools.reward.KernelReward` keeps warm.
+`RewardConfig` also holds the settings of the evaluators `tools.reward.KernelReward` keeps warm,
+and of where they run (`executor="ray"`: Ray actors, tools/reward_ray.py and docs/reward.md).
 """
 from __future__ import annotations
 
