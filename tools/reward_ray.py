@@ -124,7 +124,7 @@ class RewardActor:
     def close(self) -> None:
         if self.reward is not None:
             self.reward.close()
-        shutil.rmtree(self.scratch, ignore_errors=True)
+        shutil.rmtree(self.scratch)  # a failure reaches the driver, which logs it
 
     def _write(self, problem: ProblemText) -> Path:
         path = self.scratch / problem.digest[:24] / problem.name
