@@ -213,3 +213,24 @@ def test_what_raises_is_the_callers_mistake():
 ], ids=["null-text-part", "function-a-string", "tool-calls-a-dict", "arguments-an-int", "arguments-a-list", "bytes"])
 def test_a_malformed_completion_is_a_format_error_never_an_exception(completion):
     assert isinstance(extract_source(completion), FormatError)
+
+
+def test_max_problems_bounds_the_warm_evaluators(tmp_path):
+    """With max_problems=1, a second problem closes the first one's evaluator (its workers stop);
+    the first problem, asked for again, gets a fresh evaluator and the same verdict."""
+    other = tmp_path / "plain_add.py"
+    other.write_text(PROBLEM.read_text().replace("2.0 * x + y", "x + y"))
+    with KernelReward(RewardConfig(device="cpu", trials=1, spares=1, max_problems=1, cache_size=0)) as r:
+        first = r.score_source(PROBLEM, FAST)
+        ev = r.evaluator(PROBLEM)
+        workers = [ev.reference, *ev._spares]
+        assert first.verdict == "ok" and all(w.alive() for w in workers)
+        assert [o.verdict for o in r.score([FAST, WRONG], [other] * 2)] == ["incorrect", "ok"]
+        assert r.warm_problems() == [(str(other.resolve()), "Model")]
+        assert not any(w.alive() for w in workers)  # the evicted evaluator was closed
+        assert r.score_source(PROBLEM, FAST).verdict == "ok" and r.evaluator(PROBLEM) is not ev
+        assert r.warm_problems() == [(str(PROBLEM.resolve()), "Model")]
+    with pytest.raises(ValueError, match="max_problems"):
+        RewardConfig(max_problems=0)
+    with pytest.raises(ValueError, match="make_reward"):
+        KernelReward(RewardConfig(device="cpu", executor="ray"))

@@ -11,7 +11,8 @@ The callable `KernelReward` has the reward-function signature of TRL's GRPOTrain
 `completions` are strings or lists of chat messages; the problem file of each completion comes
 from a dataset column (`problem` by default; `entry` names a class other than `Model`). One
 Evaluator per problem is kept warm (`spares` candidate workers started ahead of need) for the
-reward's lifetime and closed at exit. Distinct completions are scored in parallel in a thread
+reward's lifetime and closed at exit; `max_problems` bounds how many stay warm (the least
+recently used idle one is closed first; one still evaluating is never closed). Distinct completions are scored in parallel in a thread
 pool; identical ones (same problem and source hash) are evaluated once, and recent outcomes are
 cached. On a GPU with timing on, evaluations on one device run one at a time by default
 (`exclusive_timing`), so that concurrent kernels do not perturb each other's timings (CUDA C++
@@ -28,6 +29,9 @@ again next time. What does raise is the caller's mistake: a problem file that is
 problem (`ProblemError`, naming the file: the dataset's error, to be fixed, not trained on), a
 missing `problem` column, a bad `RewardConfig` (device, `eval_options`: checked when the reward is
 made), or a call after `close()`.
+
+`make_reward` makes the reward a config asks for: this one, or with `executor="ray"` a pool of
+Ray actors with the same signature (tools/reward_ray.py).
 
 No agent imports: an RL trainer needs only `tools`.
 """
@@ -56,28 +60,13 @@ class RewardClosed(RuntimeError):
     """The reward was closed (`close()`, or interpreter exit): it evaluates nothing more."""
 
 
-class KernelReward:
-    """A GRPOTrainer-style reward function over warm evaluators (one per problem). Thread-safe."""
+class RewardFunction:
+    """What every reward shares: the GRPOTrainer signature over `score_sources`, which a
+    subclass implements (`KernelReward` here, `RayKernelReward` on a Ray cluster), and `close`."""
 
-    def __init__(self, config: RewardConfig | None = None, **overrides: Any) -> None:
-        config = config or RewardConfig()
-        if overrides:
-            config = RewardConfig(**{**asdict(config), **overrides})
-        self.config = config
-        self._options = self._eval_options(config)  # a bad device or eval_options raises here, not per completion
-        self.__name__ = "ratchet_kernel_reward"  # trainers log rewards under the function's name
-        self._evaluators: dict[tuple[str, str], Any] = {}
-        self._creating: dict[tuple[str, str], threading.Lock] = collections.defaultdict(threading.Lock)
-        self._slots: dict[tuple[str, str], threading.BoundedSemaphore] = {}
-        self._serial: dict[tuple[str, str], threading.Lock] = {}
-        self._devices: dict[str, threading.Lock] = collections.defaultdict(threading.Lock)
-        self._cache: collections.OrderedDict[tuple[str, str, str], RewardOutcome] = collections.OrderedDict()
-        self._lock = threading.Lock()
-        self._pool: ThreadPoolExecutor | None = None
-        self._pool_size = 0
-        self._closed = False
-        self.last: list[RewardOutcome] = []  # the outcomes of the latest call, in order
-        atexit.register(self.close)
+    config: RewardConfig
+    last: list[RewardOutcome]
+    _lock: threading.Lock
 
     # the GRPOTrainer signature ------------------------------------------------------------------
     def __call__(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None,
@@ -112,29 +101,89 @@ class KernelReward:
         entries = list(entries) if entries is not None else [None] * len(completions)
         keys = [(self._resolve(p), e or "Model") for p, e in zip(problems, entries)]
         parsed = [extract_source(c) for c in completions]
-        self._ensure_pool(len(set(keys)))
-        for key in dict.fromkeys(keys):  # all evaluators start together (their workers load in parallel)
-            self._submit(lambda key=key: self.evaluator(*key))
-        work: dict[tuple[str, str, str], Future] = {}
-        for key, item in zip(keys, parsed):
-            if isinstance(item, Submission):
-                job = (*key, item.source_hash)
-                if job not in work:
-                    work[job] = self._submit(lambda key=key, item=item: self._score_source(key, item.source))
-        outcomes = []
-        for key, item in zip(keys, parsed):
-            if isinstance(item, FormatError):
-                outcomes.append(RewardOutcome(reward=0.0, verdict=FORMAT_ERROR, baseline=self.config.baseline,
-                                              reason=item.reason, problem=key[0]))
-            else:
-                outcomes.append(work[(*key, item.source_hash)].result())
+        jobs = {(*key, item.source_hash): (key[0], key[1], item.source)
+                for key, item in zip(keys, parsed) if isinstance(item, Submission)}
+        scored = dict(zip(jobs, self.score_sources(list(jobs.values()))))
+        outcomes = [format_outcome(item, key[0], self.config) if isinstance(item, FormatError)
+                    else scored[(*key, item.source_hash)] for key, item in zip(keys, parsed)]
         self.last = outcomes
         self._log(outcomes)
         return outcomes
 
+    def score_sources(self, items: Sequence[tuple[str | Path, str, str]]) -> list[RewardOutcome]:
+        """Score (problem, entry, source) triples in parallel (no extraction); outcomes in order."""
+        raise NotImplementedError
+
     def score_source(self, problem: str | Path, source: str, entry: str = "Model") -> RewardOutcome:
-        """Score one candidate source (no extraction); the evaluator is cached."""
-        return self._score_source((self._resolve(problem), entry), source)
+        """Score one candidate source (no extraction)."""
+        return self.score_sources([(problem, entry, source)])[0]
+
+    def _resolve(self, problem: str | Path) -> str:
+        path = Path(problem)
+        if not path.is_absolute() and self.config.problem_root:
+            path = Path(self.config.problem_root) / path
+        return str(path.resolve())
+
+    def _log(self, outcomes: Iterable[RewardOutcome]) -> None:
+        if not self.config.log_path:
+            return
+        with self._lock, open(self.config.log_path, "a") as f:
+            for o in outcomes:
+                f.write(json.dumps(o.to_dict(record=False)) + "\n")
+
+    # lifetime --------------------------------------------------------------------------------
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> "RewardFunction":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class KernelReward(RewardFunction):
+    """A GRPOTrainer-style reward function over warm evaluators (one per problem). Thread-safe."""
+
+    def __init__(self, config: RewardConfig | None = None, **overrides: Any) -> None:
+        config = config or RewardConfig()
+        if overrides:
+            config = RewardConfig(**{**asdict(config), **overrides})
+        if config.executor != "local":
+            raise ValueError(f"KernelReward evaluates in this process; for executor={config.executor!r} "
+                             "use tools.reward.make_reward(config)")
+        self.config = config
+        self._options = self._eval_options(config)  # a bad device or eval_options raises here, not per completion
+        self.__name__ = "ratchet_kernel_reward"  # trainers log rewards under the function's name
+        self._evaluators: collections.OrderedDict[tuple[str, str], Any] = collections.OrderedDict()  # LRU first
+        self._users: collections.Counter[tuple[str, str]] = collections.Counter()  # evaluations under way
+        self._creating: dict[tuple[str, str], threading.Lock] = collections.defaultdict(threading.Lock)
+        self._slots: dict[tuple[str, str], threading.BoundedSemaphore] = {}
+        self._serial: dict[tuple[str, str], threading.Lock] = {}
+        self._devices: dict[str, threading.Lock] = collections.defaultdict(threading.Lock)
+        self._cache: collections.OrderedDict[tuple[str, str, str], RewardOutcome] = collections.OrderedDict()
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_size = 0
+        self._closed = False
+        self.last: list[RewardOutcome] = []  # the outcomes of the latest call, in order
+        atexit.register(self.close)
+
+    # scoring ---------------------------------------------------------------------------------
+    def score_sources(self, items: Sequence[tuple[str | Path, str, str]]) -> list[RewardOutcome]:
+        """Score (problem, entry, source) triples in parallel (no extraction); outcomes in order."""
+        keys = [(self._resolve(p), e or "Model") for p, e, _ in items]
+        distinct = list(dict.fromkeys(keys))
+        self._ensure_pool(len(distinct))
+        bound = self.config.max_problems or len(distinct)
+        for key in distinct[:bound]:  # evaluators start together (their workers load in parallel), within the bound
+            self._submit(lambda key=key: self.evaluator(*key))
+        work: dict[tuple[str, str, str], Future] = {}
+        for key, (_, _, source) in zip(keys, items):
+            job = (*key, source_hash(source))
+            if job not in work:
+                work[job] = self._submit(lambda key=key, source=source: self._score_source(key, source))
+        return [work[(*key, source_hash(source))].result() for key, (_, _, source) in zip(keys, items)]
 
     def _score_source(self, key: tuple[str, str], source: str) -> RewardOutcome:
         digest = source_hash(source)
@@ -145,7 +194,7 @@ class KernelReward:
                 self._cache.move_to_end(cache_key)
                 return RewardOutcome(**{**hit.__dict__, "cached": True})
         try:
-            ev = self.evaluator(*key)
+            ev = self._lease(key)
         except (ProblemError, RewardClosed):  # the dataset's error, or a closed reward: the caller's to see
             raise
         except Exception as exc:  # noqa: BLE001 - the evaluator could not start: our fault, never the completion's
@@ -154,6 +203,8 @@ class KernelReward:
             outcome = score_record(self._evaluate(ev, key, source), self.config)
         except Exception as exc:  # noqa: BLE001 - evaluate() raised: an evaluator fault, whatever its type
             return self._fault(exc, key, source, "the evaluation failed")
+        finally:
+            self._release(key)
         if outcome.evaluator_fault:  # not a property of the source: evaluate it again next time
             return outcome
         if self.config.cache_size > 0:
@@ -183,23 +234,60 @@ class KernelReward:
 
     # evaluators ------------------------------------------------------------------------------
     def evaluator(self, problem: str | Path, entry: str = "Model") -> Any:
-        """The warm Evaluator of a problem (created on first use, kept until close())."""
+        """The warm Evaluator of a problem (created on first use, kept until close(), or until
+        `max_problems` others were used more recently and it is idle)."""
         from tools.evaluate import Evaluator
 
         key = (self._resolve(problem), entry)
-        ev = self._evaluators.get(key)
-        if ev is not None:
-            return ev
-        with self._creating[key]:
+        with self._lock:
             ev = self._evaluators.get(key)
+            if ev is not None:
+                self._evaluators.move_to_end(key)
+                return ev
+        with self._creating[key]:
+            with self._lock:
+                ev = self._evaluators.get(key)
             if ev is None:
                 if self._closed:
                     raise RewardClosed("the reward was closed")
                 ev = Evaluator(key[0], replace(self._options), entry=entry)  # ProblemError for a bad problem file
                 self._slots[key] = threading.BoundedSemaphore(max(1, self.config.spares))
                 self._serial[key] = threading.Lock() if _cache_too_small(ev) else _NO_LOCK
-                self._evaluators[key] = ev
+                with self._lock:
+                    self._evaluators[key] = ev
+                self._trim()
         return ev
+
+    def warm_problems(self) -> list[tuple[str, str]]:
+        """The (problem, entry) keys of the warm evaluators, least recently used first."""
+        with self._lock:
+            return list(self._evaluators)
+
+    def _lease(self, key: tuple[str, str]) -> Any:
+        """The key's evaluator, marked in use (never closed by the bound) until `_release(key)`."""
+        while True:
+            ev = self.evaluator(*key)
+            with self._lock:
+                if self._evaluators.get(key) is ev:  # not evicted between its creation and now
+                    self._users[key] += 1
+                    return ev
+
+    def _release(self, key: tuple[str, str]) -> None:
+        with self._lock:
+            self._users[key] -= 1
+        self._trim()
+
+    def _trim(self) -> None:
+        """Close the least recently used idle evaluators past `max_problems`."""
+        bound = self.config.max_problems
+        if bound is None:
+            return
+        with self._lock:  # the most recent is kept even past the bound: it was made or used just now
+            idle = [k for k in list(self._evaluators)[:-1] if self._users[k] <= 0]
+            victims = [(k, self._evaluators.pop(k)) for k in idle[:max(0, len(self._evaluators) - bound)]]
+        for key, ev in victims:
+            log.info("closing the warm evaluator of %s (more than max_problems=%d)", key[0], bound)
+            ev.close()
 
     @staticmethod
     def _eval_options(config: RewardConfig) -> Any:
@@ -213,12 +301,6 @@ class KernelReward:
                               spares=max(1, config.spares), **config.eval_options)
         Sandbox(options.sandbox)  # SandboxUnavailable now (the trainer's machine), not per completion
         return options
-
-    def _resolve(self, problem: str | Path) -> str:
-        path = Path(problem)
-        if not path.is_absolute() and self.config.problem_root:
-            path = Path(self.config.problem_root) / path
-        return str(path.resolve())
 
     def _ensure_pool(self, problems: int) -> None:
         wanted = self.config.max_workers or min(32, max(1, self.config.spares) * max(1, problems) + problems)
@@ -236,13 +318,6 @@ class KernelReward:
                 raise RewardClosed("the reward was closed")
             return self._pool.submit(fn)
 
-    def _log(self, outcomes: Iterable[RewardOutcome]) -> None:
-        if not self.config.log_path:
-            return
-        with self._lock, open(self.config.log_path, "a") as f:
-            for o in outcomes:
-                f.write(json.dumps(o.to_dict(record=False)) + "\n")
-
     # lifetime --------------------------------------------------------------------------------
     def close(self) -> None:
         """Stop every evaluator's workers (also run at interpreter exit)."""
@@ -257,12 +332,6 @@ class KernelReward:
             t.start()
         for t in closers:
             t.join()
-
-    def __enter__(self) -> "KernelReward":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class _NoLock:
@@ -286,6 +355,21 @@ def _cache_too_small(ev: Any) -> bool:
     return need > (ev.options.reference_cache_mb << 20)
 
 
-def make_reward(**config: Any) -> KernelReward:
-    """`KernelReward(RewardConfig(**config))`, for trainer configs that take a factory."""
-    return KernelReward(RewardConfig(**config))
+def make_reward(config: RewardConfig | None = None, **fields: Any) -> Any:
+    """The reward a config asks for, for trainer configs that take a factory: a `KernelReward`, or
+    with `executor="ray"` a `tools.reward_ray.RayKernelReward` (same signature and outcomes).
+    `fields` override the config's (`make_reward(device="cpu")` is `RewardConfig(device="cpu")`)."""
+    config = config or RewardConfig()
+    if fields:
+        config = RewardConfig(**{**asdict(config), **fields})
+    if config.executor == "ray":
+        from tools.reward_ray import RayKernelReward
+
+        return RayKernelReward(config)
+    return KernelReward(config)
+
+
+def format_outcome(error: FormatError, problem: str, config: RewardConfig) -> RewardOutcome:
+    """The outcome of a completion with no candidate in it: reward 0, verdict format_error."""
+    return RewardOutcome(reward=0.0, verdict=FORMAT_ERROR, baseline=config.baseline, reason=error.reason,
+                         problem=problem)

@@ -13,7 +13,8 @@ An evaluator fault (verdict error: ratchet failed, not the completion) scores th
 `fault_reward` (default 0.0) with `evaluator_fault=True` on the outcome: a trainer should mask
 these outcomes (drop them from the loss), so the policy is never punished, or paid, for our fault.
 
-`RewardConfig` also holds the settings of the evaluators `tools.reward.KernelReward` keeps warm.
+`RewardConfig` also holds the settings of the evaluators `tools.reward.KernelReward` keeps warm,
+and of where they run (`executor="ray"`: Ray actors, tools/reward_ray.py and docs/reward.md).
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from typing import Any
 from tools.record import Result, Verdict, fault_result
 
 BASELINES = ("eager", "compile")
+EXECUTORS = ("local", "ray")
 FORMAT_ERROR = "format_error"  # the outcome's verdict when no candidate could be extracted
 
 
@@ -47,12 +49,28 @@ class RewardConfig:
     eval_options: dict[str, Any] = field(default_factory=dict)  # more EvalOptions fields
     cache_size: int = 4096  # outcomes kept by (problem, entry, source hash); 0: none
     log_path: str | None = None  # append every outcome as a JSON line
+    max_problems: int | None = None  # warm evaluators kept at most (least recently used closed first); None: all
+    # where the evaluations run: "local" (this process's KernelReward) or "ray" (a pool of Ray
+    # actors, tools/reward_ray.py; make the reward with tools.reward.make_reward)
+    executor: str = "local"
+    ray_address: str = "auto"  # "auto": the running cluster; "local": start one here; or "ray://host:port"
+    actors: int = 1  # Ray actors, one GPU each (one CPU each on device "cpu")
+    ray_timeout_s: float | None = 3600.0  # per batch; an actor past it is restarted and its completions score as faults
+    ray_max_restarts: int = 3  # an actor that dies is restarted this often, and its calls retried
 
     def __post_init__(self) -> None:
         if self.baseline not in BASELINES:
             raise ValueError(f"baseline must be one of {', '.join(BASELINES)}, not {self.baseline!r}")
         if self.cap <= 0:
             raise ValueError("cap must be positive")
+        if self.executor not in EXECUTORS:
+            raise ValueError(f"executor must be one of {', '.join(EXECUTORS)}, not {self.executor!r}")
+        if self.max_problems is not None and self.max_problems < 1:
+            raise ValueError(f"max_problems must be at least 1 (or None: no bound), not {self.max_problems}")
+        if self.actors < 1:
+            raise ValueError(f"actors must be at least 1, not {self.actors}")
+        if self.ray_max_restarts < 0:
+            raise ValueError(f"ray_max_restarts must be 0 or more, not {self.ray_max_restarts}")
 
 
 @dataclass
