@@ -111,6 +111,16 @@ class Passes:
 
 def check(ev: "Evaluator", worker: WorkerProcess, plan: "TimingPlan", result: Result) -> bool:
     """Compare the parent's clock with the worker's median; False when the verdict is set."""
+    try:
+        return _check(ev, worker, plan, result)
+    finally:
+        if ev.device.startswith("cuda"):  # the copies of the outputs (up to KEEP_BYTES, or one output
+            import torch  # when larger) must not stay reserved by the parent, out of the candidates' reach
+
+            torch.cuda.empty_cache()
+
+
+def _check(ev: "Evaluator", worker: WorkerProcess, plan: "TimingPlan", result: Result) -> bool:
     k = burst_size(ev.problem.input_bytes, ev.problem.output_bytes, plan.pool, result.candidate_time.median_ms or 0.0)
     passes = Passes([], [], [], [], handover=copy_ms(ev, ev.problem.output_bytes))
     for rep in range(REPS):
