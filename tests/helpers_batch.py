@@ -47,3 +47,15 @@ class SuiteLoopback(Loopback):
                 return number, None
             self.positions[name] = position + 1
             return number, self.scripts[name][position]
+
+
+def quiet_batch_env(monkeypatch, *also_unset: str) -> None:
+    """A batch test's environment: no endpoint, key, config or GPU from the caller's shell, the
+    bundled suite at its small scale in Triton's interpreter, two trials, fast model retries."""
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "RATCHET_CONFIG", "RATCHET_MODEL", "RATCHET_BASE_URL",
+                 "RATCHET_WORKSPACE", "CUDA_VISIBLE_DEVICES", *also_unset):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in (("SUITE_SCALE", "small"), ("TRITON_INTERPRET", "1"), ("RATCHET_TRIALS", "2"),
+                        ("RATCHET_RETRY_ATTEMPTS", "3"), ("RATCHET_RETRY_BASE_S", "0.01"),
+                        ("RATCHET_RETRY_MAX_S", "0.05")):
+        monkeypatch.setenv(name, value)

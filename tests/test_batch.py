@@ -20,7 +20,7 @@ from agent.batch_log import RunLog
 from agent.batch_problem import crashed_row, make_spec, problem_key
 from agent.cli import main
 from agent.workspace import Workspace
-from helpers_batch import SUITE, SuiteLoopback, candidate
+from helpers_batch import SUITE, SuiteLoopback, candidate, quiet_batch_env
 from loopback import hold, submit
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,15 +30,7 @@ FILTER = "^(01_swish_scale|05_row_sum_scale|21_cross_entropy)$"
 
 @pytest.fixture
 def batch_env(monkeypatch):
-    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "RATCHET_CONFIG", "RATCHET_MODEL", "RATCHET_BASE_URL",
-                 "RATCHET_WORKSPACE", "CUDA_VISIBLE_DEVICES"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("SUITE_SCALE", "small")
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.setenv("RATCHET_TRIALS", "2")
-    monkeypatch.setenv("RATCHET_RETRY_ATTEMPTS", "3")
-    monkeypatch.setenv("RATCHET_RETRY_BASE_S", "0.01")
-    monkeypatch.setenv("RATCHET_RETRY_MAX_S", "0.05")
+    quiet_batch_env(monkeypatch)
 
 
 def batch_args(server, tmp_path: Path, *extra: str) -> list[str]:

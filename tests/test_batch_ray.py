@@ -20,7 +20,7 @@ from agent.batch_problem import make_spec
 from agent.batch_ray import node_spec, runtime_env
 from agent.cli import main
 from agent.workspace import Workspace
-from helpers_batch import SUITE, SuiteLoopback, candidate
+from helpers_batch import SUITE, SuiteLoopback, candidate, quiet_batch_env
 from helpers_ray import LocalCluster, alive, busy_workers, descendants
 from loopback import hold, submit
 
@@ -44,16 +44,8 @@ def cluster():
 
 @pytest.fixture
 def batch_env(monkeypatch):
-    for name in ("OPENAI_BASE_URL", "RATCHET_CONFIG", "RATCHET_MODEL", "RATCHET_BASE_URL", "RATCHET_WORKSPACE",
-                 "CUDA_VISIBLE_DEVICES", "RAY_ADDRESS"):
-        monkeypatch.delenv(name, raising=False)
+    quiet_batch_env(monkeypatch, "RAY_ADDRESS")
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
-    monkeypatch.setenv("SUITE_SCALE", "small")
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.setenv("RATCHET_TRIALS", "2")
-    monkeypatch.setenv("RATCHET_RETRY_ATTEMPTS", "3")
-    monkeypatch.setenv("RATCHET_RETRY_BASE_S", "0.01")
-    monkeypatch.setenv("RATCHET_RETRY_MAX_S", "0.05")
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
 
 

@@ -22,7 +22,7 @@ from agent.batch_service import WorkspaceService
 from agent.cli import main
 from agent.workspace import TRAJECTORIES, Workspace
 from agent.workspace_attempt import parse_trailers
-from helpers_batch import SUITE, SuiteLoopback, candidate
+from helpers_batch import SUITE, SuiteLoopback, candidate, quiet_batch_env
 from helpers_workspace import git
 from helpers_workspace_checks import assert_consistent
 from loopback import submit
@@ -34,15 +34,7 @@ pytestmark = pytest.mark.timeout(120)
 
 @pytest.fixture
 def remote_env(monkeypatch):
-    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "RATCHET_CONFIG", "RATCHET_MODEL", "RATCHET_BASE_URL",
-                 "RATCHET_WORKSPACE", "CUDA_VISIBLE_DEVICES"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("SUITE_SCALE", "small")
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.setenv("RATCHET_TRIALS", "2")
-    monkeypatch.setenv("RATCHET_RETRY_ATTEMPTS", "3")
-    monkeypatch.setenv("RATCHET_RETRY_BASE_S", "0.01")
-    monkeypatch.setenv("RATCHET_RETRY_MAX_S", "0.05")
+    quiet_batch_env(monkeypatch)
 
 
 class DriverSide:
