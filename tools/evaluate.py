@@ -16,30 +16,28 @@ import hashlib
 import random
 import secrets
 import shutil
-import tempfile
 import threading
 import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tools import builds, clocks, profile, trials
-from tools.artifacts import ArtifactCache
-from tools.baseline_cache import default_cache_dir
+from tools import builds, profile, trials
 from tools.compare import Tolerance
 from tools.env import environment, resolve_device
 from tools.problem import ProblemError, ProblemInfo, read_problem
-from tools.process import Limits, WorkerGone, WorkerProcess, plain_launch, worker_env
+from tools.process import WorkerGone, WorkerProcess
 from tools.record import Result, Verdict, describe_exception
 from tools.reference import Reference, ReferenceLost
-from tools.sandbox import Sandbox
+from tools.spawner import Spawner
 from tools.static import static_checks
 from tools.verdict import fail, passed
 
-INIT_SEED = 42  # both models are built after torch.manual_seed(INIT_SEED), so weights match
+if TYPE_CHECKING:
+    from tools.warm import WarmPool
+
 WORKER_FAILURES = {v.value: v for v in (Verdict.COMPILE_ERROR, Verdict.RUNTIME_ERROR, Verdict.CRASHED)}
-PROBE_SEED = 1234  # inputs of the one descriptive reference run (shapes, ops); not a trial seed
 
 
 @dataclass
@@ -71,41 +69,42 @@ class EvalOptions:
 
 
 class Evaluator:
-    def __init__(self, problem_path: Path | str, options: EvalOptions | None = None, entry: str = "Model") -> None:
+    def __init__(self, problem_path: Path | str, options: EvalOptions | None = None, entry: str = "Model",
+                 pool: "WarmPool | None" = None) -> None:
+        """`pool`: a warm pool (tools/warm.py) whose workers, started before this problem was known,
+        this evaluator takes first, and to which it gives its unused ones back when it closes; its
+        options must agree with `options` where workers depend on them (ValueError otherwise)."""
         self.options = options or EvalOptions()
         self.device = resolve_device(self.options.device)
-        self.device_index = int(self.device.split(":")[1]) if self.device.startswith("cuda:") else 0
         self.problem: ProblemInfo = read_problem(Path(problem_path), entry)
-        self.sandbox = Sandbox(self.options.sandbox, tmp_mb=self.options.scratch_mb,
-                               max_processes=self.options.max_processes)  # SandboxUnavailable: refuse now
+        if pool is not None:
+            pool.check(self.options)
+        self.pool = pool
+        # SandboxUnavailable: refuse now
+        self.spawner: Spawner = pool.spawner if pool is not None else Spawner(self.options)
+        self.device_index = self.spawner.device_index
+        self.sandbox, self.cache_dir, self.root = self.spawner.sandbox, self.spawner.cache_dir, self.spawner.root
+        self.artifacts, self.toolchain = self.spawner.artifacts, self.spawner.toolchain
         run_seed = self.options.seed if self.options.seed is not None else secrets.randbits(62)
         rng = random.Random(run_seed)
         self.seeds = [rng.getrandbits(62) for _ in range(max(1, self.options.trials))]
-        self.cache_dir = (self.options.cache_dir or default_cache_dir()).resolve()
-        for sub in ("triton/reference", "baselines"):
-            (self.cache_dir / sub).mkdir(parents=True, exist_ok=True)
-        self.artifacts = ArtifactCache(self.cache_dir / "artifacts", self.options.artifact_cache_mb << 20)
-        self.toolchain = builds.toolchain(self.device)
-        self.root = Path(tempfile.mkdtemp(prefix="ratchet-eval-")).resolve()
-        self.root.chmod(0o755)  # a best-effort worker running as its own uid reaches its scratch
         self._spares: collections.deque[WorkerProcess] = collections.deque()
         self._prebuilds: dict[str, WorkerProcess] = {}
+        self._scratches: list[Path] = []  # with a pool: the scratch directories of the workers this evaluator used
         self._baseline: dict[str, Any] | None = None
-        self._count = 0
         self.distributions = ["problem", "shifted", "signed"]  # rotated over trials (tools/trials.py)
         self.dropped: dict[str, str] = {}  # a distribution this problem does not allow: why
         # evaluate() may run in several threads at once (RL rewards): this guards what they share,
         # the reference worker (and its output cache) and the pool of spare candidate workers
         self._lock = threading.RLock()
         try:
-            self.reference = Reference(self.problem, lambda: self._spawn("reference"), self._start,
-                                       self.options.build_timeout)
+            self.reference = Reference(self.problem, self._reference_worker, self._start, self.options.build_timeout)
             for _ in range(self.options.spares):  # they start while the reference loads
-                self._spares.append(self._spawn("candidate"))
+                self._spares.append(self._candidate_worker())
             self.reference.build()
             # the second clock's copy charge (tools/clocks.py), measured before any candidate runs
             timed = self.options.timing and self.device.startswith("cuda")
-            self.copy_ms_per_byte = clocks.measure_copy(self.device) if timed else None
+            self.copy_ms_per_byte = self.spawner.copy_ms_per_byte() if timed else None
         except (WorkerGone, ReferenceLost) as exc:
             self.close()
             raise ProblemError(f"{self.problem.path.name}: {exc}") from None
@@ -121,12 +120,21 @@ class Evaluator:
         self.close()
 
     def close(self) -> None:
-        for proc in (getattr(self, "reference", None), *self._spares, *self._prebuilds.values()):
+        spares, self._spares = list(self._spares), collections.deque()
+        if self.pool is not None:  # never handed a candidate: the next problem's evaluator may take them
+            kept = self.pool.give_back(spares)
+            spares = [proc for proc in spares if proc not in kept]
+            self._scratches = [path for path in self._scratches if all(path != Spawner.scratch_of(p) for p in kept)]
+        for proc in (getattr(self, "reference", None), *spares, *self._prebuilds.values()):
             if proc is not None:
                 proc.close()
         self._prebuilds.clear()
-        self._spares.clear()
-        shutil.rmtree(self.root, ignore_errors=True)
+        if self.pool is None:
+            self.spawner.close()
+        else:
+            for path in self._scratches:
+                shutil.rmtree(path, ignore_errors=True)
+            self._scratches.clear()
 
     def baseline(self) -> dict[str, Any]:
         """Eager and torch.compile times and the roofline floor of the problem, before any
@@ -143,41 +151,23 @@ class Evaluator:
         return builds.start(self, source)
 
     def _spawn(self, role: str, profile_name: str = "run") -> WorkerProcess:
-        self._count += 1
-        name = role if profile_name == "run" else profile_name
-        scratch = self.root / f"{name}-{self._count}"
-        (scratch / "tmp").mkdir(parents=True)
-        mb = self.options.host_memory_mb
-        limits = Limits(host_memory_bytes=mb << 20 if mb else None,
-                        file_bytes=self.options.file_mb << 20 if self.options.file_mb else None)
-        device = "cpu" if profile_name == "build" else self.device
-        extra = {"TMPDIR": str(scratch / "tmp")}
-        if self.device.startswith("cuda"):  # the same arch flags with and without a GPU: one build
-            extra["TORCH_CUDA_ARCH_LIST"] = str(environment(self.device).get("capability") or "")
-        config: dict[str, Any] = {"role": role, "device": device, "scratch": str(scratch), "init_seed": INIT_SEED,
-                                  "gpu_memory_fraction": self.options.gpu_memory_fraction}
-        files: tuple[list[dict[str, Any]], bytes] | None = None
-        if role == "reference":
-            config.update(problem=str(self.problem.path), entry=self.problem.entry, probe_seed=PROBE_SEED)
-            extra.update(TRITON_HOME=str(scratch), TRITON_CACHE_DIR=str(self.cache_dir / "triton" / "reference"))
-            launch = plain_launch(worker_env(device, extra))
-        else:
-            # one path in every sandbox (its private /tmp): Triton's cache records absolute paths
-            triton = Path("/tmp/ratchet-triton") if self.sandbox.mechanisms.bwrap else scratch / "triton"
-            extra["TRITON_CACHE_DIR"] = str(triton)
-            if profile_name == "build":
-                extra["CUDA_VISIBLE_DEVICES"] = ""
-            config.update(profile=profile_name, writable=[str(scratch), str(triton)], triton_cache=str(triton),
-                          hidden=[str(self.cache_dir)],  # not even mounted under bwrap; refused in Python without it
-                          executables=[str(p) for p in builds.executables(profile_name)])
-            files = builds.tools_layer(self) if profile_name == "run" else None
-            launch = lambda fds: self.sandbox.launch(fds, scratch=scratch, profile=profile_name, device=device,  # noqa: E731
-                                                     gpu=device.startswith("cuda"), extra_env=extra)
-        if files:
-            config["files"] = files[0]
-        return WorkerProcess(config, launch=launch, cwd=self.root, log=scratch / "output.log", limits=limits,
-                             cuda=device.startswith("cuda"), device_index=self.device_index,
-                             payload=files[1] if files else b"", untrusted=role != "reference")
+        proc = self.spawner.spawn(role, profile_name)
+        if self.pool is not None:
+            self._scratches.append(Spawner.scratch_of(proc))
+        return proc
+
+    def _adopt(self, proc: WorkerProcess | None, role: str) -> WorkerProcess:
+        """A worker from the pool (now this evaluator's), else a new one."""
+        if proc is None:
+            return self._spawn(role)
+        self._scratches.append(Spawner.scratch_of(proc))
+        return proc
+
+    def _reference_worker(self) -> WorkerProcess:
+        return self._adopt(self.pool.take_reference() if self.pool is not None else None, "reference")
+
+    def _candidate_worker(self) -> WorkerProcess:
+        return self._adopt(self.pool.take_candidate() if self.pool is not None else None, "candidate")
 
     def _start(self, proc: WorkerProcess) -> None:
         ready = proc.wait_ready(self.options.start_timeout)
@@ -247,9 +237,9 @@ class Evaluator:
 
     def _take_worker(self) -> WorkerProcess:
         with self._lock:
-            worker = self._spares.popleft() if self._spares else self._spawn("candidate")
+            worker = self._spares.popleft() if self._spares else self._candidate_worker()
             if self.options.warm and self.options.spares > 0:
-                self._spares.append(self._spawn("candidate"))
+                self._spares.append(self._candidate_worker())
             worker.max_reply_bytes = self.reply_cap()
             return worker
 

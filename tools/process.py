@@ -58,6 +58,7 @@ class WorkerProcess:
         self.untrusted = untrusted  # a candidate's worker: every reply header is checked (tools/replies.py)
         self.max_reply_bytes = max_reply_bytes
         self.spawned_at = time.monotonic()
+        self.environment: str | None = None  # what it was started from (tools/spawner.environment_fingerprint)
         plan = launch((to_child_r, from_child_w, child_memory.fileno()))
         self.wrapped = plan.argv[0] != sys.executable  # bwrap reports a signal death as 128 + signal
         try:

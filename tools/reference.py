@@ -36,8 +36,14 @@ class Reference:
 
     # the worker -----------------------------------------------------------------------
     def build(self) -> None:
-        """Wait for the worker, build the problem's Model, and read the problem's description."""
+        """Wait for the worker, have it load the problem's file (a worker starts before it knows its
+        problem: tools/spawner.py), build the problem's Model, and read the problem's description."""
         self._start(self.proc)
+        loaded, _ = self.request({"op": "load", "problem": str(self.problem.path), "entry": self.problem.entry},
+                                 self._build_timeout)
+        if loaded.get("op") != "loaded":
+            message = loaded.get("message") or "the reference worker could not load it"
+            raise ProblemError(f"{self.problem.path.name}: {message}".splitlines()[0])
         built, payload = self.checked({"op": "build"}, self._build_timeout)
         apply_description(self.problem, built["problem"])
         self.init = (built["init"], payload)  # what a candidate's constructor gets: it never runs the problem file

@@ -18,9 +18,9 @@ class ReferenceWorker(Worker):
 
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__(config)
-        self.problem = load_module(Path(config["problem"]), "ratchet_problem")
-        self.get_inputs = getattr(self.problem, "get_inputs", None)
-        self.get_init_inputs = getattr(self.problem, "get_init_inputs", lambda: [])
+        self.problem: Any = None  # the problem's module, once `load` named it
+        self.get_inputs: Any = None
+        self.get_init_inputs: Any = None
         self.pool: Any = None
         self.compiled: Any = None
         self.variants: list[Any] = []  # held-out variants the reference accepted (tools/worker/variants.py)
@@ -31,8 +31,19 @@ class ReferenceWorker(Worker):
             prewarm(self.device)  # the evaluator's own kernels, compiled by trusted code
 
     def handlers(self):
-        return {"build": self.build, "trial": self.trial, "inputs": self.inputs, "time": self.time,
+        return {"load": self.load, "build": self.build, "trial": self.trial, "inputs": self.inputs, "time": self.time,
                 "ceilings": self.ceilings, "variant_init": self.variant_init}
+
+    def load(self, msg: dict[str, Any], payload: bytes) -> Reply:
+        """Import the problem's file (the first request: a worker is started before its problem is
+        known, so that a warm pool can start it ahead of need). One problem per worker."""
+        if self.problem is not None:
+            raise Failure("runtime_error", f"this reference worker already holds {Path(self.config['problem']).name}")
+        self.config.update(problem=str(msg["problem"]), entry=str(msg["entry"]))
+        self.problem = load_module(Path(self.config["problem"]), "ratchet_problem")
+        self.get_inputs = getattr(self.problem, "get_inputs", None)
+        self.get_init_inputs = getattr(self.problem, "get_init_inputs", lambda: [])
+        return {"op": "loaded"}, b""
 
     def generate(self, seed: int, dist: str) -> list[Any]:
         """Inputs of (seed, distribution); "variant:K" is the problem's own distribution at the

@@ -1,0 +1,129 @@
+"""Where the evaluator's worker processes come from: one device, one set of options, one scratch root.
+
+A `Spawner` starts the reference worker (plain: the problem's Model is the user's own, trusted
+code) and candidate workers (confined by tools/sandbox/), each with a scratch directory of its
+own under the spawner's root. Nothing it starts knows the problem yet: a reference worker is told
+which file to load by its first request (tools/reference.py), and a candidate worker is handed
+its source later. So one spawner serves problem after problem: an Evaluator owns one, or borrows
+the one of a warm pool (tools/warm.py) that starts workers before the problem using them is known.
+"""
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tools import builds
+from tools.artifacts import ArtifactCache
+from tools.baseline_cache import default_cache_dir
+from tools.env import environment, resolve_device
+from tools.process import Limits, WorkerProcess, plain_launch, worker_env
+from tools.sandbox import Sandbox
+from tools.sandbox.env import secret
+
+if TYPE_CHECKING:
+    from tools.evaluate import EvalOptions
+
+INIT_SEED = 42  # both models are built after torch.manual_seed(INIT_SEED), so weights match
+PROBE_SEED = 1234  # inputs of the one descriptive reference run (shapes, ops); not a trial seed
+# the options a started worker depends on: two evaluators may share workers only where these agree
+SPAWN_FIELDS = ("device", "sandbox", "scratch_mb", "max_processes", "host_memory_mb", "file_mb", "gpu_memory_fraction",
+                "cache_dir", "artifact_cache_mb")
+
+
+def spawn_key(options: "EvalOptions") -> tuple[Any, ...]:
+    key = [getattr(options, name) for name in SPAWN_FIELDS]
+    key[0] = resolve_device(options.device)
+    key[SPAWN_FIELDS.index("cache_dir")] = (options.cache_dir or default_cache_dir()).resolve()
+    return tuple(key)
+
+
+def environment_fingerprint() -> str:
+    """A digest of the environment a new worker is made from (secrets never reach a worker)."""
+    items = sorted((k, v) for k, v in os.environ.items() if not secret(k))
+    return hashlib.sha256(repr(items).encode()).hexdigest()
+
+
+class Spawner:
+    """Starts workers for one device and one set of options (see the module docstring). Raises
+    SandboxUnavailable when the sandbox the options require cannot be had."""
+
+    def __init__(self, options: "EvalOptions") -> None:
+        self.options = options
+        self.key = spawn_key(options)
+        self.device = resolve_device(options.device)
+        self.device_index = int(self.device.split(":")[1]) if self.device.startswith("cuda:") else 0
+        self.sandbox = Sandbox(options.sandbox, tmp_mb=options.scratch_mb, max_processes=options.max_processes)
+        self.cache_dir = (options.cache_dir or default_cache_dir()).resolve()
+        for sub in ("triton/reference", "baselines"):
+            (self.cache_dir / sub).mkdir(parents=True, exist_ok=True)
+        self.artifacts = ArtifactCache(self.cache_dir / "artifacts", options.artifact_cache_mb << 20)
+        self.toolchain = builds.toolchain(self.device)
+        self.root = Path(tempfile.mkdtemp(prefix="ratchet-eval-")).resolve()
+        self.root.chmod(0o755)  # a best-effort worker running as its own uid reaches its scratch
+        self._count = itertools.count(1)
+        self._copy_lock = threading.Lock()
+        self._copy_ms_per_byte: float | None = None
+
+    def spawn(self, role: str, profile_name: str = "run") -> WorkerProcess:
+        """A new worker of `role` ("reference" or "candidate"); a candidate with the "run" profile
+        (it gets the GPU) or "build" (a CUDA C++ build: no GPU). It starts now; wait_ready() waits."""
+        name = role if profile_name == "run" else profile_name
+        scratch = self.root / f"{name}-{next(self._count)}"
+        (scratch / "tmp").mkdir(parents=True)
+        mb = self.options.host_memory_mb
+        limits = Limits(host_memory_bytes=mb << 20 if mb else None,
+                        file_bytes=self.options.file_mb << 20 if self.options.file_mb else None)
+        device = "cpu" if profile_name == "build" else self.device
+        extra = {"TMPDIR": str(scratch / "tmp")}
+        if self.device.startswith("cuda"):  # the same arch flags with and without a GPU: one build
+            extra["TORCH_CUDA_ARCH_LIST"] = str(environment(self.device).get("capability") or "")
+        config: dict[str, Any] = {"role": role, "device": device, "scratch": str(scratch), "init_seed": INIT_SEED,
+                                  "gpu_memory_fraction": self.options.gpu_memory_fraction}
+        files: tuple[list[dict[str, Any]], bytes] | None = None
+        if role == "reference":
+            config.update(probe_seed=PROBE_SEED)
+            extra.update(TRITON_HOME=str(scratch), TRITON_CACHE_DIR=str(self.cache_dir / "triton" / "reference"))
+            launch = plain_launch(worker_env(device, extra))
+        else:
+            # one path in every sandbox (its private /tmp): Triton's cache records absolute paths
+            triton = Path("/tmp/ratchet-triton") if self.sandbox.mechanisms.bwrap else scratch / "triton"
+            extra["TRITON_CACHE_DIR"] = str(triton)
+            if profile_name == "build":
+                extra["CUDA_VISIBLE_DEVICES"] = ""
+            config.update(profile=profile_name, writable=[str(scratch), str(triton)], triton_cache=str(triton),
+                          hidden=[str(self.cache_dir)],  # not even mounted under bwrap; refused in Python without it
+                          executables=[str(p) for p in builds.executables(profile_name)])
+            files = builds.tools_layer(self) if profile_name == "run" else None
+            launch = lambda fds: self.sandbox.launch(fds, scratch=scratch, profile=profile_name, device=device,  # noqa: E731
+                                                     gpu=device.startswith("cuda"), extra_env=extra)
+        if files:
+            config["files"] = files[0]
+        proc = WorkerProcess(config, launch=launch, cwd=self.root, log=scratch / "output.log", limits=limits,
+                             cuda=device.startswith("cuda"), device_index=self.device_index,
+                             payload=files[1] if files else b"", untrusted=role != "reference")
+        proc.environment = environment_fingerprint()
+        return proc
+
+    def copy_ms_per_byte(self) -> float:
+        """The device-to-device bandwidth of the parent's own buffers (the second clock's copy
+        charge, tools/clocks.py), measured once, the first time it is asked: before any candidate
+        of this spawner has run."""
+        from tools import clocks
+
+        with self._copy_lock:
+            if self._copy_ms_per_byte is None:
+                self._copy_ms_per_byte = clocks.measure_copy(self.device)
+            return self._copy_ms_per_byte
+
+    @staticmethod
+    def scratch_of(proc: WorkerProcess) -> Path:
+        return proc.log.parent
+
+    def close(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
