@@ -87,10 +87,11 @@ def problem_row(spec: dict[str, Any], work: Callable[[], dict[str, Any]], log: C
 
 
 def agent_row(spec: dict[str, Any], log: Callable[[str], None], *, problem: Path | None = None,
-              resume: bool | None = None, store: Any = None) -> dict[str, Any]:
+              resume: bool | None = None, store: Any = None, pools: Any = None) -> dict[str, Any]:
     """Run the agent on the spec's problem; the row's agent fields. A remote run passes the problem's
-    file on its node, whether to resume (from its lease) and its store (agent.run_store); a local one
-    passes none of them: the spec's problem file, the workspace of its settings."""
+    file on its node, whether to resume (from its lease), its store (agent.run_store) and its slot's
+    warm pools (tools.warm.WarmPools); a local one passes none of them: the spec's problem file, the
+    workspace of its settings, a fresh evaluator."""
     from agent.batch_channel import Fenced
     from agent.cmd_optimize import model_client
     from agent.config import load_config
@@ -110,10 +111,10 @@ def agent_row(spec: dict[str, Any], log: Callable[[str], None], *, problem: Path
         resume = bool(spec.get("resume")) and _has_unfinished_run(problem, config, spec.get("since"))
     try:
         try:
-            result = optimize(problem, config, client, resume=resume, log=log, store=store)
+            result = optimize(problem, config, client, resume=resume, log=log, store=store, pools=pools)
         except NothingToResume as exc:  # the run finished or vanished since we looked: start afresh
             log(f"batch: {exc}; starting a new run")
-            result = optimize(problem, config, client, resume=False, log=log, store=store)
+            result = optimize(problem, config, client, resume=False, log=log, store=store, pools=pools)
     except ProblemError as exc:
         return {"status": "invalid_problem", "verdict": "invalid_problem", "error": _one_line(str(exc))}
     except Fenced:
@@ -223,7 +224,7 @@ def _complete_row(row: dict[str, Any]) -> dict[str, Any]:
                 "speedup_vs_eager", "speedup_vs_compile", "roofline_fraction", "candidate_ms", "eager_ms",
                 "compile_ms", "floor_ms", "best_attempt", "attempts", "attempts_used", "correct_attempts",
                 "evaluator_faults", "format_errors", "tokens", "model_calls", "agent_wall_s", "model", "run_id",
-                "stop_reason", "workspace", "best_path", "device_s", "executor", "node"):
+                "stop_reason", "workspace", "best_path", "device_s", "executor", "node", "warm_workers"):
         row.setdefault(key, None)
     for key in ("attempts", "attempts_used", "correct_attempts", "evaluator_faults", "format_errors", "tokens",
                 "model_calls"):

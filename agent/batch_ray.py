@@ -1,27 +1,31 @@
-"""`ratchet batch SUITE --ray ADDRESS`: one Ray task per problem, the workspace on the driver.
+"""`ratchet batch SUITE --ray ADDRESS`: one slot per GPU of a Ray cluster, the workspace on the driver.
 
 `connect(address, ...)` joins (or, for `local`, starts) a Ray cluster; `RayScheduler` is an
-agent.batch.Scheduler on it. Each problem is one task that needs one GPU (in CPU mode one CPU
-slot, under Triton's interpreter) and runs the whole agent loop where Ray places it:
-`fn(spec, channel)` (agent.batch_remote.run_remote_problem), whose every workspace read and write
-is a request to the driver's WorkspaceService over the Ray channel (agent.batch_ray_channel).
-Nothing needs a shared file system.
+agent.batch.Scheduler on it. Each GPU of the cluster (in CPU mode, each of N CPU slots, under
+Triton's interpreter) gets one `ProblemSlot` actor, which takes problems from the driver's queue
+one at a time: each problem is one Ray actor task, `run(fn, spec, mailbox)`, that runs the whole
+agent loop where the actor lives: `fn(spec, channel, pools=...)`
+(agent.batch_remote.run_remote_problem), whose every workspace read and write is a request to the
+driver's WorkspaceService over the Ray channel (agent.batch_ray_channel). Nothing needs a shared
+file system.
 
-- Warm workers: the tasks run with `max_calls=0`, so a node's Ray worker process is reused for
-  the next problem it is given (Ray's default for GPU tasks is a fresh process per task). What
-  stays warm is the process with its imports (torch, triton, the agent), its CUDA context, and
-  the node's caches on disk (Triton's kernel cache, torch.compile's, the evaluator's baselines).
-  Each problem still gets its own evaluator (its reference worker is the problem's).
-- Faults: a task whose worker or node dies is retried by Ray (`max_retries`) wherever there is
-  room; the retry takes the problem's lease again, which fences the old token, and continues from
-  the last attempt committed in the driver's workspace. An exception raised by the task is not
-  retried (it would fail again). Rows come back with `"executor": "ray"`, the node (host and Ray
-  node id) and the GPU.
-- Cancelling (Ctrl-C, SIGTERM): every running task is cancelled gracefully (KeyboardInterrupt in
-  the task: the agent closes its evaluator and with it the sandboxed worker tree), then by force
-  after `GRACE_S` (the Ray worker is killed; each evaluator worker has PR_SET_PDEATHSIG, and
-  bubblewrap --die-with-parent, so the tree dies with it). Ray's memory killer kills the worker
-  the same way; that task is retried.
+- Warm evaluator per GPU: the actor's process lives for the batch, with its imports (torch,
+  triton, the agent), its CUDA context, and a warm pool (tools/warm.py): the next problem's
+  reference worker and spare sandboxed candidate workers are started before that problem arrives.
+  An actor rather than a task with `max_calls=0`: Ray may give a reused task worker another GPU,
+  while a CUDA context stays on the GPU it was made on. Once no problem waits, idle actors end
+  and give their GPU back. Rows say how many workers a problem found started (`warm_workers`).
+- Faults: an actor whose process or node dies (Ray's memory killer included) is restarted by Ray
+  (`max_restarts`) wherever there is room, and the problem it was running is run again there
+  (`max_task_retries`); the retry takes the problem's lease again, which fences the old token,
+  and continues from the last attempt committed in the driver's workspace. An exception raised by
+  the problem is not retried (it would fail again). Rows come back with `"executor": "ray"`, the
+  node (host and Ray node id) and the GPU.
+- Cancelling (Ctrl-C, SIGTERM): every running problem gets a KeyboardInterrupt in its thread (Ray
+  does not interrupt a running actor method; `ProblemSlot.interrupt` does): the agent closes its
+  evaluator, and with it the sandboxed worker tree. Actors still running after `GRACE_S` are
+  killed; each evaluator worker has PR_SET_PDEATHSIG, and bubblewrap --die-with-parent, so the
+  tree dies with the actor's process. Ray's memory killer kills the process the same way.
 - Code and secrets: the project's code reaches the nodes either shipped by Ray (`code="ship"`, the
   default: runtime_env py_modules of the `agent` and `tools` packages and the `prompts/`
   templates, so every node runs the driver's exact code and needs only the dependencies
@@ -32,6 +36,7 @@ Nothing needs a shared file system.
 from __future__ import annotations
 
 import concurrent.futures
+import ctypes
 import os
 import socket
 import sys
@@ -46,9 +51,8 @@ from agent.batch_ray_channel import MailboxServer, RayChannel, mailbox_actor
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 INSTALL_LINE = "--ray needs Ray: pip install -e '.[ray]'"
-TASK_NAME = "ratchet_problem"  # the task's name; a busy worker's process title is `ray::ratchet_problem`
-MAX_RETRIES = 3  # retries of a task whose worker or node died
-GRACE_S = 15.0  # after a graceful cancel, how long tasks may take to stop before they are killed
+MAX_RETRIES = 3  # restarts of a slot's actor whose process or node died, and re-runs of its problem
+GRACE_S = 15.0  # after an interrupt, how long problems may take to stop before their actors are killed
 CODE_MODES = ("ship", "installed")
 # what a spec may carry to a node: no driver path (the sources come with the lease), no secret
 NODE_SPEC_DROP = ("log", "config_file")
@@ -121,23 +125,62 @@ def node_spec(spec: dict[str, Any], device: str) -> dict[str, Any]:
     return {**{k: v for k, v in spec.items() if k not in NODE_SPEC_DROP}, "device": device}
 
 
-def run_on_node(fn: Callable[[dict[str, Any], Any], dict[str, Any]], spec: dict[str, Any], mailbox: Any,
-                env: dict[str, str], api_key_env: str | None) -> dict[str, Any]:
-    """The Ray task: set up the node's environment, run `fn(spec, channel)`, say where it ran."""
-    import ray
+class ProblemSlot:
+    """The Ray actor behind one slot: one GPU (or one CPU in CPU mode) for the whole batch. It runs
+    the problems the driver gives it one at a time, `fn(spec, channel, pools=...)` in its own
+    process, and keeps the evaluator's warm pool (tools/warm.py) from one problem to the next.
 
-    os.environ.update(env)  # CPU mode: no GPU, Triton's interpreter; a suite's SUITE_SCALE
-    _find_prompts()
-    if api_key_env:
-        key = os.environ.get(api_key_env)
-        if not key:
-            raise RuntimeError(f"--api-key-env {api_key_env}: not set on node {socket.gethostname()}")
-        spec = {**spec, "settings": {**spec.get("settings", {}), "api_key": key}}  # on the node only
-    gpus = ",".join(str(g) for g in ray.get_gpu_ids()) or None
-    node_id = ray.get_runtime_context().get_node_id()
-    row = fn({**spec, "executor": "ray", "node": socket.gethostname(), "gpu": gpus}, RayChannel(mailbox))
-    row["ray_node_id"] = node_id
-    return row
+    An actor rather than a task per problem: a Ray worker process reused by GPU tasks may be given
+    another GPU for its next task, while its CUDA context (the evaluator's parent uses the device)
+    stays on the first one. An actor holds its GPU for life."""
+
+    def __init__(self, env: dict[str, str], api_key_env: str | None) -> None:
+        from tools.warm import WarmPools
+
+        os.environ.update(env)  # CPU mode: no GPU, Triton's interpreter; a suite's SUITE_SCALE
+        _find_prompts()
+        self.api_key_env = api_key_env
+        self.pools = WarmPools()
+        self._running: int | None = None  # the thread running a problem (interrupt() targets it)
+
+    def run(self, fn: Callable[..., dict[str, Any]], spec: dict[str, Any], mailbox: Any) -> dict[str, Any]:
+        """Set up the node's side of the spec, run `fn`, say where it ran."""
+        import ray
+
+        if self.api_key_env:
+            key = os.environ.get(self.api_key_env)
+            if not key:
+                raise RuntimeError(f"--api-key-env {self.api_key_env}: not set on node {socket.gethostname()}")
+            spec = {**spec, "settings": {**spec.get("settings", {}), "api_key": key}}  # on the node only
+        gpus = ",".join(str(g) for g in ray.get_gpu_ids()) or None
+        node_id = ray.get_runtime_context().get_node_id()
+        before = self.pools.taken()
+        self._running = threading.get_ident()
+        try:
+            row = fn({**spec, "executor": "ray", "node": socket.gethostname(), "gpu": gpus}, RayChannel(mailbox),
+                     pools=self.pools)
+        finally:
+            self._running = None
+        row["ray_node_id"] = node_id
+        # workers this problem's evaluator found started (by the previous problem on this slot)
+        row["warm_workers"] = {role: n - before.get(role, 0) for role, n in self.pools.taken().items()}
+        return row
+
+    def interrupt(self) -> bool:
+        """KeyboardInterrupt in the running problem's thread, as a cancelled task gets (Ray does not
+        interrupt a running actor method): the agent stops and closes its evaluator. False when idle."""
+        thread = self._running
+        if thread is None:
+            return False
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread), ctypes.py_object(KeyboardInterrupt))
+        return True
+
+    def close(self) -> None:
+        """End the slot: its warm workers and their scratch go first, then the actor's process."""
+        import ray
+
+        self.pools.close()
+        ray.actor.exit_actor()
 
 
 def _find_prompts() -> None:
@@ -158,32 +201,35 @@ class TaskFailed(Exception):
 class RayScheduler:
     """An agent.batch.Scheduler on the connected Ray cluster (see the module docstring).
     `handle` is the driver's WorkspaceService.handle; `cpu_slots` selects CPU mode with that many
-    problems at a time, else every problem takes one GPU. `submit(fn, spec)` runs
-    `fn(spec, channel)` on a node."""
+    problems at a time, else every GPU of the cluster is a slot. `submit(fn, spec)` runs
+    `fn(spec, channel, pools=...)` on a slot's actor (ProblemSlot)."""
 
     def __init__(self, handle: Callable[[Any], Any], *, cpu_slots: int | None = None, env: dict[str, str] | None = None,
                  api_key_env: str | None = None, max_retries: int = MAX_RETRIES, grace_s: float = GRACE_S,
                  warn: Callable[[str], None] = lambda line: None):
         ray = ray_module()
         self.grace_s = grace_s
-        self.api_key_env = api_key_env
         resources = ray.cluster_resources()
         if cpu_slots is not None:
             self.device, self.slots = "cpu", cpu_slots
-            self.env = {"CUDA_VISIBLE_DEVICES": "", "TRITON_INTERPRET": "1", **(env or {})}
+            env = {"CUDA_VISIBLE_DEVICES": "", "TRITON_INTERPRET": "1", **(env or {})}
             needs: dict[str, Any] = {"num_cpus": 1, "num_gpus": 0}
         else:
             self.slots = int(resources.get("GPU", 0))
             if not self.slots:
                 raise ClusterError("the Ray cluster has no GPU: run on its CPUs with --cpu-workers N")
-            self.device, self.env, needs = "cuda:0", dict(env or {}), {"num_gpus": 1}
-        self.limit = cpu_slots  # CPU mode: at most this many tasks at a time, whatever CPUs the cluster has
-        self._task = ray.remote(max_calls=0, max_retries=max_retries, retry_exceptions=False,
-                                **needs)(run_on_node).options(name=TASK_NAME)
+            self.device, needs = "cuda:0", {"num_cpus": 0, "num_gpus": 1}
+        # a dead actor (its process or node died, Ray's memory killer) is restarted, wherever there is room,
+        # and the problem it was running is run again there: it takes the lease again and continues
+        self._actor_class = ray.remote(ProblemSlot).options(
+            **needs, max_restarts=max_retries, max_task_retries=max_retries, max_concurrency=2)
+        self._actor_args = (dict(env or {}), api_key_env)
         self.mailbox = mailbox_actor()
         self.server = MailboxServer(self.mailbox, handle, warn=warn)
         self._lock = threading.Lock()
-        self._running: dict[Any, tuple[concurrent.futures.Future, str]] = {}
+        self._idle: list[Any] = []  # actors waiting for a problem
+        self._actors = 0  # actors alive (idle or running)
+        self._running: dict[Any, tuple[concurrent.futures.Future, str, Any]] = {}  # ref -> (future, key, actor)
         self._queued: deque = deque()
         self._stopping = False
         self._watcher = threading.Thread(target=self._watch, name="ray-results", daemon=True)
@@ -198,17 +244,32 @@ class RayScheduler:
         with self._lock:
             if self._stopping:
                 future.cancel()
-            elif self.limit is not None and len(self._running) >= self.limit:
-                self._queued.append((future, fn, spec))
             else:
-                self._launch(future, fn, spec)
+                self._queued.append((future, fn, spec))
+                self._dispatch()
         return future
 
-    def _launch(self, future: concurrent.futures.Future, fn: Callable, spec: dict[str, Any]) -> None:
-        if not future.set_running_or_notify_cancel():
-            return
-        ref = self._task.remote(fn, node_spec(spec, self.device), self.mailbox, self.env, self.api_key_env)
-        self._running[ref] = (future, spec.get("key", "?"))
+    def _dispatch(self) -> None:
+        """Give queued problems to idle actors, making actors up to the slot count; release the idle
+        ones once nothing waits (a restarted actor may need their GPU). Under the lock."""
+        while self._queued:
+            if not self._idle:
+                if self._actors >= self.slots:
+                    return
+                self._idle.append(self._actor_class.remote(*self._actor_args))
+                self._actors += 1
+            future, fn, spec = self._queued.popleft()
+            if not future.set_running_or_notify_cancel():
+                continue
+            actor = self._idle.pop()
+            ref = actor.run.remote(fn, node_spec(spec, self.device), self.mailbox)
+            self._running[ref] = (future, spec.get("key", "?"), actor)
+        while self._idle:
+            self._release(self._idle.pop())
+
+    def _release(self, actor: Any) -> None:
+        actor.close.remote()  # its warm workers end, then the actor exits (not restarted)
+        self._actors -= 1
 
     def _watch(self) -> None:
         import ray
@@ -224,10 +285,17 @@ class RayScheduler:
             ready, _ = ray.wait(refs, num_returns=1, timeout=0.5)
             for ref in ready:
                 with self._lock:
-                    future, key = self._running.pop(ref)
-                    if self._queued and not self._stopping:
-                        self._launch(*self._queued.popleft())
-                _settle(future, ref, key)
+                    future, key, actor = self._running.pop(ref)
+                alive = _settle(future, ref, key)
+                with self._lock:
+                    if not alive:
+                        self._actors -= 1  # its restarts are spent: a new actor takes the slot
+                    elif self._stopping:
+                        self._release(actor)
+                    else:
+                        self._idle.append(actor)
+                    if not self._stopping:
+                        self._dispatch()
 
     def shutdown(self, cancel: bool = False) -> None:
         import ray
@@ -235,24 +303,29 @@ class RayScheduler:
         with self._lock:
             self._stopping = True
             queued, self._queued = list(self._queued), deque()
-            refs = list(self._running)
+            running = dict(self._running)
+            idle, self._idle = list(self._idle), []
+            for actor in idle:
+                self._release(actor)
         for future, _, _ in queued:
             future.cancel()
-        if cancel and refs:
-            for ref in refs:
-                ray.cancel(ref, force=False)  # KeyboardInterrupt in the task: the agent closes its evaluator
+        if cancel and running:
+            for _, _, actor in running.values():
+                actor.interrupt.remote()  # KeyboardInterrupt in the problem: the agent closes its evaluator
+            refs = list(running)
             _, left = ray.wait(refs, num_returns=len(refs), timeout=self.grace_s)
             for ref in left:
-                ray.cancel(ref, force=True)  # the worker is killed; its evaluator's workers die with it
+                ray.kill(running[ref][2], no_restart=True)  # its evaluator's workers die with its process
         self._watcher.join(timeout=self.grace_s + 10)
         self.server.stop()
         ray.shutdown()
 
 
-def _settle(future: concurrent.futures.Future, ref: Any, key: str) -> None:
-    """Hand a finished task's row (or why there is none) to the driver's future."""
+def _settle(future: concurrent.futures.Future, ref: Any, key: str) -> bool:
+    """Hand a finished problem's row (or why there is none) to the driver's future; False when the
+    actor that ran it is dead for good (its restarts spent)."""
     import ray
-    from ray.exceptions import RayTaskError, TaskCancelledError
+    from ray.exceptions import RayActorError, RayTaskError, TaskCancelledError
 
     try:
         future.set_result(ray.get(ref))
@@ -264,5 +337,10 @@ def _settle(future: concurrent.futures.Future, ref: Any, key: str) -> None:
             future.set_exception(concurrent.futures.CancelledError())
         else:
             future.set_exception(TaskFailed(f"{key}: the Ray task raised {type(cause).__name__}: {cause}"))
-    except Exception as exc:  # noqa: BLE001 - WorkerCrashedError, NodeDiedError, ...: its retries are spent
+    except RayActorError as exc:
+        future.set_exception(TaskFailed(f"{key}: the Ray actor died ({type(exc).__name__}) and its restarts are spent"))
+        return False
+    except Exception as exc:  # noqa: BLE001 - NodeDiedError, ObjectLostError, ...: its retries are spent
         future.set_exception(TaskFailed(f"{key}: the Ray task died ({type(exc).__name__}) and its retries are spent"))
+        return False
+    return True

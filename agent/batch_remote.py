@@ -175,10 +175,11 @@ class RemoteStore:
         yield RemoteProblem(self._call)
 
 
-def run_remote_problem(spec: dict[str, Any], channel: Channel) -> dict[str, Any]:
+def run_remote_problem(spec: dict[str, Any], channel: Channel, pools: Any = None) -> dict[str, Any]:
     """Run (or continue) the agent on the spec's problem, committing into the driver's workspace
     through `channel`; return its row (see the module docstring). Never raises for what the
-    problem, the model, the workspace or the lease does: those end as a row with a status."""
+    problem, the model, the workspace or the lease does: those end as a row with a status.
+    `pools`: the slot's warm pools (tools.warm.WarmPools), kept from one problem to the next."""
     from agent.batch_problem import agent_row, problem_row
 
     key = spec["key"]
@@ -193,7 +194,7 @@ def run_remote_problem(spec: dict[str, Any], channel: Channel) -> dict[str, Any]
             problem = Path(scratch) / lease["problem_name"]
             problem.write_bytes(lease["problem_text"].encode())
             row = agent_row(spec, log, problem=problem, resume=bool(spec.get("resume")) and lease["resume"],
-                            store=RemoteStore(call))
+                            store=RemoteStore(call), pools=pools)
         call("release")
         return row
 

@@ -54,14 +54,15 @@ def new_run_id() -> str:
 
 
 def optimize(problem: Path, config: AgentConfig, model: ModelClient, *, resume: bool = False,
-             log: Callable[[str], None] | None = None, store: Store | None = None) -> RunResult:
+             log: Callable[[str], None] | None = None, store: Store | None = None, pools: Any = None) -> RunResult:
     """Run (or resume) the agent on one problem. Raises ProblemError, WorkspaceError, NothingToResume.
-    `store`: where the repository, checkpoints and run pointer live (default: config.workspace here)."""
+    `store`: where the repository, checkpoints and run pointer live (default: config.workspace here).
+    `pools`: a tools.warm.WarmPools whose workers, started ahead, the evaluator takes (a batch slot's)."""
     log = log or (lambda line: print(line, file=sys.stderr, flush=True))
     store = store or LocalStore(config.workspace)
     with ExitStack() as stack:
         # the evaluator first: an invalid problem gets no workspace
-        evaluator = stack.enter_context(_evaluator(problem, config))
+        evaluator = stack.enter_context(_evaluator(problem, config, pools))
         opened = stack.enter_context(store.open(problem))
         repo = opened.repo
         pointer = opened.read_pointer()
@@ -157,11 +158,11 @@ def _kept_eager(repo, number: int) -> bool:
     return attempt is not None and kept_eager(attempt, repo.record(attempt))
 
 
-def _evaluator(problem: Path, config: AgentConfig):
+def _evaluator(problem: Path, config: AgentConfig, pools: Any = None):
     from tools import EvalOptions, Evaluator
 
-    return Evaluator(problem, EvalOptions(device=config.device, trials=config.trials, timing=True, sandbox=config.sandbox),
-                     entry=config.entry)
+    options = EvalOptions(device=config.device, trials=config.trials, timing=True, sandbox=config.sandbox)
+    return Evaluator(problem, options, entry=config.entry, pool=pools.for_options(options) if pools else None)
 
 
 def resumable_run(problem: Path, config: AgentConfig) -> str:

@@ -45,7 +45,8 @@ class LocalCluster:
 
 
 def busy_workers() -> list[int]:
-    """Pids of Ray worker processes running a ratchet problem (their title is `ray::ratchet_problem`)."""
+    """Pids of Ray worker processes running a ratchet problem (a slot's actor running one: its
+    title is `ray::ProblemSlot.run`)."""
     out = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -54,7 +55,7 @@ def busy_workers() -> list[int]:
             title = (entry / "cmdline").read_bytes().split(b"\0")[0]
         except OSError:
             continue
-        if title.startswith(b"ray::ratchet_problem"):
+        if title.startswith(b"ray::ProblemSlot.run"):
             out.append(int(entry.name))
     return out
 

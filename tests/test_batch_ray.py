@@ -151,6 +151,21 @@ def test_a_cancelled_batch_takes_the_worker_tree_with_it_and_resumes(cluster, ba
     assert len(json.loads((tmp_path / "run" / "run.json").read_text())["sessions"]) == 2
 
 
+def test_a_slot_keeps_its_evaluator_warm_from_one_problem_to_the_next(cluster, batch_env, tmp_path, capsys):
+    """One slot, two problems: the second problem's reference worker and spare candidate worker were
+    started while the first ran (a slot is one actor, its process and warm pool live for the batch)."""
+    scripts = {A: [submit(candidate(A))], B: [submit(candidate(B))]}
+    with SuiteLoopback(scripts, lifetime_s=400) as server:
+        code = main(batch_args(server, tmp_path, cluster))
+    err = capsys.readouterr().err
+    assert code == 0, err[-3000:]
+    latest = RunLog(tmp_path / "run" / "results.jsonl").latest()
+    assert latest[A]["correct"] and latest[B]["correct"]
+    assert latest[A]["warm_workers"] == {"reference": 0, "candidate": 0}  # the slot's first problem
+    assert latest[B]["warm_workers"] == {"reference": 1, "candidate": 1}
+    assert [a.verdict.value for a in attempts_of(tmp_path, B)] == ["ok"]
+
+
 def test_no_secret_and_no_driver_path_travels(tmp_path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     spec = make_spec(SUITE / f"{A}.py", settings={"model": "m", "base_url": "http://x/v1"},
