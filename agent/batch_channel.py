@@ -4,7 +4,8 @@ In a batch spread over a cluster (`ratchet batch --ray`), the agent loop of a pr
 wherever the cluster places it, but the workspace it commits to is the one on the machine where
 `ratchet batch` was started: nothing requires a shared file system. The node side
 (agent.batch_remote) has no workspace of its own; every read and write of the problem's
-repository and of the graph's checkpoints is a request over a `Channel` to the driver's
+repository and of the graph's checkpoints, and every line of its agent log (which the driver
+appends to the run directory's `logs/<problem>.log`), is a request over a `Channel` to the driver's
 `WorkspaceService` (agent.batch_service), which performs it on the real workspace with the same
 code as a local run (attempt numbers, trailers, the "best" rule, LangGraph's SQLite checkpoints
 under `<root>/.ratchet/`). So `ratchet log`, `best`, `report` and `--resume` see one truth.

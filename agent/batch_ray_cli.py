@@ -3,7 +3,9 @@
 It checks the flags, connects to the cluster (agent.batch_ray.connect), makes the driver's
 WorkspaceService (agent.batch_service) over this machine's workspace, and runs the batch with a
 RayScheduler whose tasks run agent.batch_remote.run_remote_problem on the nodes. run.json records
-the executor and the address; every row records the executor, node and GPU.
+the executor and the address; every row records the executor, node and GPU. The nodes' agent log
+lines come back through the service into `logs/<problem>.log`; the service's own faults go to
+`logs/service.log`.
 """
 from __future__ import annotations
 
@@ -81,8 +83,9 @@ def _session(args: argparse.Namespace, suite: Path, problems: list[Path], settin
         log.repair()
         todo, done = pending(problems, log, resume=args.resume)
         session = f"{meta['sessions'][-1]['started_at']:.3f}-{os.getpid()}"
+        # the nodes' agent log lines land in logs/<problem>.log, as a local run's do
         service = WorkspaceService(Path(settings["workspace"]), {problem_key(p): p for p in problems}, session,
-                                   log=lambda line: _append(out / LOGS / "service.log", line))
+                                   log=lambda line: _append(out / LOGS / "service.log", line), logs=out / LOGS)
         # the suite's size switch is the driver's choice (chosen here or set in its environment), not the node's
         chosen = slots[0].env.get(SCALE_VAR) or os.environ.get(SCALE_VAR)
         scale = {SCALE_VAR: chosen} if chosen else {}

@@ -17,8 +17,15 @@ Nothing on the node outlives the run but its row: the evaluator runs here, every
 committed there the moment it is judged. The row is a local row's plus `executor`
 (spec["executor"]) and `node` (spec["node"], else this host); `gpu` is spec["gpu"] where given.
 A run that loses its lease (`Fenced`: the driver gave the problem to another task) stops at its
-next request and returns a row with status `fenced`, which the driver discards. Log lines go to
-this process's stderr, each prefixed with the problem's key (the driver's log files are not here).
+next request and returns a row with status `fenced`, which the driver discards.
+
+Logs: each log line of the run goes to this process's stderr, prefixed with the problem's key
+(on a Ray node, the worker's `logs/worker-*.err`: kept for when the driver is gone), and, while
+the run holds its lease, to the driver as a `log` request under the lease's token, which appends
+it to the run directory's `logs/<key>.log` as a local run does. One request per line (the agent
+logs a few lines per attempt), sent from the agent's own thread. A line never fails the run: once
+the lease is taken (`Fenced`) the lines stay here, and the run stops at its next workspace request;
+any other failure to send a line is said once on stderr and the next line is sent anyway.
 """
 from __future__ import annotations
 
@@ -33,7 +40,7 @@ from typing import Any
 from langgraph.checkpoint.base import BaseCheckpointSaver, ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
 from langgraph.checkpoint.sqlite import SqliteSaver
 
-from agent.batch_channel import Channel, Request
+from agent.batch_channel import Channel, Fenced, Request
 from agent.workspace_attempt import Attempt
 
 _SCALARS = (str, int, float, bool, type(None))
@@ -47,6 +54,30 @@ class _Caller:
 
     def __call__(self, op: str, **args: Any) -> Any:
         return self.channel.call(Request(self.key, self.token, op, args))
+
+
+class _DriverLog:
+    """Sends a run's log lines to the driver's `logs/<key>.log` (the `log` op) under its lease; see
+    the module docstring. `token` is the lease's while it is held, else None (lines stay on the node)."""
+
+    def __init__(self, channel: Channel, key: str):
+        self.channel, self.key = channel, key
+        self.token: str | None = None
+        self._warned = False
+
+    def __call__(self, line: str) -> None:
+        if self.token is None:
+            return
+        try:
+            self.channel.call(Request(self.key, self.token, "log", {"lines": [line]}))
+        except Fenced:
+            self.token = None  # refused like the run's writes: its next workspace request stops it
+        except Exception as exc:  # noqa: BLE001 - a log line must never fail the run; said once, on stderr
+            if not self._warned:
+                self._warned = True
+                reason = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+                print(f"[{self.key}] batch: a log line did not reach the driver's logs/{self.key}.log ({reason}); "
+                      "every line stays on this node's stderr", file=sys.stderr, flush=True)
 
 
 class RemoteRepo:
@@ -183,18 +214,22 @@ def run_remote_problem(spec: dict[str, Any], channel: Channel, pools: Any = None
     from agent.batch_problem import agent_row, problem_row
 
     key = spec["key"]
+    driver_log = _DriverLog(channel, key)
 
     def log(line: str) -> None:
         print(f"[{key}] {line}", file=sys.stderr, flush=True)
+        driver_log(line)
 
     def work() -> dict[str, Any]:
         lease = channel.call(Request(key, None, "acquire", {"since": spec.get("since")}))
+        driver_log.token = lease["token"]
         call = _Caller(channel, key, lease["token"])
         with tempfile.TemporaryDirectory(prefix="ratchet-remote-") as scratch:
             problem = Path(scratch) / lease["problem_name"]
             problem.write_bytes(lease["problem_text"].encode())
             row = agent_row(spec, log, problem=problem, resume=bool(spec.get("resume")) and lease["resume"],
                             store=RemoteStore(call), pools=pools)
+        driver_log.token = None  # the lease ends here
         call("release")
         return row
 

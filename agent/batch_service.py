@@ -3,8 +3,8 @@ workspace, every repository and checkpoint operation of the agent runs on the no
 
 Read agent/batch_channel.py first (the contract: requests, channels, leases and fencing).
 
-`WorkspaceService(root, problems, session, log=...)` lives in the process that runs `ratchet
-batch`; an executor carries `Request`s from node-side runs (agent.batch_remote) to
+`WorkspaceService(root, problems, session, log=..., logs=...)` lives in the process that runs
+`ratchet batch`; an executor carries `Request`s from node-side runs (agent.batch_remote) to
 `service.handle(request)` and the answer (or the exception) back. For each problem the service
 opens a `LocalStore` problem (agent.run_store), the very repository, SQLite checkpointer and run
 pointer a local run uses, so commits get the same numbering, trailers and best rule, and
@@ -13,6 +13,12 @@ pointer a local run uses, so commits get the same numbering, trailers and best r
 The problem files are read once, when the service is made: a lease hands the text to the node
 (no shared file system), and the workspace is keyed by those bytes, whatever happens to the file
 afterwards.
+
+Agent logs: the `log` op appends a node-side run's log lines (`lines`, a list of strings) to
+`<logs>/<key>.log`, the file a local run of the problem writes (`logs` is the run directory's
+`logs/`; without one, each line goes to `log` prefixed with the key). It is checked against the
+lease like every other op, so a run that lost its lease cannot write into the log of the run
+that took it.
 
 Leases: `acquire` issues a new token (`<session>:<n>`, n counting up within the service) and
 from then on the problem refuses every other token with `Fenced`; `release` ends the lease
@@ -41,7 +47,7 @@ from agent.workspace_repo import WorkspaceError
 
 # op name -> what it does; every other op is refused
 OPS = frozenset({
-    "acquire", "release", "info",
+    "acquire", "release", "info", "log",
     "commit_attempt", "save_trajectory", "attempts", "attempt", "best", "latest", "source", "record",
     "get_tuple", "list", "put", "put_writes",
     "read_pointer", "write_pointer",
@@ -63,13 +69,15 @@ class WorkspaceService:
     """Performs node-side runs' requests in the workspace under `root` (see the module docstring).
 
     `problems` maps each problem's key (agent.batch_problem.problem_key) to its file; `session`
-    names this driver session (tokens carry it); `log` takes one line (tracebacks, a line each)."""
+    names this driver session (tokens carry it); `log` takes one line of the service's own (tracebacks,
+    a line each); `logs` is the directory of the problems' agent logs (`<logs>/<key>.log`)."""
 
     def __init__(self, root: Path, problems: dict[str, Path], session: str, *,
-                 log: Callable[[str], None] | None = None):
+                 log: Callable[[str], None] | None = None, logs: Path | None = None):
         self.root = Path(root)
         self.session = session
         self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.logs = Path(logs) if logs is not None else None
         self._counter = itertools.count(1)
         self._counter_lock = threading.Lock()
         self._problems: dict[str, _Problem] = {}
@@ -96,6 +104,8 @@ class WorkspaceService:
                 raise Fenced(f"problem {request.key}: {request.op} with lease {request.token} refused ({what})")
             if request.op == "release":
                 return self._close(problem)
+            if request.op == "log":
+                return self._guard(request, lambda: self._agent_log(request.key, **request.args))
             operation = getattr(self, f"_op_{request.op}")
             return self._guard(request, lambda: operation(problem.opened, **request.args))
 
@@ -139,6 +149,17 @@ class WorkspaceService:
         stack, problem.stack, problem.opened = problem.stack, None, None
         if stack is not None:
             stack.close()
+
+    # -- the agent's log ----------------------------------------------------------------
+    def _agent_log(self, key: str, lines: list[str]) -> None:
+        if not isinstance(lines, list) or not all(isinstance(line, str) for line in lines):
+            raise ValueError("log lines are a list of strings")
+        if self.logs is None:
+            for line in lines:
+                self.log(f"{key}: {line}")
+            return
+        with open(self.logs / f"{key}.log", "a") as f:  # as a local run's log: the lines as they are
+            f.writelines(f"{line}\n" for line in lines)
 
     # -- the repository -------------------------------------------------------------------
     def _op_info(self, opened: Any) -> dict[str, str]:

@@ -1,8 +1,9 @@
 """`ratchet batch --ray` on a real local Ray cluster (CPUs, Triton's interpreter): the real CLI,
 Ray tasks, the mailbox, the driver's WorkspaceService and the agent, against a scripted model on
-the loopback server. Every attempt lands in the driver's workspace; a Ray worker SIGKILLed in the
-middle of a problem is retried and continues the run; a driver SIGTERMed takes the sandboxed
-worker tree of its tasks with it, and --resume finishes the run."""
+the loopback server. Every attempt lands in the driver's workspace, and its log line in the
+driver's logs/<problem>.log; a Ray worker SIGKILLed in the middle of a problem is retried and
+continues the run; a driver SIGTERMed takes the sandboxed worker tree of its tasks with it, and
+--resume finishes the run. (`ray://`, a driver outside the cluster: tests/test_batch_ray_client.py.)"""
 from __future__ import annotations
 
 import json
@@ -73,6 +74,11 @@ def attempts_of(tmp_path: Path, name: str) -> list:
         return repo.attempts()
 
 
+def agent_log(tmp_path: Path, name: str) -> list[str]:
+    """The problem's agent log in the driver's run directory."""
+    return (tmp_path / "run" / "logs" / f"{name}.log").read_text().splitlines()
+
+
 def the_busy_worker(proc: subprocess.Popen) -> int:
     found: list[int] = []
     wait_for(lambda: bool(found.extend(busy_workers()) or found) or proc.poll() is not None, 30, "the busy task")
@@ -92,6 +98,8 @@ def test_a_worker_killed_mid_problem_is_retried_and_every_attempt_lands_in_the_d
             # B's first attempt is already in the driver's workspace, while the run goes on
             first = [a.verdict.value for a in attempts_of(tmp_path, B)]
             assert len(first) == 1 and first != ["ok"]
+            # and so is its log line, in the driver's logs/<problem>.log (the node's is on its worker's stderr)
+            assert f"[1/3] attempt 1: {first[0]}; no correct kernel yet" in agent_log(tmp_path, B)
             os.kill(worker, signal.SIGKILL)  # as a node's death or Ray's memory killer would
             server.release()
             out, err = proc.communicate(timeout=200)
@@ -113,6 +121,12 @@ def test_a_worker_killed_mid_problem_is_retried_and_every_attempt_lands_in_the_d
     assert [a.verdict.value for a in attempts] == [*first, "ok"]
     assert {a.run_id for a in attempts} == {latest[B]["run_id"]}
     assert [a.verdict.value for a in attempts_of(tmp_path, A)] == ["ok"]
+    # every attempt's line is in the driver's logs/<problem>.log, the retry's too, as for a local batch
+    assert "[1/3] attempt 1: ok; best: attempt 1 (not timed)  new best" in agent_log(tmp_path, A)
+    b_log = agent_log(tmp_path, B)
+    assert f"[1/3] attempt 1: {first[0]}; no correct kernel yet" in b_log
+    assert "[2/3] attempt 2: ok; best: attempt 2 (not timed)  new best" in b_log
+    assert sum(line.startswith(f"resuming run {latest[B]['run_id']}: 1 attempts used") for line in b_log) == 1
     meta = json.loads((tmp_path / "run" / "run.json").read_text())
     assert meta["executor"] == "ray" and meta["address"] == cluster.address
     assert meta["sessions"][0]["ray"]["code"] == "ship"

@@ -2,8 +2,10 @@
 service (agent.batch_service), without Ray: a LocalChannel (every request and answer pickled) to a
 real service on a temporary workspace, the real agent, evaluator (CPU, Triton's interpreter) and
 scripted model on the loopback server. Attempts land in the driver's workspace while the run goes
-on; a run that lost its lease writes nothing; an interrupted run resumes from the driver's
-checkpoint; the node never reads the driver's problem file."""
+on, and so do the run's log lines in the driver's logs/<problem>.log; a run that lost its lease
+writes nothing, its log lines included; a log line that cannot reach the driver fails nothing; an
+interrupted run resumes from the driver's checkpoint; the node never reads the driver's problem
+file."""
 from __future__ import annotations
 
 import json
@@ -40,15 +42,23 @@ def remote_env(monkeypatch):
 class DriverSide:
     """The driver's half: its problem file (a copy of a suite problem), workspace and service."""
 
-    def __init__(self, tmp_path: Path, session: str = "s1"):
+    def __init__(self, tmp_path: Path, session: str = "s1", logs: Path | None = None):
         self.problem = tmp_path / "suite" / f"{A}.py"
         self.problem.parent.mkdir(exist_ok=True)
         shutil.copy(SUITE / f"{A}.py", self.problem)
         self.original = self.problem.read_bytes()
         self.ws = tmp_path / "ws"
+        self.logs = logs or tmp_path / "run" / "logs"  # the run directory's logs/, as `ratchet batch` makes it
+        if logs is None:
+            self.logs.mkdir(parents=True)
         self.log: list[str] = []
-        self.service = WorkspaceService(self.ws, {A: self.problem}, session, log=self.log.append)
+        self.service = WorkspaceService(self.ws, {A: self.problem}, session, log=self.log.append, logs=self.logs)
         self.channel = LocalChannel(self.service)
+
+    def agent_log(self) -> list[str]:
+        """The lines of the problem's log in the driver's run directory."""
+        path = self.logs / f"{A}.log"
+        return path.read_text().splitlines() if path.exists() else []
 
     def spec(self, server, **extra) -> dict:
         settings = {"model": "scripted", "base_url": server.url, "max_attempts": 3, "workspace": str(self.ws)}
@@ -77,13 +87,20 @@ class Watching(SuiteLoopback):
         return super()._next_step(request)
 
 
-def test_remote_run_commits_in_the_driver_workspace_as_it_goes(remote_env, tmp_path):
+def test_remote_run_commits_in_the_driver_workspace_as_it_goes(remote_env, tmp_path, capsys):
     driver = DriverSide(tmp_path)
     driver.problem.rename(tmp_path / "moved-away.py")  # the node must never read the driver's file
     seen: dict[int, list] = {}
+    logged: dict[int, list[str]] = {}
+
+    def look(turn: int) -> None:
+        seen.setdefault(turn, driver.attempts())
+        logged.setdefault(turn, driver.agent_log())
+
     scripts = {A: [submit(candidate(B)), submit(candidate(A))]}  # another problem's kernel, then the right one
-    with Watching(scripts, lambda turn: seen.setdefault(turn, driver.attempts())) as server:
+    with Watching(scripts, look) as server:
         row = run_remote_problem(driver.spec(server), driver.channel)
+    lines = driver.agent_log()
     assert row["status"] == "finished" and row["correct"] and row["verdict"] == "ok", row
     assert row["schema"] == ROW_SCHEMA == 2 and row["executor"] == "ray" and row["node"] == "node-7"
     assert row["attempts"] == 2 and row["best_attempt"] == 2 and row["resumed"] is False
@@ -109,6 +126,16 @@ def test_remote_run_commits_in_the_driver_workspace_as_it_goes(remote_env, tmp_p
     with sqlite3.connect(driver.ws / ".ratchet" / f"{A}.sqlite") as db:
         assert db.execute("select count(*) from checkpoints where thread_id = ?", (row["run_id"],)).fetchone()[0] > 3
     assert driver.log == []  # no op failed
+    # the run's log lines are in the driver's logs/<problem>.log, as a local run's would be, and each was
+    # there while the run went on: attempt 1's line before the model was asked for its second kernel
+    assert lines[0].startswith(f"run {row['run_id']}: ") and lines[0].endswith(f"with scripted, workspace {driver.ws / A}")
+    assert lines[1:] == ["[1/3] attempt 1: incorrect; no correct kernel yet",
+                         "[2/3] attempt 2: ok; best: attempt 2 (not timed)  new best",
+                         "timing is unavailable on cpu: stopping at the first correct kernel; run on a GPU to optimize for speed"]
+    assert logged[1] == lines[:1] and logged[2] == lines[:2]
+    # and the node keeps its own copy on stderr, each line prefixed with the problem
+    node = [line for line in capsys.readouterr().err.splitlines() if line.startswith(f"[{A}] ")]
+    assert node == [f"[{A}] {line}" for line in lines]
 
 
 def trailers(repo: Path, sha: str) -> dict[str, str]:
@@ -131,6 +158,7 @@ def test_a_second_lease_fences_the_first(tmp_path):
                      ("save_trajectory", {"run_id": "run-1", "text": "hello"}),
                      ("put", {"config": config, "checkpoint": empty_checkpoint(), "metadata": {}, "new_versions": {}}),
                      ("write_pointer", {"data": {"run_id": "run-1", "finished": False}}),
+                     ("log", {"lines": ["[1/3] a fenced run's line"]}),
                      ("attempts", {}), ("release", {})):
         with pytest.raises(Fenced, match=f"problem {A}: {op} with lease {stale} refused"):
             driver.call(stale, op, **args)
@@ -139,7 +167,13 @@ def test_a_second_lease_fences_the_first(tmp_path):
     assert git(repo_path, "rev-parse", "-q", "--verify", TRAJECTORIES, check=False).returncode != 0
     assert not (driver.ws / ".ratchet" / f"{A}.sqlite").exists()
     assert not (driver.ws / ".ratchet" / f"{A}.run.json").exists()
-    # the holder of the lease writes
+    assert not (driver.logs / f"{A}.log").exists()
+    # the holder of the lease writes, its log lines too (appended as they are); log lines are strings
+    driver.call(second["token"], "log", lines=["one", "two"])
+    driver.call(second["token"], "log", lines=["three"])
+    assert driver.agent_log() == ["one", "two", "three"]
+    with pytest.raises(ServiceError, match=f"^problem {A}: log failed: ValueError: log lines are a list of strings"):
+        driver.call(second["token"], "log", lines="four")
     attempt = driver.call(second["token"], "commit_attempt", source="src", result=result, model="m", run_id="run-1")
     assert attempt.number == 1 and [a.number for a in driver.attempts()] == [1]
     saved = driver.call(second["token"], "put", config=config, checkpoint=empty_checkpoint(), metadata={},
@@ -166,7 +200,7 @@ def test_a_second_lease_fences_the_first(tmp_path):
         later.handle(Request(A, lease["token"], "attempts", {}))
 
 
-def test_a_run_that_lost_its_lease_stops_and_writes_nothing_more(remote_env, tmp_path):
+def test_a_run_that_lost_its_lease_stops_and_writes_nothing_more(remote_env, tmp_path, capsys):
     driver = DriverSide(tmp_path)
     taken: list[str] = []
 
@@ -181,6 +215,44 @@ def test_a_run_that_lost_its_lease_stops_and_writes_nothing_more(remote_env, tmp
     assert [a.number for a in driver.attempts()] == [1]  # its second kernel was never committed
     pointer = json.loads((driver.ws / ".ratchet" / f"{A}.run.json").read_text())
     assert pointer["finished"] is False
+    # its log lines reached the driver while it held the lease, and none after: the line saying it was
+    # refused stays on the node's stderr, refused by the driver like its writes
+    lines = driver.agent_log()
+    assert lines[1:] == ["[1/3] attempt 1: incorrect; no correct kernel yet"], lines
+    node = capsys.readouterr().err
+    assert f"[{A}] batch: problem {A}: " in node and f"with lease s1:1 refused (lease {taken[0]} was taken since)" in node
+    assert not any("refused" in line for line in lines)
+    assert "did not reach the driver" not in node  # Fenced is no failure to report
+
+
+def test_a_service_without_a_logs_directory_logs_agent_lines_as_its_own(tmp_path):
+    problem = tmp_path / f"{A}.py"
+    shutil.copy(SUITE / f"{A}.py", problem)
+    said: list[str] = []
+    service = WorkspaceService(tmp_path / "ws", {A: problem}, "s1", log=said.append)
+    token = service.handle(Request(A, None, "acquire", {"since": None}))["token"]
+    service.handle(Request(A, token, "log", {"lines": ["[1/3] attempt 1: ok"]}))
+    assert said == [f"{A}: [1/3] attempt 1: ok"]
+    service.close()
+
+
+def test_a_log_line_that_cannot_reach_the_driver_fails_nothing(remote_env, tmp_path, capsys):
+    logs = tmp_path / "run" / "logs"
+    logs.parent.mkdir()
+    logs.write_text("not a directory")  # every log request fails on the driver (NotADirectoryError)
+    driver = DriverSide(tmp_path, logs=logs)
+    with SuiteLoopback({A: [submit(candidate(A))]}, lifetime_s=110) as server:
+        row = run_remote_problem(driver.spec(server), driver.channel)
+    assert row["status"] == "finished" and row["correct"] and row["attempts"] == 1, row
+    assert [a.verdict.value for a in driver.attempts()] == ["ok"]
+    node = capsys.readouterr().err.splitlines()
+    said = [line for line in node if "did not reach the driver" in line]
+    assert len(said) == 1, said  # said once, though every line failed
+    assert said[0].startswith(f"[{A}] batch: a log line did not reach the driver's logs/{A}.log (ServiceError: "
+                              f"problem {A}: log failed: NotADirectoryError: [Errno 20] Not a directory: ")
+    assert said[0].endswith("every line stays on this node's stderr")
+    assert f"[{A}] [1/3] attempt 1: ok; best: attempt 1 (not timed)  new best" in node  # the node's copy
+    assert any("NotADirectoryError" in line for line in driver.log)  # the driver logged each failure in full
 
 
 def test_an_interrupted_remote_run_resumes_from_the_driver_checkpoint(remote_env, tmp_path, capsys):
