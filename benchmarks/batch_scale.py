@@ -22,7 +22,9 @@ them all alike.
 
 Prints per configuration each run's problems per hour (problems / wall seconds of the whole
 command, Ray's start included), their mean and spread (max - min, % of the mean), and the
-per-problem device_s (median, min, max over its rows) so the cost equality can be checked; then
+per-problem device_s (median, min, max over its rows) so the cost equality can be checked (on Ray
+a worker's first problem costs more than the next: Ray reuses the worker process, max_calls=0, so
+only the first pays for the imports; the local scheduler starts a fresh process for each); then
 the ratios against the targets of issue 17: Ray / local at one slot and at two (target >= 0.95)
 and two slots / one for each scheduler (target >= 1.9), each as the ratio of the means with its
 range over every pairing of the repetitions (each run of one with each run of the other). --json OUT
@@ -278,6 +280,10 @@ def main() -> int:
         parser.error("--copies, --attempts and --reps must be at least 1")
     if not args.problem.is_file():
         parser.error(f"--problem {args.problem}: no such file")
+    for gpus in (args.gpus_one, args.gpus_two):
+        ids = [g.strip() for g in gpus.split(",") if g.strip()]
+        if not args.cpu and (not ids or len(set(ids)) != len(ids)):
+            parser.error(f"{gpus!r}: name distinct GPU ids (Ray takes them as CUDA_VISIBLE_DEVICES)")
     if args.scratch and args.scratch.exists() and any(args.scratch.iterdir()):
         parser.error(f"--scratch {args.scratch}: not empty")
 
