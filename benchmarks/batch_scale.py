@@ -1,93 +1,330 @@
-"""Batch throughput against the number of GPUs: problems per hour with one GPU and with two.
+"""Batch throughput, local scheduler against Ray, one slot against two: problems per hour.
 
-    python benchmarks/batch_scale.py [--gpus-a 0] [--gpus-b 0,1] [--filter REGEX] [--attempts N]
-                                     [--cpu] [--json OUT]
+    python benchmarks/batch_scale.py [--copies 8] [--attempts 4] [--reps 2] [--problem PATH]
+                                     [--gpus-one 0] [--gpus-two 0,1] [--cpu] [--scratch DIR] [--json OUT]
 
-Runs `ratchet batch` twice over the same problems of the bundled suite (suite/), once per GPU
-set, each with a fresh workspace and a fresh evaluator cache (so both pay for torch.compile
-baselines and device ceilings alike), against the same scripted model: a loopback OpenAI-
-compatible server (tests/loopback.py) whose script per problem is a broken submission followed
-by the problem's known-correct candidate (tests/suite_candidates/), so every problem costs the
-same evaluator work in both runs. Prints wall seconds, problems per hour and the ratio b / a
-(ideal: the ratio of GPU counts). With --cpu it compares --cpu-workers 1 against 2 instead
-(small shapes, Triton's interpreter: a check of the machinery, not a GPU figure).
+One run measures four configurations of `ratchet batch` side by side: the local scheduler on one
+slot and on two (`--gpus 0`, `--gpus 0,1`) and Ray on one and on two (`--ray local`, started with
+CUDA_VISIBLE_DEVICES=0 and =0,1 in the driver's environment, since Ray counts the GPUs it sees).
+With --cpu the slots are CPU workers instead (`--cpu-workers 1` and `2`, with and without
+`--ray local`; SUITE_SCALE=small, Triton's interpreter): a check of the machinery, not a GPU
+figure; on the CPU the agent stops at a problem's first correct kernel, whatever --attempts says.
+
+The work: --copies copies of one problem (default suite/01_swish_scale.py) in a temporary suite,
+each differing only in a first comment line naming it (the workspace and the evaluator's baseline
+cache are keyed by a problem's bytes), so every problem costs the same. The model is the built-in
+policy (`--model builtin`, no endpoint) with exactly --attempts attempts per problem
+(`--max-attempts`, patience 0). Every run shares one evaluator cache (RATCHET_CACHE_DIR), filled
+first by an unmeasured warm-up run (local scheduler, two slots): torch.compile baselines, compiled
+kernels; each measured run gets a fresh workspace and run directory. The configurations are
+interleaved within each repetition (local-1, local-2, ray-1, ray-2; then again), so drift hits
+them all alike.
+
+Prints per configuration each run's problems per hour (problems / wall seconds of the whole
+command, Ray's start included), their mean and spread (max - min, % of the mean), and the
+per-problem device_s (median, min, max over its rows) so the cost equality can be checked (on Ray
+a worker's first problem costs more than the next: Ray reuses the worker process, max_calls=0, so
+only the first pays for the imports; the local scheduler starts a fresh process for each); then
+the ratios against the targets of issue 17: Ray / local at one slot and at two (target >= 0.95)
+and two slots / one for each scheduler (target >= 1.9), each as the ratio of the means with its
+range over every pairing of the repetitions (each run of one with each run of the other). --json OUT
+writes all of it. Exit 1 when a run (the warm-up included) exits non-zero, or a problem has no row
+or one whose status is not `finished` (`unrecognized`: the built-in policy made no attempt).
+Each batch runs in its own process session; whatever it leaves there (a Ray instance) is killed.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import shutil
+import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from itertools import product
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
 
-from helpers_batch import SUITE, SuiteLoopback, candidate  # noqa: E402
-from loopback import submit  # noqa: E402
+from agent.batch_log import RunLog  # noqa: E402
 
-BROKEN = "import torch\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, *args):\n        return no_such_name\n"
+DEFAULT_PROBLEM = ROOT / "suite" / "01_swish_scale.py"
+CONFIG_ORDER = ("local-1", "local-2", "ray-1", "ray-2")
+# (name, numerator, denominator, target): ratios of problems per hour
+RATIOS = (("ray/local, 1 slot", "ray-1", "local-1", 0.95), ("ray/local, 2 slots", "ray-2", "local-2", 0.95),
+          ("2/1 slots, local", "local-2", "local-1", 1.9), ("2/1 slots, ray", "ray-2", "ray-1", 1.9))
+SCRUB = ("OPENAI_", "RATCHET_")
+STOP_GRACE_S = 30.0  # after SIGTERM (Ctrl-C here), how long a batch may take to stop before SIGKILL
 
 
-def scripts(names: list[str], attempts: int) -> dict:
-    """Per problem: one broken submission, then the known-correct candidate until the budget ends."""
-    return {name: [submit(BROKEN)] + [submit(candidate(name))] * attempts for name in names}
+def make_suite(problem: Path, copies: int, suite: Path) -> list[str]:
+    """`copies` copies of `problem` in `suite`, each with a first comment line naming it; their names."""
+    text = problem.read_text()
+    suite.mkdir(parents=True)
+    names = []
+    for i in range(1, copies + 1):
+        name = f"c{i:02d}_{problem.stem}"
+        (suite / f"{name}.py").write_text(f"# batch_scale.py: copy {i} of {copies} of {problem.name}\n{text}")
+        names.append(name)
+    return names
 
 
-def one_run(label: str, workers: list[str], names: list[str], args: argparse.Namespace, scratch: Path) -> dict:
-    out = scratch / f"run-{label}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "RATCHET_"))}
-    env["RATCHET_CACHE_DIR"] = str(scratch / f"cache-{label}")
-    env["RATCHET_PATIENCE"] = "0"
+def configurations(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """Per configuration: its slot count, the batch flags, and the driver's environment over the base one."""
     if args.cpu:
-        env["SUITE_SCALE"] = "small"
-        env["RATCHET_TRIALS"] = "2"
-    pattern = "^(" + "|".join(names) + ")$"
-    with SuiteLoopback(scripts(names, args.attempts), lifetime_s=24 * 3600) as server:
-        command = [sys.executable, "-m", "agent.cli", "batch", str(SUITE), "--filter", pattern, "--model", "scripted",
-                   "--base-url", server.url, "--max-attempts", str(args.attempts), "--out", str(out),
-                   "--workspace", str(scratch / f"ws-{label}"), *workers]
-        started = time.monotonic()
-        proc = subprocess.run(command, env=env, cwd=scratch, stdout=subprocess.PIPE, text=True)
+        return {f"{kind}-{n}": {"slots": n, "flags": [*(["--ray", "local"] if kind == "ray" else []),
+                                                      "--cpu-workers", str(n)], "env": {}}
+                for kind, n in (("local", 1), ("local", 2), ("ray", 1), ("ray", 2))}
+    out = {}
+    for n, gpus in ((1, args.gpus_one), (2, args.gpus_two)):
+        count = len([g for g in gpus.split(",") if g.strip()])
+        out[f"local-{n}"] = {"slots": count, "flags": ["--gpus", gpus], "env": {}}
+        out[f"ray-{n}"] = {"slots": count, "flags": ["--ray", "local"], "env": {"CUDA_VISIBLE_DEVICES": gpus}}
+    return {name: out[name] for name in CONFIG_ORDER}
+
+
+def base_env(args: argparse.Namespace, cache: Path) -> dict[str, str]:
+    """The caller's environment without model or ratchet settings (nor a Ray address), plus ours."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(SCRUB) and k != "RAY_ADDRESS"}
+    env.update(RATCHET_CACHE_DIR=str(cache), RATCHET_PATIENCE="0",
+               RAY_AUTH_MODE="disabled",  # a throwaway local instance; token auth can refuse its driver
+               PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])]))  # this checkout's code
+    if args.cpu:
+        env.update(SUITE_SCALE="small", RATCHET_TRIALS="2", CUDA_VISIBLE_DEVICES="")
+    return env
+
+
+def session_members(sid: int) -> list[int]:
+    """Pids of the processes in session `sid` (a batch started in its own session, and what it left)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[3]) == sid:  # after ")": state, ppid, pgrp, session
+            pids.append(int(entry.name))
+    return pids
+
+
+def kill_session(sid: int) -> list[int]:
+    """SIGKILL what is left of a batch's session (its Ray instance, should one outlive it); the pids."""
+    left = session_members(sid)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return left
+
+
+def one_run(label: str, config: dict[str, Any], suite: Path, names: list[str], args: argparse.Namespace,
+            env: dict[str, str], scratch: Path) -> dict[str, Any]:
+    """One `ratchet batch` of the suite in a fresh workspace and run directory; its figures."""
+    out, workspace, stderr_path = scratch / f"run-{label}", scratch / f"ws-{label}", scratch / f"{label}.stderr"
+    command = [sys.executable, "-m", "agent.cli", "batch", str(suite), "--model", "builtin",
+               "--max-attempts", str(args.attempts), "--patience", "0", "--out", str(out),
+               "--workspace", str(workspace), *config["flags"]]
+    run_env = {**env, **config["env"]}
+    print(f"[{label}] {' '.join(command[3:])}" + "".join(f" ({k}={v})" for k, v in config["env"].items()),
+          file=sys.stderr, flush=True)
+    with stderr_path.open("w") as stderr:
+        started, launched_at = time.monotonic(), time.time()
+        # its own session: whatever it starts (a Ray instance) can be found, and ended, by session id
+        proc = subprocess.Popen(command, env=run_env, cwd=scratch, stdout=subprocess.PIPE, stderr=stderr, text=True,
+                                start_new_session=True)
+        try:
+            stdout, _ = proc.communicate()
+        except KeyboardInterrupt:
+            proc.terminate()  # the batch cancels its problems and exits 130
+            try:
+                proc.wait(STOP_GRACE_S)
+            finally:
+                kill_session(proc.pid)
+            raise
         seconds = time.monotonic() - started
-    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if line.strip()]
-    return {"label": label, "workers": " ".join(workers), "exit_code": proc.returncode, "problems": len(rows),
-            "correct": sum(bool(r.get("correct")) for r in rows), "seconds": round(seconds, 1),
-            "problems_per_hour": round(len(rows) / seconds * 3600, 1) if seconds else None}
+    leftover = kill_session(proc.pid)
+    latest = RunLog(out / "results.jsonl").latest()
+    rows = [latest[name] for name in names if name in latest]
+    missing = [name for name in names if name not in latest]
+    starts = [r["started_at"] for r in rows if r.get("started_at")]
+    ends = [r["finished_at"] for r in rows if r.get("finished_at")]
+    result = {
+        "label": label, "config": label.rsplit("#", 1)[0], "command": command[3:], "env": config["env"],
+        "exit_code": proc.returncode, "seconds": round(seconds, 2), "problems": len(rows), "missing": missing,
+        "correct": sum(bool(r.get("correct")) for r in rows),
+        "attempts": sum(r.get("attempts") or 0 for r in rows),
+        "problems_per_hour": round(len(rows) / seconds * 3600, 1) if seconds and not missing else None,
+        # the batch's own overhead: from its launch to its first problem's start (Ray's start included),
+        # and from its last problem's end to its exit (rows' wall clocks: this host's, with --ray local)
+        "start_s": round(min(starts) - launched_at, 2) if starts else None,
+        "end_s": round(launched_at + seconds - max(ends), 2) if ends else None,
+        "device_s": {r["problem"]: r.get("device_s") for r in rows},
+        "statuses": sorted({str(r.get("status")) for r in rows}),
+        "executors": sorted({str(r.get("executor")) for r in rows}),
+        "summary": stdout.strip().splitlines()[-1] if stdout.strip() else None, "leftover_pids": leftover,
+    }
+    if proc.returncode or missing:
+        tail = stderr_path.read_text(errors="replace").strip().splitlines()[-15:]
+        print(f"[{label}] exit {proc.returncode}, {len(missing)} problem(s) without a row; stderr's end:\n  "
+              + "\n  ".join(tail), file=sys.stderr, flush=True)
+    print(f"[{label}] {len(rows)} problems ({result['correct']} correct, {result['attempts']} attempts) in "
+          f"{seconds:.1f} s = {result['problems_per_hour']} problems/hour (exit {proc.returncode})"
+          + (f"; killed {len(leftover)} leftover process(es)" if leftover else ""), file=sys.stderr, flush=True)
+    return result
+
+
+def faults(run: dict[str, Any]) -> str:
+    """Why a run does not count (a non-zero exit, a problem without a row or not finished, the wrong
+    executor), or ''."""
+    why = []
+    if run["exit_code"]:
+        why.append(f"exit {run['exit_code']}")
+    if run["missing"]:
+        why.append(f"no row for {', '.join(run['missing'])}")
+    if run["statuses"] and run["statuses"] != ["finished"]:  # `unrecognized`: the built-in policy made no attempt
+        why.append(f"statuses {', '.join(run['statuses'])}")
+    if run["executors"] and run["executors"] != [run["config"].split("-")[0]]:
+        why.append(f"executors {', '.join(run['executors'])}")
+    return "; ".join(why)
+
+
+def summarize(runs: list[dict[str, Any]], configs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Per configuration its rates, mean, spread and device_s; the ratios with their ranges."""
+    per: dict[str, dict[str, Any]] = {}
+    for name, config in configs.items():
+        mine = [r for r in runs if r["config"] == name]
+        rates = [r["problems_per_hour"] for r in mine]
+        whole = [x for x in rates if x is not None]
+        mean = statistics.fmean(whole) if whole and len(whole) == len(rates) else None
+        device = [s for r in mine for s in r["device_s"].values() if s is not None]
+        per[name] = {"slots": config["slots"], "flags": config["flags"], "env": config["env"], "rates": rates,
+                     "mean": round(mean, 1) if mean else None,
+                     "spread_pct": round((max(whole) - min(whole)) / mean * 100, 1) if mean else None,
+                     "device_s_median": round(statistics.median(device), 2) if device else None,
+                     "device_s_min": min(device) if device else None, "device_s_max": max(device) if device else None,
+                     "start_s": [r["start_s"] for r in mine], "end_s": [r["end_s"] for r in mine],
+                     "seconds": [r["seconds"] for r in mine]}
+    ratios = {}
+    for label, top, bottom, target in RATIOS:
+        a, b = per[top], per[bottom]
+        pairs = [x / y for x, y in product(a["rates"], b["rates"]) if x and y]
+        value = a["mean"] / b["mean"] if a["mean"] and b["mean"] else None
+        ratios[label] = {"of": [top, bottom], "ratio": round(value, 3) if value else None,
+                         "min": round(min(pairs), 3) if pairs else None, "max": round(max(pairs), 3) if pairs else None,
+                         "target": target, "meets": bool(value and value >= target)}
+    by_copy: dict[str, list[float]] = {}
+    for r in runs:
+        for problem, seconds in r["device_s"].items():
+            if seconds is not None:
+                by_copy.setdefault(problem, []).append(seconds)
+    copies = {p: round(statistics.median(v), 2) for p, v in sorted(by_copy.items())}
+    return {"configurations": per, "ratios": ratios, "device_s_median_by_copy": copies}
+
+
+def fmt(x: float | None, spec: str = ".1f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def print_table(summary: dict[str, Any], reps: int) -> None:
+    per = summary["configurations"]
+    head = (f"{'configuration':<42}" + "".join(f"{'run ' + str(i + 1):>9}" for i in range(reps))
+            + f"{'mean':>9}{'spread':>8}   device_s/problem: median (min-max)   start s/run")
+    print(head)
+    print("-" * len(head))
+    for name, c in per.items():
+        where = " ".join(c["flags"]) + "".join(f" {k}={v}" for k, v in c["env"].items())
+        spread = "-" if c["spread_pct"] is None else f"{c['spread_pct']:.1f}%"
+        device = (f"{fmt(c['device_s_median'], '.2f')} ({fmt(c['device_s_min'], '.2f')}-"
+                  f"{fmt(c['device_s_max'], '.2f')})")
+        print(f"{name + ' (' + where + ')':<42}" + "".join(f"{fmt(x):>9}" for x in c["rates"])
+              + f"{fmt(c['mean']):>9}{spread:>8}   {device:<35}" + " ".join(fmt(b) for b in c["start_s"]))
+    print("problems per hour: problems / wall seconds of the whole `ratchet batch` (Ray's start included); "
+          "start: launch to first problem's start")
+    print()
+    for label, r in summary["ratios"].items():
+        verdict = "meets" if r["meets"] else "misses"
+        print(f"{label:<20} {fmt(r['ratio'], '.3f')}x  (range over pairings of repetitions {fmt(r['min'], '.3f')}-"
+              f"{fmt(r['max'], '.3f')})  target >= {r['target']}: {verdict}")
+    print()
+    print("median device_s per copy over every measured run: "
+          + ", ".join(f"{p} {s:.2f}" for p, s in summary["device_s_median_by_copy"].items()))
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--gpus-a", default="0", help="the first run's GPUs (default 0)")
-    parser.add_argument("--gpus-b", default="0,1", help="the second run's GPUs (default 0,1)")
-    parser.add_argument("--filter", default=None, help="regex over suite problem names (default: all)")
-    parser.add_argument("--attempts", type=int, default=3, help="attempt budget per problem (default 3)")
-    parser.add_argument("--cpu", action="store_true", help="compare 1 and 2 CPU workers instead (small shapes)")
-    parser.add_argument("--json", metavar="OUT", help="also write the figures as JSON")
+    parser.add_argument("--copies", type=int, default=8, help="copies of the problem in the suite (default 8)")
+    parser.add_argument("--attempts", type=int, default=4, help="attempts per problem (--max-attempts; default 4)")
+    parser.add_argument("--reps", type=int, default=2, help="repetitions of the four configurations (default 2)")
+    parser.add_argument("--problem", type=Path, default=DEFAULT_PROBLEM,
+                        help="the problem file to copy (default suite/01_swish_scale.py); the built-in policy must "
+                             "recognize it")
+    parser.add_argument("--cpu", action="store_true",
+                        help="CPU workers (1 and 2) instead of GPUs: SUITE_SCALE=small, Triton's interpreter")
+    parser.add_argument("--gpus-one", default="0", help="the one-slot GPU (default 0)")
+    parser.add_argument("--gpus-two", default="0,1", help="the two-slot GPUs (default 0,1; distinct ids, for Ray)")
+    parser.add_argument("--scratch", type=Path,
+                        help="keep the suite, caches, workspaces and run directories here (default: a temporary "
+                             "directory, removed at the end)")
+    parser.add_argument("--json", metavar="OUT", type=Path, help="also write every figure as JSON")
     args = parser.parse_args()
+    if args.copies < 1 or args.attempts < 1 or args.reps < 1:
+        parser.error("--copies, --attempts and --reps must be at least 1")
+    if not args.problem.is_file():
+        parser.error(f"--problem {args.problem}: no such file")
+    for gpus in (args.gpus_one, args.gpus_two):
+        ids = [g.strip() for g in gpus.split(",") if g.strip()]
+        if not args.cpu and (not ids or len(set(ids)) != len(ids)):
+            parser.error(f"{gpus!r}: name distinct GPU ids (Ray takes them as CUDA_VISIBLE_DEVICES)")
+    if args.scratch and args.scratch.exists() and any(args.scratch.iterdir()):
+        parser.error(f"--scratch {args.scratch}: not empty")
 
-    import re
+    configs = configurations(args)
+    started = time.monotonic()
+    scratch = args.scratch.resolve() if args.scratch else Path(tempfile.mkdtemp(prefix="ratchet-batch-scale-"))
+    scratch.mkdir(parents=True, exist_ok=True)
+    try:
+        suite = scratch / "suite"
+        names = make_suite(args.problem.resolve(), args.copies, suite)
+        env = base_env(args, scratch / "cache")
+        warm = configs["local-2"]
+        print(f"warm-up (unmeasured): {args.copies} copies of {args.problem.name}, {args.attempts} attempt(s) each",
+              file=sys.stderr, flush=True)
+        warmup = one_run("local-2#warmup", warm, suite, names, args, env, scratch)
+        if faults(warmup):  # every measured run would fail the same way
+            print(f"FAILED: {warmup['label']}: {faults(warmup)}; no run measured", file=sys.stderr)
+            return 1
+        runs = [one_run(f"{name}#{rep}", configs[name], suite, names, args, env, scratch)
+                for rep in range(1, args.reps + 1) for name in configs]
+    finally:
+        if not args.scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
+    wall = time.monotonic() - started
 
-    names = sorted(p.stem for p in SUITE.glob("[0-9]*.py") if not args.filter or re.search(args.filter, p.stem))
-    if args.cpu:
-        configs = [("a", ["--cpu-workers", "1"]), ("b", ["--cpu-workers", "2"])]
-    else:
-        configs = [("a", ["--gpus", args.gpus_a]), ("b", ["--gpus", args.gpus_b])]
-    with tempfile.TemporaryDirectory(prefix="ratchet-batch-scale-") as tmp:
-        results = [one_run(label, workers, names, args, Path(tmp)) for label, workers in configs]
-    a, b = results
-    ratio = b["problems_per_hour"] / a["problems_per_hour"] if a["problems_per_hour"] and b["problems_per_hour"] else None
-    for r in results:
-        print(f"{r['workers']:>16}: {r['problems']} problems ({r['correct']} correct) in {r['seconds']} s = "
-              f"{r['problems_per_hour']} problems/hour (exit {r['exit_code']})")
-    print(f"throughput ratio ({b['workers']}) / ({a['workers']}): {ratio:.2f}x" if ratio else "throughput ratio: n/a")
+    summary = summarize(runs, configs)
+    where = "CPU (SUITE_SCALE=small)" if args.cpu else "GPU"
+    print(f"\n{args.copies} copies of {args.problem.name}, --model builtin --max-attempts {args.attempts} "
+          f"(patience 0), {args.reps} repetition(s), {where}; warm-up {warmup['seconds']} s; "
+          f"benchmark wall {wall:.0f} s\n")
+    print_table(summary, args.reps)
+    failed = {r["label"]: why for r in [warmup, *runs] if (why := faults(r))}
+    for label, why in failed.items():
+        print(f"FAILED: {label}: {why}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"runs": results, "ratio": ratio}, indent=1) + "\n")
-    return 0 if all(r["exit_code"] == 0 for r in results) else 1
+        args.json.write_text(json.dumps({"settings": {"problem": str(args.problem), "copies": args.copies,
+                                                      "attempts": args.attempts, "reps": args.reps, "cpu": args.cpu,
+                                                      "gpus_one": args.gpus_one, "gpus_two": args.gpus_two},
+                                         "wall_s": round(wall, 1), "warmup": warmup, "runs": runs, **summary,
+                                         "failed": failed}, indent=1) + "\n")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
-"""Shared pieces of the batch tests and benchmarks/batch_scale.py: a loopback model server that
-keeps one script per problem, so problems running at the same time in different workers each
-get their own replies (tests/loopback.py's server replays one script in arrival order)."""
+"""Shared pieces of the batch tests: a loopback model server that keeps one script per problem,
+so problems running at the same time in different workers each get their own replies
+(tests/loopback.py's server replays one script in arrival order)."""
 from __future__ import annotations
 
 import re
