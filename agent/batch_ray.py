@@ -221,6 +221,8 @@ class RayScheduler:
             self.device, needs = "cuda:0", {"num_cpus": 0, "num_gpus": 1}
         # a dead actor (its process or node died, Ray's memory killer) is restarted, wherever there is room,
         # and the problem it was running is run again there: it takes the lease again and continues
+        for method in (ProblemSlot.close, ProblemSlot.interrupt):  # run once: a slot that exits is not asked again
+            ray.method(max_task_retries=0)(method)
         self._actor_class = ray.remote(ProblemSlot).options(
             **needs, max_restarts=max_retries, max_task_retries=max_retries, max_concurrency=2)
         self._actor_args = (dict(env or {}), api_key_env)

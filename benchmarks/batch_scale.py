@@ -23,11 +23,14 @@ them all alike.
 Prints per configuration each run's problems per hour (problems / wall seconds of the whole
 command, Ray's start included), their mean and spread (max - min, % of the mean), and the
 per-problem device_s (median, min, max over its rows) so the cost equality can be checked (on Ray
-a worker's first problem costs more than the next: Ray reuses the worker process, max_calls=0, so
-only the first pays for the imports; the local scheduler starts a fresh process for each); then
-the ratios against the targets of issue 17: Ray / local at one slot and at two (target >= 0.95)
-and two slots / one for each scheduler (target >= 1.9), each as the ratio of the means with its
-range over every pairing of the repetitions (each run of one with each run of the other). --json OUT
+a slot's first problem costs more than the next: a slot is one actor for the batch, whose process
+and warm evaluator workers pass from one problem to the next; the local scheduler starts a fresh
+process for each); then the ratios against the targets of issue 17: Ray / local at one slot and
+at two (target >= 0.95) and two slots / one for each scheduler (target >= 1.9), each as the ratio
+of the means with its range over every pairing of the repetitions (each run of one with each run
+of the other). The same again in steady state: problems per hour from the first problem's start
+to the last one's end (the batch's own start and exit left out: they weigh on a short benchmark,
+not on a batch of hours). --json OUT
 writes all of it. Exit 1 when a run (the warm-up included) exits non-zero, or a problem has no row
 or one whose status is not `finished` (`unrecognized`: the built-in policy made no attempt).
 Each batch runs in its own process session; whatever it leaves there (a Ray instance) is killed.
@@ -163,6 +166,8 @@ def one_run(label: str, config: dict[str, Any], suite: Path, names: list[str], a
         "correct": sum(bool(r.get("correct")) for r in rows),
         "attempts": sum(r.get("attempts") or 0 for r in rows),
         "problems_per_hour": round(len(rows) / seconds * 3600, 1) if seconds and not missing else None,
+        "steady_per_hour": (round(len(rows) / (max(ends) - min(starts)) * 3600, 1)
+                            if starts and ends and max(ends) > min(starts) and not missing else None),
         # the batch's own overhead: from its launch to its first problem's start (Ray's start included),
         # and from its last problem's end to its exit (rows' wall clocks: this host's, with --ray local)
         "start_s": round(min(starts) - launched_at, 2) if starts else None,
@@ -197,30 +202,36 @@ def faults(run: dict[str, Any]) -> str:
     return "; ".join(why)
 
 
+METRICS = {"problems_per_hour": "whole command", "steady_per_hour": "steady state"}
+
+
 def summarize(runs: list[dict[str, Any]], configs: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Per configuration its rates, mean, spread and device_s; the ratios with their ranges."""
+    """Per configuration its rates (each metric), mean, spread and device_s; the ratios with their ranges."""
     per: dict[str, dict[str, Any]] = {}
     for name, config in configs.items():
         mine = [r for r in runs if r["config"] == name]
-        rates = [r["problems_per_hour"] for r in mine]
-        whole = [x for x in rates if x is not None]
-        mean = statistics.fmean(whole) if whole and len(whole) == len(rates) else None
         device = [s for r in mine for s in r["device_s"].values() if s is not None]
-        per[name] = {"slots": config["slots"], "flags": config["flags"], "env": config["env"], "rates": rates,
-                     "mean": round(mean, 1) if mean else None,
-                     "spread_pct": round((max(whole) - min(whole)) / mean * 100, 1) if mean else None,
+        per[name] = {"slots": config["slots"], "flags": config["flags"], "env": config["env"],
                      "device_s_median": round(statistics.median(device), 2) if device else None,
                      "device_s_min": min(device) if device else None, "device_s_max": max(device) if device else None,
                      "start_s": [r["start_s"] for r in mine], "end_s": [r["end_s"] for r in mine],
                      "seconds": [r["seconds"] for r in mine]}
-    ratios = {}
-    for label, top, bottom, target in RATIOS:
-        a, b = per[top], per[bottom]
-        pairs = [x / y for x, y in product(a["rates"], b["rates"]) if x and y]
-        value = a["mean"] / b["mean"] if a["mean"] and b["mean"] else None
-        ratios[label] = {"of": [top, bottom], "ratio": round(value, 3) if value else None,
-                         "min": round(min(pairs), 3) if pairs else None, "max": round(max(pairs), 3) if pairs else None,
-                         "target": target, "meets": bool(value and value >= target)}
+        for metric in METRICS:
+            rates = [r[metric] for r in mine]
+            whole = [x for x in rates if x is not None]
+            mean = statistics.fmean(whole) if whole and len(whole) == len(rates) else None
+            per[name][metric] = {"rates": rates, "mean": round(mean, 1) if mean else None,
+                                 "spread_pct": round((max(whole) - min(whole)) / mean * 100, 1) if mean else None}
+    ratios: dict[str, dict[str, Any]] = {metric: {} for metric in METRICS}
+    for metric in METRICS:
+        for label, top, bottom, target in RATIOS:
+            a, b = per[top][metric], per[bottom][metric]
+            pairs = [x / y for x, y in product(a["rates"], b["rates"]) if x and y]
+            value = a["mean"] / b["mean"] if a["mean"] and b["mean"] else None
+            ratios[metric][label] = {"of": [top, bottom], "ratio": round(value, 3) if value else None,
+                                     "min": round(min(pairs), 3) if pairs else None,
+                                     "max": round(max(pairs), 3) if pairs else None,
+                                     "target": target, "meets": bool(value and value >= target)}
     by_copy: dict[str, list[float]] = {}
     for r in runs:
         for problem, seconds in r["device_s"].items():
@@ -236,25 +247,27 @@ def fmt(x: float | None, spec: str = ".1f") -> str:
 
 def print_table(summary: dict[str, Any], reps: int) -> None:
     per = summary["configurations"]
-    head = (f"{'configuration':<42}" + "".join(f"{'run ' + str(i + 1):>9}" for i in range(reps))
-            + f"{'mean':>9}{'spread':>8}   device_s/problem: median (min-max)   start s/run")
-    print(head)
-    print("-" * len(head))
-    for name, c in per.items():
-        where = " ".join(c["flags"]) + "".join(f" {k}={v}" for k, v in c["env"].items())
-        spread = "-" if c["spread_pct"] is None else f"{c['spread_pct']:.1f}%"
-        device = (f"{fmt(c['device_s_median'], '.2f')} ({fmt(c['device_s_min'], '.2f')}-"
-                  f"{fmt(c['device_s_max'], '.2f')})")
-        print(f"{name + ' (' + where + ')':<42}" + "".join(f"{fmt(x):>9}" for x in c["rates"])
-              + f"{fmt(c['mean']):>9}{spread:>8}   {device:<35}" + " ".join(fmt(b) for b in c["start_s"]))
-    print("problems per hour: problems / wall seconds of the whole `ratchet batch` (Ray's start included); "
-          "start: launch to first problem's start")
-    print()
-    for label, r in summary["ratios"].items():
-        verdict = "meets" if r["meets"] else "misses"
-        print(f"{label:<20} {fmt(r['ratio'], '.3f')}x  (range over pairings of repetitions {fmt(r['min'], '.3f')}-"
-              f"{fmt(r['max'], '.3f')})  target >= {r['target']}: {verdict}")
-    print()
+    for metric, what in METRICS.items():
+        head = (f"{'problems/hour, ' + what:<42}" + "".join(f"{'run ' + str(i + 1):>9}" for i in range(reps))
+                + f"{'mean':>9}{'spread':>8}   device_s/problem: median (min-max)   start s/run")
+        print(head)
+        print("-" * len(head))
+        for name, c in per.items():
+            m = c[metric]
+            where = " ".join(c["flags"]) + "".join(f" {k}={v}" for k, v in c["env"].items())
+            spread = "-" if m["spread_pct"] is None else f"{m['spread_pct']:.1f}%"
+            device = (f"{fmt(c['device_s_median'], '.2f')} ({fmt(c['device_s_min'], '.2f')}-"
+                      f"{fmt(c['device_s_max'], '.2f')})")
+            print(f"{name + ' (' + where + ')':<42}" + "".join(f"{fmt(x):>9}" for x in m["rates"])
+                  + f"{fmt(m['mean']):>9}{spread:>8}   {device:<35}" + " ".join(fmt(b) for b in c["start_s"]))
+        print("whole command: problems / wall seconds of the whole `ratchet batch` (Ray's start included); steady "
+              "state: problems / (last problem's end - first one's start); start: launch to first problem's start")
+        print()
+        for label, r in summary["ratios"][metric].items():
+            verdict = "meets" if r["meets"] else "misses"
+            print(f"{label:<20} {fmt(r['ratio'], '.3f')}x  (range over pairings of repetitions "
+                  f"{fmt(r['min'], '.3f')}-{fmt(r['max'], '.3f')})  target >= {r['target']}: {verdict}")
+        print()
     print("median device_s per copy over every measured run: "
           + ", ".join(f"{p} {s:.2f}" for p, s in summary["device_s_median_by_copy"].items()))
 

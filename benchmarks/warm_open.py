@@ -42,6 +42,8 @@ def one_pass(problems: list[Path], candidate: str, options, pool=None) -> list[d
             raise SystemExit(f"{problem.name}: the honest candidate was not accepted: {result.message}")
         rows.append({"open_s": opened - t0, "evaluate_s": evaluated - opened, "close_s": closed - evaluated,
                      "total_s": closed - t0, "start_s": result.phases.get("start", 0.0)})
+        print(f"  {'warm' if pool else 'fresh'} {problem.name}: open {rows[-1]['open_s']:.2f} s, evaluate "
+              f"{rows[-1]['evaluate_s']:.2f} s, close {rows[-1]['close_s']:.2f} s", file=sys.stderr, flush=True)
     return rows
 
 
