@@ -3,7 +3,9 @@
 The trusted parent (this process) never imports candidate code. It keeps one reference worker
 per problem (the problem's Model; the only process that knows the secret seeds and makes every
 input), and gives each candidate a fresh worker confined by the operating system
-(tools/sandbox/), spawned ahead of need so CUDA start-up is off the critical path. Steps: static
+(tools/sandbox/), spawned ahead of need so CUDA start-up is off the critical path (workers come
+from tools/spawner.py; with `pool=`, from a warm pool started before the problem was known,
+tools/warm.py). Steps: static
 checks and guard; for CUDA C++, a build in a sandbox of its own (tools/builds.py); build of the
 model; trials (inputs written into the candidate's memory by the parent, three distributions,
 poisoned memory; tools/trials.py); the run-time integrity checks; timing (tools/profile.py).
