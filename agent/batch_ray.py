@@ -233,6 +233,7 @@ class RayScheduler:
         self._actors = 0  # actors alive (idle or running)
         self._running: dict[Any, tuple[concurrent.futures.Future, str, Any]] = {}  # ref -> (future, key, actor)
         self._queued: deque = deque()
+        self._closing: list[Any] = []  # the close() calls of released actors
         self._stopping = False
         self._watcher = threading.Thread(target=self._watch, name="ray-results", daemon=True)
         self._watcher.start()
@@ -270,7 +271,7 @@ class RayScheduler:
             self._release(self._idle.pop())
 
     def _release(self, actor: Any) -> None:
-        actor.close.remote()  # its warm workers end, then the actor exits (not restarted)
+        self._closing.append(actor.close.remote())  # its warm workers end, then the actor exits (not restarted)
         self._actors -= 1
 
     def _watch(self) -> None:
@@ -319,6 +320,8 @@ class RayScheduler:
             for ref in left:
                 ray.kill(running[ref][2], no_restart=True)  # its evaluator's workers die with its process
         self._watcher.join(timeout=self.grace_s + 10)
+        if self._closing:  # let released slots remove their warm workers' scratch before Ray goes
+            ray.wait(self._closing, num_returns=len(self._closing), timeout=self.grace_s)
         self.server.stop()
         ray.shutdown()
 

@@ -12,31 +12,11 @@ from helpers_ray import alive
 from tools import Evaluator, Verdict
 from tools.warm import WarmPool
 
-WIDTH_PROBLEM = '''"""relu(x + y) * scale on WARM_TEST_N floats: the size comes from the environment."""
-import os
-
-import torch
-import torch.nn as nn
-
-N = int(os.environ.get("WARM_TEST_N", "4096"))
-
-
-class Model(nn.Module):
-    def __init__(self, scale: float):
-        super().__init__()
-        self.scale = scale
-
-    def forward(self, x, y):
-        return torch.relu(x + y) * self.scale
-
-
-def get_inputs():
-    return [torch.randn(N), torch.randn(N)]
-
-
-def get_init_inputs():
-    return [1.5]
-'''
+# tests/problems/elementwise.py with its size read from the environment when the file is imported
+WIDTH_PROBLEM = (PROBLEMS / "elementwise.py").read_text().replace(
+    "import torch\n", "import os\n\nimport torch\n\nN = int(os.environ.get('WARM_TEST_N', '4096'))\n", 1
+).replace("torch.randn(4096)", "torch.randn(N)")
+assert WIDTH_PROBLEM.count("torch.randn(N)") == 2
 
 
 def _stocked(pool: WarmPool) -> list[int]:
