@@ -176,11 +176,9 @@ class ProblemSlot:
         return True
 
     def close(self) -> None:
-        """End the slot: its warm workers and their scratch go first, then the actor's process."""
-        import ray
-
+        """Stop the slot's warm workers and remove their scratch; the driver then kills the actor
+        (ray.kill, no restart). Not ray.actor.exit_actor(): Ray retries a method whose actor exits."""
         self.pools.close()
-        ray.actor.exit_actor()
 
 
 def _find_prompts() -> None:
@@ -221,8 +219,6 @@ class RayScheduler:
             self.device, needs = "cuda:0", {"num_cpus": 0, "num_gpus": 1}
         # a dead actor (its process or node died, Ray's memory killer) is restarted, wherever there is room,
         # and the problem it was running is run again there: it takes the lease again and continues
-        for method in (ProblemSlot.close, ProblemSlot.interrupt):  # run once: a slot that exits is not asked again
-            ray.method(max_task_retries=0)(method)
         self._actor_class = ray.remote(ProblemSlot).options(
             **needs, max_restarts=max_retries, max_task_retries=max_retries, max_concurrency=2)
         self._actor_args = (dict(env or {}), api_key_env)
@@ -233,7 +229,7 @@ class RayScheduler:
         self._actors = 0  # actors alive (idle or running)
         self._running: dict[Any, tuple[concurrent.futures.Future, str, Any]] = {}  # ref -> (future, key, actor)
         self._queued: deque = deque()
-        self._closing: list[Any] = []  # the close() calls of released actors
+        self._closing: dict[Any, Any] = {}  # ref of a released actor's close() -> the actor, killed when it is done
         self._stopping = False
         self._watcher = threading.Thread(target=self._watch, name="ray-results", daemon=True)
         self._watcher.start()
@@ -271,7 +267,8 @@ class RayScheduler:
             self._release(self._idle.pop())
 
     def _release(self, actor: Any) -> None:
-        self._closing.append(actor.close.remote())  # its warm workers end, then the actor exits (not restarted)
+        """End an actor: its warm workers first (close), then its process (killed once close is done)."""
+        self._closing[actor.close.remote()] = actor
         self._actors -= 1
 
     def _watch(self) -> None:
@@ -282,13 +279,19 @@ class RayScheduler:
                 refs = list(self._running)
                 if self._stopping and not refs:
                     return
+                refs += list(self._closing)
             if not refs:
                 time.sleep(0.2)
                 continue
             ready, _ = ray.wait(refs, num_returns=1, timeout=0.5)
             for ref in ready:
                 with self._lock:
-                    future, key, actor = self._running.pop(ref)
+                    closed = self._closing.pop(ref, None)
+                    if closed is None:
+                        future, key, actor = self._running.pop(ref)
+                if closed is not None:
+                    ray.kill(closed, no_restart=True)
+                    continue
                 alive = _settle(future, ref, key)
                 with self._lock:
                     if not alive:
@@ -320,8 +323,12 @@ class RayScheduler:
             for ref in left:
                 ray.kill(running[ref][2], no_restart=True)  # its evaluator's workers die with its process
         self._watcher.join(timeout=self.grace_s + 10)
-        if self._closing:  # let released slots remove their warm workers' scratch before Ray goes
-            ray.wait(self._closing, num_returns=len(self._closing), timeout=self.grace_s)
+        with self._lock:
+            closing, self._closing = dict(self._closing), {}
+        if closing:  # let released slots remove their warm workers' scratch before they go
+            ray.wait(list(closing), num_returns=len(closing), timeout=self.grace_s)
+            for actor in closing.values():
+                ray.kill(actor, no_restart=True)
         self.server.stop()
         ray.shutdown()
 
