@@ -1,0 +1,30 @@
+"""Average pooling 2D, kernel 11 (stride = kernel, no padding).
+
+Issue 18's measurement set (memory-bound half of the built-in policy), written in KernelBench's
+style at KernelBench's published size; SUITE_SCALE=small gives a CPU test size.
+"""
+import os
+
+import torch
+import torch.nn as nn
+
+SMALL = os.environ.get("SUITE_SCALE") == "small"
+
+BATCH, CHANNELS, HEIGHT, WIDTH = (2, 3, 40, 35) if SMALL else (16, 64, 2048, 2048)
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pool = nn.AvgPool2d(kernel_size=11)
+
+    def forward(self, x):
+        return self.pool(x)
+
+
+def get_inputs():
+    return [torch.randn(BATCH, CHANNELS, HEIGHT, WIDTH)]
+
+
+def get_init_inputs():
+    return []

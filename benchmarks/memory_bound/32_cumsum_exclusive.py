@@ -1,0 +1,30 @@
+"""Exclusive cumulative sum: each element is the sum of those before it.
+
+Issue 18's measurement set (memory-bound half of the built-in policy), written in KernelBench's
+style at KernelBench's published size; SUITE_SCALE=small gives a CPU test size.
+"""
+import os
+
+import torch
+import torch.nn as nn
+
+SMALL = os.environ.get("SUITE_SCALE") == "small"
+
+BATCH, DIM = (8, 700) if SMALL else (32768, 32768)
+
+
+class Model(nn.Module):
+    def __init__(self, dim: int):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        return torch.cumsum(x, dim=self.dim) - x
+
+
+def get_inputs():
+    return [torch.randn(BATCH, DIM)]
+
+
+def get_init_inputs():
+    return [1]
