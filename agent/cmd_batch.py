@@ -44,7 +44,7 @@ from tools.sandbox import Sandbox, SandboxUnavailable
 
 # flag -> AgentConfig field: the agent settings a batch passes to every problem
 SETTING_FLAGS = ("model", "base_url", "max_attempts", "language", "workspace", "max_tokens", "max_wall_s",
-                 "patience", "trials", "context_tokens", "roofline_target", "sandbox", "request_timeout_s")
+                 "patience", "trials", "context_tokens", "roofline_target", "memory_roofline_target", "sandbox", "request_timeout_s")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -83,7 +83,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--patience", type=int, metavar="N", help="stop a problem after N attempts without a new best")
     p.add_argument("--trials", type=int, metavar="N", help="correctness trials per attempt (default 5)")
     p.add_argument("--context-tokens", type=int, metavar="N", help="context budget of one request")
-    p.add_argument("--roofline-target", type=float, metavar="F", help="stop a problem at F of its roofline floor")
+    p.add_argument("--roofline-target", type=float, metavar="F", help="stop a problem when its best, faster than eager, reaches F of its roofline floor")
+    p.add_argument("--memory-roofline-target", type=float, metavar="F",
+                   help="the same for a memory-bound problem (default 0.8)")
     p.add_argument("--sandbox", choices=("required", "best-effort"),
                    help="confinement of candidate code: required (default; refuse without it) or best-effort (docs/sandbox.md)")
     p.add_argument("--config", metavar="FILE", help="TOML config file (default $RATCHET_CONFIG, else ./ratchet.toml)")

@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # the model clients import openai, the runner langgraph: only
 
 # flag -> AgentConfig field, for the flags that map onto settings
 SETTING_FLAGS = ("entry", "model", "base_url", "max_attempts", "language", "workspace", "device", "max_tokens",
-                 "max_wall_s", "patience", "roofline_target", "context_tokens", "trials", "sandbox",
+                 "max_wall_s", "patience", "roofline_target", "memory_roofline_target", "context_tokens", "trials", "sandbox",
                  "request_timeout_s")
 
 
@@ -64,7 +64,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-tokens", type=int, metavar="N", help="token budget of the run (default 2000000)")
     p.add_argument("--max-wall-s", type=float, metavar="S", help="wall-time budget in seconds (default 14400)")
     p.add_argument("--patience", type=int, metavar="N", help="stop after N attempts without a new best (0: never)")
-    p.add_argument("--roofline-target", type=float, metavar="F", help="stop when the best reaches F of the roofline floor")
+    p.add_argument("--roofline-target", type=float, metavar="F", help="stop when the best, faster than eager, reaches F of the roofline floor (default 0.9)")
+    p.add_argument("--memory-roofline-target", type=float, metavar="F",
+                   help="the same for a memory-bound problem (default 0.8)")
     p.add_argument("--context-tokens", type=int, metavar="N", help="context budget of one request (default 32000)")
     p.add_argument("--trials", type=int, metavar="N", help="correctness trials per attempt (default 5)")
     p.add_argument("--sandbox", choices=("required", "best-effort"),

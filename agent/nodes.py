@@ -38,8 +38,8 @@ from agent.model import ModelClient
 from agent.state import AgentState, AttemptSummary
 from agent.turns import ask_model, feedback_message, first_line, system_text, task_text
 from agent.workspace import ProblemRepo
-from agent.workspace_attempt import Attempt, beats
-from tools.record import Verdict, describe_exception, fault_result
+from agent.workspace_attempt import Attempt, beats, beats_eager
+from tools.record import TimeStats, Verdict, describe_exception, fault_result
 
 BUILD_FAILURES = {Verdict.COMPILE_ERROR.value, Verdict.REJECTED.value}
 NOT_JUDGED = {Verdict.ERROR.value}  # an evaluator fault: nothing to test or profile; the source may come again
@@ -155,12 +155,25 @@ def decide(state: AgentState, runtime: Node) -> dict[str, Any]:
         reason = f"token budget spent ({state['tokens_used']} of {config.max_tokens})"
     elif wall_s >= config.max_wall_s:
         reason = f"wall-time budget spent ({wall_s:.0f} s of {config.max_wall_s:.0f} s)"
-    elif best and best.get("roofline_fraction") is not None and best["roofline_fraction"] >= config.roofline_target:
-        reason = f"best reached {best['roofline_fraction']:.0%} of the roofline floor (target {config.roofline_target:.0%})"
+    elif best and (target := _roofline_stop(best, state.get("baseline") or {}, config)) is not None:
+        reason = f"best reached {best['roofline_fraction']:.0%} of the roofline floor (target {target:.0%})"
     elif config.patience and since >= config.patience:
         reason = f"no improvement in {since} attempts"
     ctx.log(progress_line(state, config))
     return {"wall_s": wall_s, "since_improvement": since, "stop_reason": reason}
+
+
+def _roofline_stop(best: AttemptSummary, baseline: dict[str, Any], config: AgentConfig) -> float | None:
+    """The roofline target the best has reached, or None: a memory-bound problem's target is
+    `memory_roofline_target`, any other's `roofline_target`; and never before the best beat eager
+    PyTorch beyond noise (agent.workspace_attempt.beats_eager, the kept-eager rule)."""
+    fraction = best.get("roofline_fraction")
+    target = config.memory_roofline_target if baseline.get("bound") == "memory" else config.roofline_target
+    if fraction is None or fraction < target:
+        return None
+    eager = TimeStats(measured=baseline.get("eager_ms") is not None, median_ms=baseline.get("eager_ms"),
+                      ci_low_ms=baseline.get("eager_ci_low_ms"))
+    return target if beats_eager(_as_attempt(best), eager) else None
 
 
 def stop_untimed(state: AgentState, runtime: Node) -> dict[str, Any]:
@@ -264,17 +277,19 @@ def baseline_from(record: dict[str, Any], previous: dict[str, Any] | None) -> di
     eager, compiled, roof = (record.get(k) or {} for k in ("eager_time", "compile_time", "roofline"))
     if eager.get("measured"):
         baseline["eager_ms"] = eager.get("median_ms")
+        baseline["eager_ci_low_ms"] = eager.get("ci_low_ms")
     if compiled.get("measured"):
         baseline["compile_ms"] = compiled.get("median_ms")
     if roof.get("measured") or roof.get("floor_ms") is not None:
-        baseline.update(floor_ms=roof.get("floor_ms"), bytes_moved=roof.get("bytes_moved"), flops=roof.get("flops"))
+        baseline.update(floor_ms=roof.get("floor_ms"), bytes_moved=roof.get("bytes_moved"), flops=roof.get("flops"),
+                        bound=roof.get("bound"))
     baseline["measured"] = baseline.get("eager_ms") is not None
     return baseline
 
 
 def empty_baseline() -> dict[str, Any]:
-    return {"eager_ms": None, "compile_ms": None, "floor_ms": None, "bytes_moved": None, "flops": None,
-            "measured": False}
+    return {"eager_ms": None, "eager_ci_low_ms": None, "compile_ms": None, "floor_ms": None, "bytes_moved": None,
+            "flops": None, "bound": None, "measured": False}
 
 
 def system_prompt(state: AgentState, ctx: AgentContext) -> str:

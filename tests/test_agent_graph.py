@@ -37,6 +37,9 @@ def context(logs: list[str] | None = None, **settings) -> nodes.AgentContext:
     return nodes.AgentContext(config=config, model=None, evaluator=None, repo=None, tools=[], gpu="", log=log)
 
 
+EAGER_2MS = {**nodes.empty_baseline(), "eager_ms": 2.0, "eager_ci_low_ms": 1.98, "measured": True}
+
+
 def base_state() -> dict:
     return initial_state(run_id="r", problem="p.py", problem_hash="h", entry="Model", language="triton", model="m",
                          workspace="w", baseline=nodes.empty_baseline())
@@ -51,8 +54,8 @@ def decide(state: dict, **settings) -> dict:
     ({"attempts_used": 10}, "attempt budget spent"),
     ({"attempts_used": 1, "tokens_used": 1000}, "token budget spent"),
     ({"attempts_used": 1, "wall_s": 100.0}, "wall-time budget spent"),
-    ({"attempts_used": 1, "best": summary(1, roofline=0.85, median=1.0)}, "of the roofline floor"),
-    ({"attempts_used": 1, "best": summary(1, roofline=0.5, median=1.0)}, None),
+    ({"attempts_used": 1, "best": summary(1, roofline=0.85, median=1.0), "baseline": EAGER_2MS}, "of the roofline floor"),
+    ({"attempts_used": 1, "best": summary(1, roofline=0.5, median=1.0), "baseline": EAGER_2MS}, None),
     ({"attempts_used": 4, "since_improvement": 2}, "no improvement in 3 attempts"),
     ({"attempts_used": 4, "since_improvement": 2, "improved": True}, None),
 ])
@@ -62,6 +65,36 @@ def test_decide_stops_at_the_first_spent_budget(state, reason):
         assert out["stop_reason"] is None and nodes.after_decide({**state, **out}) == "refine"
     else:
         assert reason in out["stop_reason"] and nodes.after_decide(out) == "finish"
+
+
+@pytest.mark.parametrize("bound, fraction, eager_ms, stops", [
+    ("memory", 0.82, 2.0, True),    # memory-bound: its own target (0.8)
+    ("memory", 0.78, 2.0, False),
+    ("compute", 0.82, 2.0, False),  # compute-bound: roofline_target (0.85 here)
+    ("compute", 0.86, 2.0, True),
+    (None, 0.82, 2.0, False),       # bound unknown (a record before schema 5): roofline_target
+    ("memory", 0.95, 1.0, False),   # not faster than eager beyond noise: never stops on the roofline
+    ("memory", 0.95, None, False),  # eager not measured: nothing says the best beat it
+])
+def test_the_roofline_stop_takes_the_problems_bound_and_needs_eager_beaten(bound, fraction, eager_ms, stops):
+    baseline = {**nodes.empty_baseline(), "bound": bound, "eager_ms": eager_ms,
+                "eager_ci_low_ms": eager_ms * 0.99 if eager_ms else None, "measured": eager_ms is not None}
+    out = decide({"attempts_used": 1, "best": summary(1, roofline=fraction, median=1.0), "baseline": baseline},
+                 roofline_target=0.85, memory_roofline_target=0.8)
+    if stops:
+        target = "80%" if bound == "memory" else "85%"
+        assert out["stop_reason"] == f"best reached {fraction:.0%} of the roofline floor (target {target})"
+    else:
+        assert out["stop_reason"] is None
+
+
+def test_profile_keeps_the_problems_bound_and_eagers_interval():
+    record = {"verdict": "ok", "candidate_time": {"measured": True},
+              "eager_time": {"measured": True, "median_ms": 2.0, "ci_low_ms": 1.9}, "compile_time": {"measured": False},
+              "roofline": {"measured": True, "floor_ms": 0.1, "bound": "memory"}}
+    out = nodes.profile({"record": record, "latest": summary(1, median=1.0), "phases": {}, "best": None},
+                        Runtime(context=None))
+    assert out["baseline"]["bound"] == "memory" and out["baseline"]["eager_ci_low_ms"] == 1.9
 
 
 def test_improvement_resets_patience_and_zero_patience_never_stops():

@@ -159,9 +159,9 @@ def test_build_roofline_record():
     assert r.measured and r.bytes_moved == 12_000_000 and r.flops == 0
     assert r.floor_ms == pytest.approx(0.003)
     assert r.achieved_fraction == pytest.approx(0.5)
-    assert "memory-bound" in r.note and "no matrix ops" in r.note and "Test GPU" in r.note
+    assert "memory-bound" in r.note and "no matrix ops" in r.note and "Test GPU" in r.note and r.bound == "memory"
     c = build_roofline(1000, 2 * 8192**3, torch.float16, H)
-    assert "compute-bound" in c.note and c.achieved_fraction is None
+    assert "compute-bound" in c.note and c.achieved_fraction is None and c.bound == "compute"
 
 
 def test_ceilings_round_trip():

@@ -8,8 +8,10 @@ Versions: 1, the first; 2 adds the verdict `error` (an evaluator fault) and
 input distribution of each trial passed) and `dropped` (a distribution the problem does not
 allow, and why); 4 adds `generalizes` (whether the candidate computes the module's function on
 held-out sizes and constructor arguments: the drop-in check, tools/heldout.py) and `heldout` (each
-held-out variant and its outcome). `Result.from_dict` reads every version (an older record simply
-lacks the newer fields). The exit code of each verdict: tools/exit_codes.py.
+held-out variant and its outcome); 5 adds `roofline.bound` ("memory" or "compute": which ceiling
+sets the floor, so the agent can stop a memory-bound search at its own target). `Result.from_dict`
+reads every version (an older record simply lacks the newer fields, and is written back without
+them). The exit code of each verdict: tools/exit_codes.py.
 """
 from __future__ import annotations
 
@@ -19,9 +21,10 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-SCHEMA_VERSION = 4
-READABLE_VERSIONS = (1, 2, 3, 4)  # from_dict reads these; workspaces hold records of every one
-ADDED_IN = {"distributions": 3, "dropped": 3, "generalizes": 4, "heldout": 4}  # fields an older record does not have (written back without them)
+SCHEMA_VERSION = 5
+READABLE_VERSIONS = (1, 2, 3, 4, 5)  # from_dict reads these; workspaces hold records of every one
+# fields an older record does not have (written back without them); "a.b" is field b of the record's a
+ADDED_IN = {"distributions": 3, "dropped": 3, "generalizes": 4, "heldout": 4, "roofline.bound": 5}
 
 
 class Verdict(str, enum.Enum):
@@ -78,6 +81,7 @@ class Roofline:
     floor_ms: float | None = None  # the fastest the hardware allows
     achieved_fraction: float | None = None  # floor / candidate median
     note: str = "not measured"
+    bound: str | None = None  # "memory" or "compute": the ceiling that sets the floor (None: not measured)
 
 
 @dataclass
@@ -119,7 +123,11 @@ class Result:
         data["verdict"] = self.verdict.value
         for name, version in ADDED_IN.items():
             if isinstance(self.schema_version, int) and self.schema_version < version:
-                del data[name]
+                *outer, last = name.split(".")
+                holder = data
+                for part in outer:
+                    holder = holder[part]
+                holder.pop(last, None)
         return data
 
     @classmethod

@@ -189,7 +189,8 @@ def build_roofline(
     """The record's Roofline; the note says which bound sets the floor and what ceiling it used."""
     floor = floor_ms(bytes_moved, flops, dtype, ceilings)
     memory_ms = bytes_moved / ceilings.copy_bytes_per_s * 1e3
-    if flops and floor > memory_ms:
+    compute = bool(flops) and floor > memory_ms
+    if compute:
         bound = f"compute-bound ({dtype_key(dtype)} at {ceilings.rate(dtype) / 1e12:.1f} TFLOP/s)"
     else:
         bound = f"memory-bound (copy at {ceilings.copy_bytes_per_s / 1e9:.0f} GB/s)"
@@ -205,6 +206,7 @@ def build_roofline(
         floor_ms=floor,
         achieved_fraction=fraction,
         note=f"{bound} on {ceilings.device_name}",
+        bound="compute" if compute else "memory",
     )
 
 
