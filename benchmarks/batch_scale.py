@@ -1,6 +1,6 @@
 """Batch throughput, local scheduler against Ray, one slot against two: problems per hour.
 
-    python benchmarks/batch_scale.py [--copies 8] [--attempts 4] [--reps 2] [--problem PATH]
+    python benchmarks/batch_scale.py [--copies 8] [--attempts 4] [--reps 2] [--problem PATH] [--only CONFIGS]
                                      [--gpus-one 0] [--gpus-two 0,1] [--cpu] [--scratch DIR] [--json OUT]
 
 One run measures four configurations of `ratchet batch` side by side: the local scheduler on one
@@ -225,6 +225,8 @@ def summarize(runs: list[dict[str, Any]], configs: dict[str, dict[str, Any]]) ->
     ratios: dict[str, dict[str, Any]] = {metric: {} for metric in METRICS}
     for metric in METRICS:
         for label, top, bottom, target in RATIOS:
+            if top not in per or bottom not in per:  # --only left one of them out
+                continue
             a, b = per[top][metric], per[bottom][metric]
             pairs = [x / y for x, y in product(a["rates"], b["rates"]) if x and y]
             value = a["mean"] / b["mean"] if a["mean"] and b["mean"] else None
@@ -284,6 +286,9 @@ def main() -> int:
                         help="CPU workers (1 and 2) instead of GPUs: SUITE_SCALE=small, Triton's interpreter")
     parser.add_argument("--gpus-one", default="0", help="the one-slot GPU (default 0)")
     parser.add_argument("--gpus-two", default="0,1", help="the two-slot GPUs (default 0,1; distinct ids, for Ray)")
+    parser.add_argument("--only", type=lambda text: [t.strip() for t in text.split(",") if t.strip()],
+                        help=f"measure only these configurations (comma-separated, of {', '.join(CONFIG_ORDER)}): "
+                             "e.g. ray-1,ray-2 for a longer run of Ray's scaling within one machine call")
     parser.add_argument("--scratch", type=Path,
                         help="keep the suite, caches, workspaces and run directories here (default: a temporary "
                              "directory, removed at the end)")
@@ -297,10 +302,14 @@ def main() -> int:
         ids = [g.strip() for g in gpus.split(",") if g.strip()]
         if not args.cpu and (not ids or len(set(ids)) != len(ids)):
             parser.error(f"{gpus!r}: name distinct GPU ids (Ray takes them as CUDA_VISIBLE_DEVICES)")
+    unknown = [name for name in args.only or [] if name not in CONFIG_ORDER]
+    if unknown:
+        parser.error(f"--only {', '.join(unknown)}: not a configuration (one of {', '.join(CONFIG_ORDER)})")
     if args.scratch and args.scratch.exists() and any(args.scratch.iterdir()):
         parser.error(f"--scratch {args.scratch}: not empty")
 
-    configs = configurations(args)
+    every = configurations(args)
+    configs = {name: c for name, c in every.items() if not args.only or name in args.only}
     started = time.monotonic()
     scratch = args.scratch.resolve() if args.scratch else Path(tempfile.mkdtemp(prefix="ratchet-batch-scale-"))
     scratch.mkdir(parents=True, exist_ok=True)
@@ -308,7 +317,7 @@ def main() -> int:
         suite = scratch / "suite"
         names = make_suite(args.problem.resolve(), args.copies, suite)
         env = base_env(args, scratch / "cache")
-        warm = configs["local-2"]
+        warm = every["local-2"]
         print(f"warm-up (unmeasured): {args.copies} copies of {args.problem.name}, {args.attempts} attempt(s) each",
               file=sys.stderr, flush=True)
         warmup = one_run("local-2#warmup", warm, suite, names, args, env, scratch)
