@@ -126,3 +126,18 @@ def test_an_evaluator_with_other_worker_options_is_refused(tmp_path: Path) -> No
         with pytest.raises(ValueError, match="scratch_mb"):
             Evaluator(PROBLEMS / "elementwise.py", options(tmp_path / "cache", scratch_mb=64), pool=pool)
         assert pool._reference is not None and pool.taken["reference"] == 0  # nothing was taken
+
+
+def test_a_worker_still_starting_is_killed_at_close_and_a_started_one_is_asked_to_exit(tmp_path: Path) -> None:
+    """close() asks a worker that answered its start to exit (it may hold something), and kills one
+    still starting at once rather than waiting for it to start only to be told to go."""
+    import signal
+
+    with WarmPool(options(tmp_path / "cache"), start=False) as pool:
+        starting = pool.spawner.spawn("candidate")
+        starting.close()
+        assert starting.proc.returncode in (-signal.SIGKILL, 128 + signal.SIGKILL)
+        started = pool.spawner.spawn("candidate")
+        assert started.wait_ready(120)["op"] == "ready"
+        started.close()
+        assert started.proc.returncode == 0

@@ -75,6 +75,7 @@ class WorkerProcess:
                 os.close(fd)
             child_memory.close()
         self.reader = FrameReader(self._from_child)
+        self.started = False  # its start-up answer was read (wait_ready): it may be holding something
         self.arena: Any = None  # our mapping of the worker's exchange buffer (CUDA)
         self.input_arena: Any = None  # our mapping of the buffer we write the worker's inputs into (CUDA)
         os.set_blocking(self._to_child, False)  # every write has a deadline: a worker may stop reading
@@ -104,6 +105,7 @@ class WorkerProcess:
 
     def wait_ready(self, timeout: float) -> dict[str, Any]:
         header, _ = self._read(timeout)
+        self.started = True
         return self._checked(header)
 
     def _checked(self, header: dict[str, Any]) -> dict[str, Any]:
@@ -281,8 +283,10 @@ class WorkerProcess:
         self._memory.close()
 
     def close(self) -> None:
-        """Ask the worker to exit; kill it if it does not."""
-        if self.proc.poll() is None and self._to_child >= 0:
+        """Ask the worker to exit; kill it if it does not. One never asked whether it started (a
+        spare still starting up) holds nothing of ours: killed at once, rather than waiting for it to
+        finish starting only to be told to exit (seconds, at the end of every evaluator's life)."""
+        if self.proc.poll() is None and self._to_child >= 0 and self.started:
             try:
                 write_frame(self._to_child, {"op": "exit"}, deadline=time.monotonic() + 5)
                 self.proc.wait(timeout=5)
