@@ -115,3 +115,50 @@ def test_without_bubblewrap_a_daemon_dies_with_the_evaluation(tmp_path, cache_di
                 os.kill(int(survivor["pid"]), signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def process_tree(pid: int) -> list[int]:
+    """A process and its descendants (a sandboxed worker: bwrap, its init, the worker)."""
+    from tools.process import _children
+
+    found, todo = [], [pid]
+    while todo:
+        found.append(todo.pop())
+        todo += _children(found[-1])
+    return found
+
+
+def test_no_candidate_process_outlives_its_evaluator(cache_dir, monkeypatch):
+    """A used worker is killed by a thread of its own (tools/builds.reap) after handing over what it
+    compiled. On a GPU that is a request the candidate answers at its own pace, up to
+    ARTIFACT_REQUEST_S (30 s), its process running on meanwhile, kernels included; a warm pool's
+    slot opens the next problem at once, on the same device, and measures its eager and
+    torch.compile baselines (the latter kept on disk) beside it. On the CPU reap kills at once, so
+    the test stands in for that request: the worker is left alive until it dies or 30 s pass. The
+    evaluator's close must end it, and before the next problem opens."""
+    import subprocess
+
+    from tools import builds
+
+    real_reap, reaped = builds.reap, []
+
+    def slow_reap(ev, worker, source_hash, keep):
+        reaped.append(process_tree(worker.pid))
+        try:
+            worker.proc.wait(timeout=builds.ARTIFACT_REQUEST_S)
+        except subprocess.TimeoutExpired:
+            pass
+        real_reap(ev, worker, source_hash, keep)
+
+    monkeypatch.setattr(builds, "reap", slow_reap)
+    opts = options(cache_dir, trials=1)
+    with WarmPool(opts) as pool:
+        with Evaluator(PROBLEMS / "elementwise.py", opts, pool=pool) as ev:
+            result = ev.evaluate(source("elementwise_ok"))
+            assert result.verdict is Verdict.OK, describe(result)
+        assert len(reaped) == 1 and len(reaped[0]) >= 2  # bwrap and the worker below it, seen alive
+        assert not any(alive(pid) for pid in reaped[0]), "a candidate's worker outlived its evaluator"
+        with Evaluator(PROBLEMS / "row_softmax.py", opts, pool=pool) as ev:
+            result = ev.evaluate(source("row_softmax_ok"))
+            assert result.verdict is Verdict.OK, describe(result)
+        assert not any(alive(pid) for pid in reaped[1])
