@@ -162,3 +162,31 @@ def test_no_candidate_process_outlives_its_evaluator(cache_dir, monkeypatch):
             result = ev.evaluate(source("row_softmax_ok"))
             assert result.verdict is Verdict.OK, describe(result)
         assert not any(alive(pid) for pid in reaped[1])
+
+
+def test_an_interrupted_opening_leaves_no_worker(cache_dir, monkeypatch):
+    """A Ray slot interrupts its problem with KeyboardInterrupt raised in the problem's thread,
+    wherever it is (agent/batch_ray.py ProblemSlot.interrupt): here, while the reference worker the
+    evaluator took from the pool loads the problem. The workers it took and started end (or go
+    back to the pool, unused); none is left running for the slot's life, unknown to the pool."""
+    from tools.reference import Reference
+
+    def interrupted(self):
+        raise KeyboardInterrupt
+
+    opts = options(cache_dir, trials=1, spares=1)
+    with WarmPool(opts) as pool:
+        taken = pool._reference.pid
+        monkeypatch.setattr(Reference, "build", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            Evaluator(PROBLEMS / "elementwise.py", opts, pool=pool)
+        monkeypatch.undo()
+        assert not alive(taken)
+        held = stocked(pool)
+        assert len(held) == 2  # the next reference, and the spare the interrupted evaluator gave back
+        assert sorted(p.name for p in pool.spawner.root.iterdir()) == sorted(
+            proc.log.parent.name for proc in [pool._reference, *pool._candidates])
+        with Evaluator(PROBLEMS / "elementwise.py", opts, pool=pool) as ev:
+            result = ev.evaluate(source("elementwise_ok"))
+            assert result.verdict is Verdict.OK, describe(result)
+    assert not any(alive(pid) for pid in held)

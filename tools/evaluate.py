@@ -110,7 +110,7 @@ class Evaluator:
         except (WorkerGone, ReferenceLost) as exc:
             self.close()
             raise ProblemError(f"{self.problem.path.name}: {exc}") from None
-        except ProblemError:
+        except BaseException:  # a ProblemError; an interrupt (a Ray slot's) or a fault: no worker is left running
             self.close()
             raise
 

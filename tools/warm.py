@@ -76,7 +76,12 @@ class WarmPool:
         one). The next one starts now."""
         with self._lock:
             held, self._reference = self._reference, None
-            self._start_reference()
+            try:
+                self._start_reference()
+            except BaseException:  # an interrupt, or no process to be had: the one taken is not lost
+                if held is not None:
+                    held.close()
+                raise
         return self._usable(held, "reference")
 
     def take_candidate(self) -> WorkerProcess | None:
