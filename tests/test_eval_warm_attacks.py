@@ -190,3 +190,32 @@ def test_an_interrupted_opening_leaves_no_worker(cache_dir, monkeypatch):
             result = ev.evaluate(source("elementwise_ok"))
             assert result.verdict is Verdict.OK, describe(result)
     assert not any(alive(pid) for pid in held)
+
+
+def test_a_worker_is_recorded_with_the_environment_it_was_started_from(tmp_path, cache_dir, monkeypatch):
+    """The pool hands a worker on only if it was started from the environment of now, so that a
+    problem reading os.environ at import sees that of when its evaluator opened. Its record must
+    be of the environment it got, not of a moment later: another thread of the evaluator's
+    process (an RL trainer's) may change os.environ in between."""
+    from test_eval_warm import WIDTH_PROBLEM
+    from tools import spawner
+
+    real_env = spawner.worker_env
+
+    def racing(device, extra):
+        env = real_env(device, extra)
+        os.environ["WARM_TEST_N"] = "300"  # another thread, just after this worker's environment was made
+        return env
+
+    problem = tmp_path / "width.py"
+    problem.write_text(WIDTH_PROBLEM)
+    opts = options(cache_dir, trials=1, spares=0)
+    monkeypatch.setenv("WARM_TEST_N", "4096")
+    with WarmPool(opts, start=False) as pool:
+        with monkeypatch.context() as patch:
+            patch.setattr(spawner, "worker_env", racing)
+            pool._start_reference()
+        assert os.environ["WARM_TEST_N"] == "300"
+        with Evaluator(problem, opts, pool=pool) as ev:
+            assert ev.problem.inputs[0]["shape"] == [300]
+        assert pool.taken["reference"] == 0
