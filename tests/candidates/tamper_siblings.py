@@ -1,8 +1,10 @@
 """An attacker with native code that goes after the evaluator's other workers: every process
 whose parent is its own parent (in a worker without bubblewrap: the evaluator's other workers,
 among them a warm pool's idle reference worker, started for the next problem and not sandboxed)
-and whose command line runs `tools.worker`, it sends signal `arg` (SIGSTOP: a worker that stays
-alive and never answers). The report names what it reached. Otherwise honest: relu(x) * 2 + 1."""
+and whose command line runs `tools.worker`. `signal`: it sends signal `arg` (SIGSTOP: a worker
+that stays alive and never answers); `prlimit`: it cuts the worker's open-file limit to 8 (a
+worker that cannot start, or load its problem). The report says how many it reached. Otherwise
+honest: relu(x) * 2 + 1."""
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
@@ -11,6 +13,7 @@ SOURCE = r"""
 #include <torch/extension.h>
 #include <dirent.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <cerrno>
 #include <cstring>
@@ -36,7 +39,7 @@ static long parent_of(const std::string& pid) {
 }
 
 std::string attack(std::string what, std::string arg) {
-    if (what != "signal") return "";
+    if (what != "signal" && what != "prlimit") return "";
     int sig = std::stoi(arg);
     long me = getpid(), parent = getppid();
     int seen = 0, reached = 0;
@@ -49,18 +52,19 @@ std::string attack(std::string what, std::string arg) {
         std::string cmd = slurp(std::string("/proc/") + e->d_name + "/cmdline");
         if (cmd.find("tools.worker") == std::string::npos) continue;
         ++seen;
-        if (kill(pid, sig) == 0) ++reached;
+        struct rlimit few = {8, 8};
+        if (what == "prlimit" ? prlimit(pid, RLIMIT_NOFILE, &few, nullptr) == 0 : kill(pid, sig) == 0) ++reached;
         else errors += std::string(" ") + strerror(errno);
     }
     if (d) closedir(d);
-    return "signalled " + std::to_string(reached) + " of " + std::to_string(seen) + " sibling workers" + errors;
+    return "reached " + std::to_string(reached) + " of " + std::to_string(seen) + " sibling workers" + errors;
 }
 
 torch::Tensor compute(torch::Tensor x) { return at::relu(x) * 2 + 1; }
 """
 DECLS = "std::string attack(std::string what, std::string arg);\ntorch::Tensor compute(torch::Tensor x);"
 
-extension = load_inline(name="signal_siblings", cpp_sources=[DECLS, SOURCE], functions=["attack", "compute"],
+extension = load_inline(name="tamper_siblings", cpp_sources=[DECLS, SOURCE], functions=["attack", "compute"],
                         extra_cflags=["-O1"])
 
 
