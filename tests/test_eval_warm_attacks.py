@@ -235,3 +235,22 @@ def test_a_worker_is_recorded_with_the_environment_it_was_started_from(tmp_path,
         with Evaluator(problem, opts, pool=pool) as ev:
             assert ev.problem.inputs[0]["shape"] == [300]
         assert pool.taken["reference"] == 0
+
+
+def test_discarded_workers_leave_no_scratch_behind(tmp_path, cache_dir, monkeypatch):
+    """Problem after problem through one pool (a Ray slot's, for a whole batch), each opened under
+    another environment: every worker started ahead is discarded, and its scratch directory goes
+    with it. The pool's root holds the scratch of the workers it holds, and nothing else."""
+    from test_eval_warm import WIDTH_PROBLEM
+
+    problem = tmp_path / "width.py"
+    problem.write_text(WIDTH_PROBLEM)
+    opts = options(cache_dir, trials=1, spares=1)
+    with WarmPool(opts) as pool:
+        for n in (300, 301, 302):
+            monkeypatch.setenv("WARM_TEST_N", str(n))
+            with Evaluator(problem, opts, pool=pool) as ev:
+                assert ev.problem.inputs[0]["shape"] == [n]
+            held = sorted(proc.log.parent.name for proc in [pool._reference, *pool._candidates])
+            assert sorted(p.name for p in pool.spawner.root.iterdir()) == held
+        assert pool.taken == {"reference": 0, "candidate": 0}

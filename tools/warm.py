@@ -24,6 +24,7 @@ bandwidth.
 from __future__ import annotations
 
 import collections
+import shutil
 import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
@@ -100,6 +101,7 @@ class WarmPool:
             return None
         if not proc.alive() or proc.environment != environment_fingerprint():
             proc.close()
+            shutil.rmtree(Spawner.scratch_of(proc), ignore_errors=True)  # no evaluator holds it: it would stay
             return None
         self.taken[role] += 1
         return proc
