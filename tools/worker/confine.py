@@ -66,7 +66,7 @@ def _restrict(writable: list[str], executable: list[str], devices: list[str]) ->
 
 
 LANDLOCK_SCOPE_SIGNAL = 1 << 1  # linux/landlock.h, ABI 6
-SYS_CREATE_RULESET, SYS_RESTRICT_SELF = 444, 446  # the same number on every architecture
+SYS_CREATE_RULESET, SYS_RESTRICT_SELF = 444, 446  # x86-64 and arm64 alike (the unified syscall table)
 
 
 class _ScopedRulesetAttr(ctypes.Structure):
