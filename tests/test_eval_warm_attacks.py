@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from helpers_escape import marker, wait_for_no_survivors
-from helpers_eval import PROBLEMS, assert_ok, describe, options, source
+from helpers_eval import PROBLEMS, describe, options, source
 from helpers_ray import alive
 from tools import Evaluator, Verdict
 from tools.sandbox.probe import probe
@@ -122,11 +122,12 @@ def test_without_bubblewrap_a_daemon_dies_with_the_evaluation(tmp_path, cache_di
                 result = ev.evaluate(source("native_attacks"))
             assert result.verdict is Verdict.OK, describe(result)
             with Evaluator(PROBLEMS / "elementwise.py", opts, pool=pool) as ev:
-                assert_ok(ev.evaluate(source("elementwise_ok")))
-        assert not wait_for_no_survivors(token, seconds=5.0), "the daemon outlived the pool"
+                result = ev.evaluate(source("elementwise_ok"))
+                assert result.verdict is Verdict.OK, describe(result)
+        assert not wait_for_no_survivors(name, seconds=5.0), "the daemon outlived the pool"
     finally:
         probe.cache_clear()
-        for survivor in wait_for_no_survivors(token, seconds=0.0):
+        for survivor in wait_for_no_survivors(name, seconds=0.0):
             try:
                 os.kill(int(survivor["pid"]), signal.SIGKILL)
             except ProcessLookupError:
