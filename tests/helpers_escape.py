@@ -53,12 +53,12 @@ def processes() -> list[dict[str, str]]:
 
 
 def survivors(token: str) -> list[dict[str, str]]:
-    """Processes named after the token, workers of this process's evaluators running as their
-    sandbox uids (tools/sandbox: UID_BASE + (pid % 20000) * 100 + n), bwraps started by it."""
+    """Processes named after the token (a process name holds its first 15 characters), workers of
+    this process's evaluators running as their sandbox uids (tools/sandbox: UID_BASE + (pid % 20000) * 100 + n), bwraps started by it."""
     me = str(os.getpid())
     ours = range(UID_BASE + (os.getpid() % 20_000) * 100, UID_BASE + (os.getpid() % 20_000) * 100 + 100)
     return [p for p in processes()
-            if token in p["name"] or token in p["cmdline"] or int(p["uid"]) in ours
+            if token[:15] in p["name"] or token in p["cmdline"] or int(p["uid"]) in ours
             or (p["ppid"] == me and p["name"] == "bwrap")]
 
 

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from tools.warm import WarmPool
 
 WORKER_FAILURES = {v.value: v for v in (Verdict.COMPILE_ERROR, Verdict.RUNTIME_ERROR, Verdict.CRASHED)}
+REAP_GRACE_S = 5.0  # at close: how long the last evaluations' workers may still hand over what they compiled
 
 
 @dataclass
@@ -92,6 +93,7 @@ class Evaluator:
         self.seeds = [rng.getrandbits(62) for _ in range(max(1, self.options.trials))]
         self._spares: collections.deque[WorkerProcess] = collections.deque()
         self._prebuilds: dict[str, WorkerProcess] = {}
+        self._reaping: list[tuple[WorkerProcess, threading.Thread]] = []  # used workers not yet killed (builds.reap)
         self._scratches: list[Path] = []  # with a pool: the scratch directories of the workers this evaluator used
         self._baseline: dict[str, Any] | None = None
         self.distributions = ["problem", "shifted", "signed"]  # rotated over trials (tools/trials.py)
@@ -110,7 +112,7 @@ class Evaluator:
         except (WorkerGone, ReferenceLost) as exc:
             self.close()
             raise ProblemError(f"{self.problem.path.name}: {exc}") from None
-        except ProblemError:
+        except BaseException:  # a ProblemError; an interrupt (a Ray slot's) or a fault: no worker is left running
             self.close()
             raise
 
@@ -122,6 +124,7 @@ class Evaluator:
         self.close()
 
     def close(self) -> None:
+        self._end_reaping()
         spares, self._spares = list(self._spares), collections.deque()
         if self.pool is not None:  # never handed a candidate: the next problem's evaluator may take them
             kept = self.pool.give_back(spares)
@@ -137,6 +140,23 @@ class Evaluator:
             for path in self._scratches:
                 shutil.rmtree(path, ignore_errors=True)
             self._scratches.clear()
+
+    def _end_reaping(self) -> None:
+        """No candidate's process outlives its evaluator. A used worker is killed by a thread of its
+        own (builds.reap) after it hands over what it compiled, which on a GPU it answers at its own
+        pace, for up to builds.ARTIFACT_REQUEST_S, its kernels running on; left to run past close,
+        it would overlap the next problem's opening on the same device (a warm pool's slot opens it
+        at once), where the eager and torch.compile baselines are measured once, the latter kept on
+        disk. A reap still going after REAP_GRACE_S is cut short: its worker is killed."""
+        with self._lock:
+            reaping, self._reaping = self._reaping, []
+        deadline = time.monotonic() + REAP_GRACE_S
+        for _, thread in reaping:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        for worker, thread in reaping:
+            if thread.is_alive():
+                worker.stop()  # its thread sees it die, and closes it
+                thread.join(60)
 
     def baseline(self) -> dict[str, Any]:
         """Eager and torch.compile times and the roofline floor of the problem, before any
@@ -232,8 +252,11 @@ class Evaluator:
             if worker is not None:
                 worker.unmap()  # the used worker is disposable: keep what it compiled, then kill and reap it
                 keep = result.ok or result.verdict in (Verdict.INCORRECT, Verdict.REJECTED)
-                threading.Thread(target=builds.reap, args=(self, worker, result.source_hash, keep),
-                                 name="ratchet-reap", daemon=True).start()
+                reaper = threading.Thread(target=builds.reap, args=(self, worker, result.source_hash, keep),
+                                          name="ratchet-reap", daemon=True)
+                with self._lock:  # close() ends what is still running
+                    self._reaping = [(w, t) for w, t in self._reaping if t.is_alive()] + [(worker, reaper)]
+                reaper.start()
             result.phases["total"] = round(time.monotonic() - started, 4)
         return result
 

@@ -263,13 +263,18 @@ class WorkerProcess:
         except OSError:
             return ""
 
-    def kill(self) -> None:
-        self.unmap()
+    def stop(self) -> None:
+        """SIGKILL the worker's process group, and nothing else: its pipes stay with whoever is
+        talking to it (a reaping thread), which reads its death and calls kill()."""
         if self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+    def kill(self) -> None:
+        self.unmap()
+        self.stop()
         try:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:

@@ -73,6 +73,9 @@ class Spawner:
     def spawn(self, role: str, profile_name: str = "run") -> WorkerProcess:
         """A new worker of `role` ("reference" or "candidate"); a candidate with the "run" profile
         (it gets the GPU) or "build" (a CUDA C++ build: no GPU). It starts now; wait_ready() waits."""
+        # first: the environment made below is this one or a later one, never an earlier one (another
+        # thread may change os.environ meanwhile), so a changed environment never passes for this one
+        fingerprint = environment_fingerprint()
         name = role if profile_name == "run" else profile_name
         scratch = self.root / f"{name}-{next(self._count)}"
         (scratch / "tmp").mkdir(parents=True)
@@ -107,7 +110,7 @@ class Spawner:
         proc = WorkerProcess(config, launch=launch, cwd=self.root, log=scratch / "output.log", limits=limits,
                              cuda=device.startswith("cuda"), device_index=self.device_index,
                              payload=files[1] if files else b"", untrusted=role != "reference")
-        proc.environment = environment_fingerprint()
+        proc.environment = fingerprint
         return proc
 
     def copy_ms_per_byte(self) -> float:

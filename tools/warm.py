@@ -24,6 +24,7 @@ bandwidth.
 from __future__ import annotations
 
 import collections
+import shutil
 import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
@@ -76,7 +77,12 @@ class WarmPool:
         one). The next one starts now."""
         with self._lock:
             held, self._reference = self._reference, None
-            self._start_reference()
+            try:
+                self._start_reference()
+            except BaseException:  # an interrupt, or no process to be had: the one taken is not lost
+                if held is not None:
+                    held.close()
+                raise
         return self._usable(held, "reference")
 
     def take_candidate(self) -> WorkerProcess | None:
@@ -95,6 +101,7 @@ class WarmPool:
             return None
         if not proc.alive() or proc.environment != environment_fingerprint():
             proc.close()
+            shutil.rmtree(Spawner.scratch_of(proc), ignore_errors=True)  # no evaluator holds it: it would stay
             return None
         self.taken[role] += 1
         return proc

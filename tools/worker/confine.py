@@ -5,10 +5,13 @@ torch is imported (so the process still has one thread: landlock restricts the c
 and the threads and processes it creates later, never the others). What it applies comes from
 the trusted parent (tools/sandbox/): resource limits, then a landlock ruleset under which the
 process may execute only the profile's toolchain and write only below its scratch, /tmp,
-/dev/shm, the device nodes and its own /proc entry. Neither can be undone by the process later.
+/dev/shm, the device nodes and its own /proc entry, and (landlock ABI 6, Linux 6.12) may signal
+only itself and its own children. Neither can be undone by the process later.
 """
 from __future__ import annotations
 
+import ctypes
+import os
 import resource
 from typing import Any
 
@@ -28,6 +31,9 @@ def apply(spec: dict[str, Any] | None) -> list[str]:
     if rules:
         abi = _restrict(rules["writable"], rules["executable"], rules.get("devices", []))
         applied.append(f"landlock-abi{abi}")
+        if abi >= 6:
+            _scope_signals()
+            applied.append("landlock-signal-scope")
     return applied
 
 
@@ -57,3 +63,32 @@ def _restrict(writable: list[str], executable: list[str], devices: list[str]) ->
         ruleset.allow(path, rules=FSAccess.EXECUTE)
     ruleset.apply()
     return abi
+
+
+LANDLOCK_SCOPE_SIGNAL = 1 << 1  # linux/landlock.h, ABI 6
+SYS_CREATE_RULESET, SYS_RESTRICT_SELF = 444, 446  # x86-64 and arm64 alike (the unified syscall table)
+
+
+class _ScopedRulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]
+
+
+def _scope_signals() -> None:
+    """A second landlock layer: signals only to processes of this domain (this process and what
+    it starts). Without it, a worker outside bubblewrap's pid namespace (best-effort) could stop
+    or kill any process of its uid, or every process when it runs as root: the evaluator, its
+    reference worker, a warm pool's workers started for the next problem (tests/
+    test_eval_warm_attacks.py). The `landlock` package has no scopes yet: the system calls."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    attr = _ScopedRulesetAttr(0, 0, LANDLOCK_SCOPE_SIGNAL)
+    fd = libc.syscall(ctypes.c_long(SYS_CREATE_RULESET), ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)),
+                      ctypes.c_uint32(0))
+    if fd < 0:
+        raise OSError(ctypes.get_errno(), "landlock_create_ruleset (signal scope)")
+    try:
+        if libc.syscall(ctypes.c_long(SYS_RESTRICT_SELF), ctypes.c_int(fd), ctypes.c_uint32(0)) != 0:
+            raise OSError(ctypes.get_errno(), "landlock_restrict_self (signal scope)")
+    finally:
+        os.close(fd)
