@@ -30,7 +30,10 @@ def draft(plan: Plan, problem: Problem, config: dict[str, Any]) -> str:
 
 def render_plan(plan: Plan, problem: Problem, config: dict[str, Any], ctx: Context) -> str:
     """One rendering of the module for a plan (the problem's, or one traced at other sizes)."""
-    maker = {"pointwise": _pointwise, "rowwise": _rowwise, "colwise": _colwise, "matmul": _matmul}[plan.kind]
+    from agent.builtin.gemv import render_gemv
+
+    maker = {"pointwise": _pointwise, "rowwise": _rowwise, "colwise": _colwise, "matmul": _matmul,
+             "gemv": render_gemv}[plan.kind]
     return maker(plan, problem, config, ctx)
 
 

@@ -56,7 +56,10 @@ def _unique(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def space(plan: Plan) -> list[dict[str, Any]]:
-    return {"pointwise": _pointwise, "rowwise": _rowwise, "colwise": _colwise, "matmul": _matmul}[plan.kind](plan)
+    from agent.builtin.gemv import gemv_space
+
+    return {"pointwise": _pointwise, "rowwise": _rowwise, "colwise": _colwise, "matmul": _matmul,
+            "gemv": gemv_space}[plan.kind](plan)
 
 
 def _pointwise(plan: Plan) -> list[dict[str, Any]]:
