@@ -31,9 +31,10 @@ def draft(plan: Plan, problem: Problem, config: dict[str, Any]) -> str:
 def render_plan(plan: Plan, problem: Problem, config: dict[str, Any], ctx: Context) -> str:
     """One rendering of the module for a plan (the problem's, or one traced at other sizes)."""
     from agent.builtin.gemv import render_gemv
+    from agent.builtin.mm_reduce import render_mm_reduce
 
     maker = {"pointwise": _pointwise, "rowwise": _rowwise, "colwise": _colwise, "matmul": _matmul,
-             "gemv": render_gemv}[plan.kind]
+             "gemv": render_gemv, "mm_reduce": render_mm_reduce}[plan.kind]
     return maker(plan, problem, config, ctx)
 
 

@@ -57,9 +57,10 @@ def _unique(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def space(plan: Plan) -> list[dict[str, Any]]:
     from agent.builtin.gemv import gemv_space
+    from agent.builtin.mm_reduce import mm_reduce_space
 
     return {"pointwise": _pointwise, "rowwise": _rowwise, "colwise": _colwise, "matmul": _matmul,
-            "gemv": gemv_space}[plan.kind](plan)
+            "gemv": gemv_space, "mm_reduce": mm_reduce_space}[plan.kind](plan)
 
 
 def _pointwise(plan: Plan) -> list[dict[str, Any]]:
