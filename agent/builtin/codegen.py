@@ -124,6 +124,10 @@ def _colwise(plan: Plan, problem: Problem, config: dict[str, Any], ctx: Context)
 
 
 def _matmul(plan: Plan, problem: Problem, config: dict[str, Any], ctx: Context) -> str:
+    if int(config.get("SPLIT_K", 1)) > 1:  # too few output tiles for a long K (agent.builtin.skinny)
+        from agent.builtin.skinny import render_splitk
+
+        return render_splitk(plan, problem, config, ctx)
     mm_index = next(i for i, n in enumerate(plan.nodes) if n.op == "mm")
     mm = plan.nodes[mm_index]
     a, b = (plan.leaves[r[1]] for r in mm.args)

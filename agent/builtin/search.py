@@ -163,7 +163,9 @@ def _matmul(plan: Plan) -> list[dict[str, Any]]:
     for precision in precisions:
         for c in ordered:
             out.append({**c, "precision": precision} if precision != "native" else dict(c))
-    return _unique(out)
+    from agent.builtin.skinny import shaped_first
+
+    return shaped_first(plan, _unique(out))  # skinny shapes and split-K first (agent.builtin.skinny)
 
 
 # --- choosing the next ------------------------------------------------------------------------------
