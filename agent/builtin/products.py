@@ -64,7 +64,8 @@ def mm_reduce_plan(nodes: list[Node], mm_index: int, reductions: list[int], comm
         if full != mm.shape or tuple(node.attrs["dims"]) != (1,):
             raise Unrecognized(f"a reduction over dims {list(node.attrs['dims'])} of a {list(full)} value after a "
                                f"{'x'.join(map(str, mm.shape))} matrix product (only the product's last dim is fused)")
-    names = sorted({nodes[i].attrs.get("pattern") or nodes[i].name for i in real})
+    names = sorted({p if (p := nodes[i].attrs.get("pattern")) not in (None, "reduction") else nodes[i].name
+                    for i in real})
     out = nodes[common["out"]]
     kept = "full rows" if math.prod(out.shape) == math.prod(mm.shape) else "one value per row"
     pattern = mm.attrs.get("pattern", "matmul")
