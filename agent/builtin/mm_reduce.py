@@ -40,7 +40,7 @@ def render_mm_reduce(plan: Plan, problem: Problem, config: dict[str, Any], ctx: 
              "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)"]
     if fused:
         dot = f'acc = tl.dot(a, b, acc, input_precision="{precision}")' if precision else "acc = tl.dot(a, b, acc)"
-        setup += ["rbn = tl.where(cmask, cols, 0)",
+        setup += [f"rbn = cols % {n}",  # a modulo keeps the columns' contiguity visible (vector loads)
                   f"for k0 in range(0, {k}, BLOCK_K):",
                   "    kk = k0 + rk",
                   f"    a = tl.load(in{mm.args[0][1]}_ptr + ram[:, None] * stride_am + kk[None, :] * stride_ak, "

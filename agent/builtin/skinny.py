@@ -8,7 +8,7 @@ these first): configurations picked from the shapes, and split-K.
 - a small N or M (at most SKINNY_SIDE, but more than the gemv plan's few) of a large product: the tile's short side
   is that side (at least 16, tl.dot's least), the long side and BLOCK_K as large as shared memory
   allows;
-- too few output tiles to fill the GPU and a long K: K split into SPLIT_K chunks, each written in
+- output tiles for at most half the SMs and a long K: K split into SPLIT_K chunks, each written in
   float32 by partial_product_kernel, then added in chunk order by a second kernel that applies the
   epilogue (kernels/matmul_splitk.py.j2; deterministic, no atomics).
 """
@@ -56,14 +56,16 @@ def shaped_first(plan: Plan, configs: list[dict[str, Any]]) -> list[dict[str, An
         for long, bk, w, s in ((128, 64, 4, 3), (256, 64, 8, 3), (64, 128, 4, 3), (128, 128, 8, 2), (64, 64, 4, 4)):
             bm, bn = (long, short) if n <= m else (short, long)
             extra.append(_tile(bm, bn, bk, 8, w, s, m, n, k))
-    tiles = [c for c in extra + configs if "SPLIT_K" not in c]
-    for c in tiles[:4]:  # split K where the output's tiles leave SMs idle
+    bk = 32 if fp32 else 64
+    split_tiles = extra[:2] + [_tile(128, 128, bk, 8, 8, 3, m, n, k), _tile(64, 128, bk, 8, 4, 4, m, n, k),
+                               _tile(64, 64, bk, 8, 4, 4, m, n, k), _tile(32, 32, bk, 4, 4, 4, m, n, k)]
+    for c in split_tiles:  # output tiles for at most half the SMs: split K until every SM has a program
         count = math.ceil(m / c["BLOCK_M"]) * math.ceil(n / c["BLOCK_N"])
         split = 1
-        while count * split < SMS and k // (c["BLOCK_K"] * split * 2) >= MIN_CHUNK_STEPS:
+        while count * 2 <= SMS and count * split < SMS and k // (c["BLOCK_K"] * split * 2) >= MIN_CHUNK_STEPS:
             split *= 2
         if split > 1:
-            extra.append({**c, "SPLIT_K": split, **({"precision": "ieee"} if fp32 else {})})
+            extra.append({**c, "SPLIT_K": split})
     if fp32:
         extra = [{**c, "precision": "ieee"} for c in extra]
     fits = [c for c in extra if (c["BLOCK_M"] * c["BLOCK_K"] + c["BLOCK_K"] * c["BLOCK_N"]) * size
