@@ -35,10 +35,12 @@ RECOGNIZED = {
 }
 # problem -> configurations to run besides the space's first: (name, change to a configuration of the space)
 VARIANTS = {
-    "gemv.py": [("split", {"SPLIT_K": 3, "BLOCK_K": 32}), ("tall tile", {"BLOCK_R": 32, "BLOCK_K": 64})],
+    "gemv.py": [("split", {"SPLIT_K": 3, "BLOCK_K": 32}), ("tall tile", {"BLOCK_R": 32, "BLOCK_K": 64}),
+                ("K a multiple of BLOCK_K, unmasked", {"SPLIT_K": 2, "BLOCK_K": 8})],
     "matvec_relu.py": [("split", {"SPLIT_K": 4, "BLOCK_K": 16})],
     "vector_left.py": [("no split", {"SPLIT_K": 1}), ("odd split", {"SPLIT_K": 5, "BLOCK_K": 32})],
-    "linear_few_rows.py": [("split", {"SPLIT_K": 2, "BLOCK_K": 64}), ("one vector a program", {"BLOCK_J": 1})],
+    "linear_few_rows.py": [("split", {"SPLIT_K": 2, "BLOCK_K": 64}), ("one vector a program", {"BLOCK_J": 1}),
+                           ("K a multiple of BLOCK_K, unmasked", {"BLOCK_K": 8})],
     "linear_sum.py": [("two passes", {"fused": False}), ("split", {"fused": False, "SPLIT_K": 2})],
     "linear_max_gelu.py": [("two passes", {"fused": False}), ("narrow chunks", {"fused": True, "BLOCK_N": 16})],
     "linear_softmax.py": [("two passes", {"fused": False}), ("split", {"fused": False, "SPLIT_K": 2, "BLOCK_R": 32})],
@@ -177,3 +179,20 @@ def test_products_it_declines_say_what(tmp_path):
                          "")
     reason = recognize(over_rows).reason
     assert reason.startswith("a reduction over dims [0] of a [8, 10] value after a 8x10 matrix product"), reason
+
+
+@pytest.mark.parametrize("name, change", [
+    ("gemv.py", {"SPLIT_K": 3, "BLOCK_K": 32}), ("linear_few_rows.py", {"SPLIT_K": 1}),
+    ("vector_left.py", {"SPLIT_K": 1}), ("linear_softmax.py", {"fused": True}),
+    ("linear_sum.py", {"fused": False, "SPLIT_K": 2}), ("long_k.py", {}),
+])
+def test_the_int64_indexing_variants_compute_the_same(name, change, tmp_path, monkeypatch):
+    """Problems past 2^31 elements (the 8 GiB GEMV) index in int64: the same drafts with int64
+    offsets, on a small problem."""
+    from agent.builtin import general
+
+    monkeypatch.setattr(general, "needs_int64", lambda plan: True)
+    rec = recognize(PROBLEMS / name)
+    source = codegen.draft(rec.plan, rec.problem, _config(rec.plan, change))
+    assert "tl.int64" in source
+    _check(PROBLEMS / name, source, tmp_path)
