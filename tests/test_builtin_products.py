@@ -196,3 +196,13 @@ def test_the_int64_indexing_variants_compute_the_same(name, change, tmp_path, mo
     source = codegen.draft(rec.plan, rec.problem, _config(rec.plan, change))
     assert "tl.int64" in source
     _check(PROBLEMS / name, source, tmp_path)
+
+
+def test_once_timed_the_search_tries_the_fastest_with_k_split_otherwise(tmp_path):
+    path = _problem(tmp_path, "gemv_kb", "torch.matmul(a, b)", "torch.randn(M, K), torch.randn(K, 1)",
+                    "M = 2048\nK = 1048576")
+    plan = recognize(path).plan
+    space = search.space(plan)
+    fastest, other = space[0], next(c for c in space[1:] if c["BLOCK_R"] != space[0]["BLOCK_R"])
+    proposal = search.next_config(plan, [search.Outcome(fastest, "ok", 1.0), search.Outcome(other, "ok", 2.0)])
+    assert [k for k in proposal if proposal[k] != fastest[k]] == ["SPLIT_K"]

@@ -182,9 +182,9 @@ def _dominates(candidate: dict[str, Any], failed: dict[str, Any]) -> bool:
 
 
 def _neighbours(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """One tuning parameter apart (a tile size, warps, stages or GROUP_M; not a variant)."""
+    """One tuning parameter apart (a tile size, warps, stages, GROUP_M or SPLIT_K; not a variant)."""
     differ = [k for k in set(a) | set(b) if a.get(k) != b.get(k)]
-    return len(differ) == 1 and differ[0] in SIZE_KEYS + ("num_warps", "GROUP_M")
+    return len(differ) == 1 and differ[0] in SIZE_KEYS + ("num_warps", "GROUP_M", "SPLIT_K")
 
 
 def next_config(plan: Plan, history: list[Outcome]) -> dict[str, Any] | None:
