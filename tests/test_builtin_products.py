@@ -206,3 +206,19 @@ def test_once_timed_the_search_tries_the_fastest_with_k_split_otherwise(tmp_path
     fastest, other = space[0], next(c for c in space[1:] if c["BLOCK_R"] != space[0]["BLOCK_R"])
     proposal = search.next_config(plan, [search.Outcome(fastest, "ok", 1.0), search.Outcome(other, "ok", 2.0)])
     assert [k for k in proposal if proposal[k] != fastest[k]] == ["SPLIT_K"]
+
+
+@pytest.mark.parametrize("forward, inputs, orientation", [
+    ("torch.matmul(a.t(), b)", "torch.randn(K, M), torch.randn(K, 1)", "rows"),  # A^T @ x: A read down its columns
+    ("torch.mv(a.t(), b)", "torch.randn(K, M), torch.randn(K)", "rows"),
+    ("torch.matmul(b, a.t())", "torch.randn(M, K), torch.randn(2, K)", "cols"),  # x @ A^T: A's rows contiguous
+    ("torch.matmul(b.t(), a)", "torch.randn(K, M), torch.randn(K, 3)", "cols"),  # x^T @ A: a vector on the left
+])
+def test_transposed_forms_stream_the_matrix_through_its_strides(forward, inputs, orientation, tmp_path):
+    from agent.builtin.products import gemv_sides
+
+    path = _problem(tmp_path, "transposed", forward, inputs, "M = 40\nK = 300")
+    rec = recognize(path)
+    assert rec.plan.kind == "gemv" and gemv_sides(rec.plan)[0] == orientation
+    for config in search.space(rec.plan)[:2]:
+        _check(path, codegen.draft(rec.plan, rec.problem, config), tmp_path)
