@@ -87,6 +87,7 @@ def mm_reduce_space(plan: Plan) -> list[dict[str, Any]]:
     (BLOCK_M rows of at least 16 for the dots); the fused first when its row blocks fill the GPU
     or the whole product is small."""
     from agent.builtin.search import MATMUL_CONFIGS, SMEM_BYTES, SMS, pow2
+    from agent.builtin.skinny import split_k
 
     mm = next(n for n in plan.nodes if n.op == "mm")
     a = plan.leaves[mm.args[0][1]]
@@ -100,10 +101,7 @@ def mm_reduce_space(plan: Plan) -> list[dict[str, Any]]:
             bk = 32
         if (bm * bk + bk * bn) * size * s > SMEM_BYTES:
             continue
-        tiles = math.ceil(m / bm) * math.ceil(n / bn)
-        split = 1
-        while tiles * split * 2 <= SMS and k // (bk * (split * 2)) >= 8:  # each chunk at least 8 steps
-            split *= 2
+        split = split_k(math.ceil(m / bm) * math.ceil(n / bn), k, bk)
         two_pass.append({"fused": False, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": g, "num_warps": w,
                          "num_stages": s, "SPLIT_K": split, "ROWS": rows, "BLOCK_R": max(16, chunk),
                          "row_warps": 4 if chunk <= 1024 else 8})

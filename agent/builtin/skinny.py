@@ -36,7 +36,7 @@ def _pow2(x: int) -> int:
 def shaped_first(plan: Plan, configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The matmul plan's configurations with those picked from its shape first (IEEE for float32);
     for a tiny K, the TF32 ones are dropped."""
-    from agent.builtin.search import SMEM_BYTES, SMS
+    from agent.builtin.search import SMEM_BYTES
 
     mm = next(n for n in plan.nodes if n.op == "mm")
     if mm.name != "mm":
@@ -59,11 +59,8 @@ def shaped_first(plan: Plan, configs: list[dict[str, Any]]) -> list[dict[str, An
     bk = 32 if fp32 else 64
     split_tiles = extra[:2] + [_tile(128, 128, bk, 8, 8, 3, m, n, k), _tile(64, 128, bk, 8, 4, 4, m, n, k),
                                _tile(64, 64, bk, 8, 4, 4, m, n, k), _tile(32, 32, bk, 4, 4, 4, m, n, k)]
-    for c in split_tiles:  # output tiles for at most half the SMs: split K until every SM has a program
-        count = math.ceil(m / c["BLOCK_M"]) * math.ceil(n / c["BLOCK_N"])
-        split = 1
-        while count * 2 <= SMS and count * split < SMS and k // (c["BLOCK_K"] * split * 2) >= MIN_CHUNK_STEPS:
-            split *= 2
+    for c in split_tiles:
+        split = split_k(math.ceil(m / c["BLOCK_M"]) * math.ceil(n / c["BLOCK_N"]), k, c["BLOCK_K"])
         if split > 1:
             extra.append({**c, "SPLIT_K": split})
     if fp32:
@@ -77,6 +74,17 @@ def shaped_first(plan: Plan, configs: list[dict[str, Any]]) -> list[dict[str, An
             seen.add(key)
             out.append(c)
     return out
+
+
+def split_k(tiles: int, k: int, block_k: int) -> int:
+    """K's chunks for `tiles` output tiles: 1 unless the tiles leave half the SMs idle; then doubled
+    until every SM has a program, while each chunk keeps MIN_CHUNK_STEPS steps of `block_k`."""
+    from agent.builtin.search import SMS
+
+    split = 1
+    while tiles * 2 <= SMS and tiles * split < SMS and k // (block_k * split * 2) >= MIN_CHUNK_STEPS:
+        split *= 2
+    return split
 
 
 def _tile(bm: int, bn: int, bk: int, group: int, warps: int, stages: int, m: int, n: int, k: int) -> dict[str, Any]:
