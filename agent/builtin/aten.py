@@ -168,6 +168,8 @@ def lower_op(b: Builder, name: str, overload: str, node, args, kwargs, arg, dtyp
     # matrix products
     if name in ("mm", "bmm"):
         return b.add("mm", name, [arg(args[0]), arg(args[1])], shape, dtype, pattern="matmul")
+    if name == "mv":  # a matrix-vector product: the vector as a [K, 1] matrix, the result viewed as [M]
+        return _matrix_vector(b, arg(args[0]), arg(args[1]), shape, dtype)
     if name in ("addmm", "baddbmm"):
         beta = float(kwargs.get("beta", 1))
         alpha = float(kwargs.get("alpha", 1))
@@ -186,3 +188,16 @@ def torch_node_type():
     import torch
 
     return torch.fx.Node
+
+
+def _matrix_vector(b: Builder, matrix, vector, shape, dtype: str):
+    """aten.mv(A, x) as mm(A, x.unsqueeze(1)) viewed as [M]: the vector leaf gets the unsqueeze as glue."""
+    import dataclasses
+
+    if not (isinstance(vector, tuple) and vector[0] == "leaf"):
+        raise Unrecognized("a matrix-vector product of a computed vector")
+    leaf = b.leaves[vector[1]]
+    b.leaves[vector[1]] = dataclasses.replace(leaf, glue=leaf.glue + [("unsqueeze", [1])], shape=leaf.shape + (1,),
+                                              strides=leaf.strides + (1,))
+    product = b.add("mm", "mm", [matrix, vector], (shape[0], 1), dtype, pattern="matvec")
+    return b.add("ew", "view", [product], shape, dtype)

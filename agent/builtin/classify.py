@@ -5,12 +5,15 @@ the plan:
 - `rowwise`: elementwise nodes and reductions, all over the same trailing dims of one shape
   (softmax, log-softmax, layer/RMS norm, row reductions with elementwise epilogues);
 - `colwise`: the same over a block of middle dims (sum over dim 1 of [B, R, N], softmax over channels);
-- `matmul`: one matrix product, its operands leaves, followed by an elementwise epilogue.
+- `matmul`: one matrix product, its operands leaves, followed by an elementwise epilogue;
+- `gemv`, `mm_reduce`: the same with one side of at most a few rows or columns, or followed by
+  reductions over the product's last dim (agent.builtin.products).
 """
 from __future__ import annotations
 
 from agent.builtin.builder import Builder, Unusable
 from agent.builtin.ir import FLOAT_DTYPES, Node, Plan, Unrecognized
+from agent.builtin.products import mm_reduce_plan, product_kind
 
 
 def classify(b: Builder, out: int, out_glue, out_shape, out_dtype) -> Plan:
@@ -50,8 +53,6 @@ def classify(b: Builder, out: int, out_glue, out_shape, out_dtype) -> Plan:
     if mms:
         if len(mms) > 1:
             raise Unrecognized(f"{len(mms)} matrix products in one forward")
-        if reductions:
-            raise Unrecognized("a matrix product followed by a reduction")
         mm = nodes[mms[0]]
         if any(not (isinstance(a, tuple) and a[0] == "leaf") for a in mm.args):
             raise Unrecognized("a matrix product of computed operands (a prologue)")
@@ -61,10 +62,12 @@ def classify(b: Builder, out: int, out_glue, out_shape, out_dtype) -> Plan:
             raise Unrecognized("elementwise work before the matrix product")
         if len(mm.shape) not in (2, 3):
             raise Unrecognized(f"a {len(mm.shape)}-d matrix product")
+        if reductions:  # the reductions fused after the product (agent.builtin.products)
+            return mm_reduce_plan(nodes, mms[0], reductions, common)
         pattern = mm.attrs.get("pattern", "matmul")
         epi = sorted({n.name for i, n in enumerate(nodes) if i in downstream and n.name != "view"})
-        return Plan(kind="matmul", summary=f"{pattern} {'x'.join(map(str, mm.shape))}"
-                    + (f" + epilogue ({', '.join(epi)})" if epi else ""), **common)
+        return product_kind(Plan(kind="matmul", summary=f"{pattern} {'x'.join(map(str, mm.shape))}"
+                                 + (f" + epilogue ({', '.join(epi)})" if epi else ""), **common))
     if reductions:
         full = None
         dims = None

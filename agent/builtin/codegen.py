@@ -30,7 +30,11 @@ def draft(plan: Plan, problem: Problem, config: dict[str, Any]) -> str:
 
 def render_plan(plan: Plan, problem: Problem, config: dict[str, Any], ctx: Context) -> str:
     """One rendering of the module for a plan (the problem's, or one traced at other sizes)."""
-    maker = {"pointwise": _pointwise, "rowwise": _rowwise, "colwise": _colwise, "matmul": _matmul}[plan.kind]
+    from agent.builtin.gemv import render_gemv
+    from agent.builtin.mm_reduce import render_mm_reduce
+
+    maker = {"pointwise": _pointwise, "rowwise": _rowwise, "colwise": _colwise, "matmul": _matmul,
+             "gemv": render_gemv, "mm_reduce": render_mm_reduce}[plan.kind]
     return maker(plan, problem, config, ctx)
 
 
@@ -120,6 +124,10 @@ def _colwise(plan: Plan, problem: Problem, config: dict[str, Any], ctx: Context)
 
 
 def _matmul(plan: Plan, problem: Problem, config: dict[str, Any], ctx: Context) -> str:
+    if int(config.get("SPLIT_K", 1)) > 1:  # too few output tiles for a long K (agent.builtin.skinny)
+        from agent.builtin.skinny import render_splitk
+
+        return render_splitk(plan, problem, config, ctx)
     mm_index = next(i for i, n in enumerate(plan.nodes) if n.op == "mm")
     mm = plan.nodes[mm_index]
     a, b = (plan.leaves[r[1]] for r in mm.args)

@@ -56,7 +56,11 @@ def _unique(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def space(plan: Plan) -> list[dict[str, Any]]:
-    return {"pointwise": _pointwise, "rowwise": _rowwise, "colwise": _colwise, "matmul": _matmul}[plan.kind](plan)
+    from agent.builtin.gemv import gemv_space
+    from agent.builtin.mm_reduce import mm_reduce_space
+
+    return {"pointwise": _pointwise, "rowwise": _rowwise, "colwise": _colwise, "matmul": _matmul,
+            "gemv": gemv_space, "mm_reduce": mm_reduce_space}[plan.kind](plan)
 
 
 def _pointwise(plan: Plan) -> list[dict[str, Any]]:
@@ -159,7 +163,9 @@ def _matmul(plan: Plan) -> list[dict[str, Any]]:
     for precision in precisions:
         for c in ordered:
             out.append({**c, "precision": precision} if precision != "native" else dict(c))
-    return _unique(out)
+    from agent.builtin.skinny import shaped_first
+
+    return shaped_first(plan, _unique(out))  # skinny shapes and split-K first (agent.builtin.skinny)
 
 
 # --- choosing the next ------------------------------------------------------------------------------
@@ -176,9 +182,9 @@ def _dominates(candidate: dict[str, Any], failed: dict[str, Any]) -> bool:
 
 
 def _neighbours(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """One tuning parameter apart (a tile size, warps, stages or GROUP_M; not a variant)."""
+    """One tuning parameter apart (a tile size, warps, stages, GROUP_M or SPLIT_K; not a variant)."""
     differ = [k for k in set(a) | set(b) if a.get(k) != b.get(k)]
-    return len(differ) == 1 and differ[0] in SIZE_KEYS + ("num_warps", "GROUP_M")
+    return len(differ) == 1 and differ[0] in SIZE_KEYS + ("num_warps", "GROUP_M", "SPLIT_K")
 
 
 def next_config(plan: Plan, history: list[Outcome]) -> dict[str, Any] | None:
