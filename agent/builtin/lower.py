@@ -15,7 +15,8 @@ from agent.builtin.ir import FLOAT_DTYPES, Leaf, Plan, Problem, Unrecognized
 
 # aten glue ops replayed in torch on a leaf (views and copies; see tools.ops.GLUE_OPS)
 LEAF_GLUE = {"view", "_unsafe_view", "reshape", "t", "transpose", "permute", "expand", "unsqueeze", "squeeze",
-             "alias", "detach", "clone", "contiguous", "_to_copy", "expand_as", "view_as", "lift_fresh_copy"}
+             "alias", "detach", "clone", "contiguous", "_to_copy", "expand_as", "view_as", "lift_fresh_copy",
+             "repeat"}
 # glue on a computed value that keeps its flat (row-major) layout: same registers in the kernel
 FLAT_GLUE = {"view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "alias", "detach", "clone", "contiguous",
              "view_as", "flatten"}

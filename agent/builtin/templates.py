@@ -57,6 +57,8 @@ def glue_expr(var: str, glue: list[tuple[str, list[Any]]]) -> str:
             expr += f".permute({tuple(int(s) for s in args[0])})"
         elif op == "expand":
             expr += f".expand({tuple(int(s) for s in args[0])})"
+        elif op == "repeat":
+            expr += f".repeat({tuple(int(s) for s in args[0])})"
         elif op == "unsqueeze":
             expr += f".unsqueeze({int(args[0])})"
         elif op == "squeeze":
