@@ -30,6 +30,10 @@ def draft(plan: Plan, problem: Problem, config: dict[str, Any]) -> str:
 
 def render_plan(plan: Plan, problem: Problem, config: dict[str, Any], ctx: Context) -> str:
     """One rendering of the module for a plan (the problem's, or one traced at other sizes)."""
+    if plan.kind == "rowwise" and config.get("split"):  # rows split across programs (agent.builtin.split)
+        from agent.builtin.split import render_split
+
+        return render_split(plan, problem, config, ctx)
     maker = {"pointwise": _pointwise, "rowwise": _rowwise, "colwise": _colwise, "matmul": _matmul}[plan.kind]
     return maker(plan, problem, config, ctx)
 

@@ -19,7 +19,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from agent.builtin import codegen
 from agent.builtin.ir import Plan
+from agent.builtin.split import split_first, split_space
 
 FAILED = {"compile_error", "runtime_error", "timeout", "crashed", "rejected"}
 NOT_JUDGED = {"error"}  # an evaluator fault: the configuration may be proposed again
@@ -100,7 +102,12 @@ def _rowwise(plan: Plan) -> list[dict[str, Any]]:
         for br, w in ((4096, 8), (2048, 8), (8192, 16), (1024, 4), (4096, 16), (2048, 4)):
             if br < p:
                 configs.append({"looped": True, "BLOCK_M": 1, "BLOCK_R": br, "num_warps": w})
-    return _unique(configs)
+    # rows split across programs (agent.builtin.split): first when the rows are too few to fill the
+    # device, the only choice when the one-program-per-row kernels decline them
+    splits = split_space(rows, width, SMS)
+    if rows < codegen.FEW_ROWS and width >= codegen.LONG_ROW:
+        return splits
+    return _unique(splits + configs if split_first(rows, width, SMS) else configs + splits)
 
 
 def _colwise(plan: Plan) -> list[dict[str, Any]]:
