@@ -5,12 +5,14 @@ the plan:
 - `rowwise`: elementwise nodes and reductions, all over the same trailing dims of one shape
   (softmax, log-softmax, layer/RMS norm, row reductions with elementwise epilogues);
 - `colwise`: the same over a block of middle dims (sum over dim 1 of [B, R, N], softmax over channels);
-- `matmul`: one matrix product, its operands leaves, followed by an elementwise epilogue.
+- `matmul`: one matrix product, its operands leaves, followed by an elementwise epilogue;
+- `twolevel`: row reductions, then a reduction over all the row results (agent.builtin.twolevel).
 """
 from __future__ import annotations
 
 from agent.builtin.builder import Builder, Unusable
 from agent.builtin.ir import FLOAT_DTYPES, Node, Plan, Unrecognized
+from agent.builtin.twolevel import classify_two_level
 
 
 def classify(b: Builder, out: int, out_glue, out_shape, out_dtype) -> Plan:
@@ -34,8 +36,13 @@ def classify(b: Builder, out: int, out_glue, out_shape, out_dtype) -> Plan:
         node.args = [("node", remap[a[1]]) if isinstance(a, tuple) and a[0] == "node" else a for a in node.args]
         nodes.append(node)
     used_leaves = sorted({a[1] for n in nodes for a in n.args if isinstance(a, tuple) and a[0] == "leaf"})
-    lmap = {old: new for new, old in enumerate(used_leaves)}
-    leaves = [b.leaves[i] for i in used_leaves]
+    leaves, lmap = [], {}
+    for old in used_leaves:  # an input read twice (a norm and a division by it) is one leaf: one load
+        same = next((k for k, leaf in enumerate(leaves) if leaf == b.leaves[old]), None)
+        if same is None:
+            leaves.append(b.leaves[old])
+            same = len(leaves) - 1
+        lmap[old] = same
     for node in nodes:
         node.args = [("leaf", lmap[a[1]]) if isinstance(a, tuple) and a[0] == "leaf" else a for a in node.args]
     out = remap[out]
@@ -66,6 +73,10 @@ def classify(b: Builder, out: int, out_glue, out_shape, out_dtype) -> Plan:
         return Plan(kind="matmul", summary=f"{pattern} {'x'.join(map(str, mm.shape))}"
                     + (f" + epilogue ({', '.join(epi)})" if epi else ""), **common)
     if reductions:
+        staged = classify_two_level(nodes, leaves, reductions, out)  # row reductions, then a global one
+        if staged is not None:
+            full, dims, summary = staged
+            return Plan(kind="twolevel", full_shape=full, red_dims=dims, summary=summary, **common)
         full = None
         dims = None
         for i in reductions:

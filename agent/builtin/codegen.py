@@ -34,6 +34,10 @@ def render_plan(plan: Plan, problem: Problem, config: dict[str, Any], ctx: Conte
         from agent.builtin.split import render_split
 
         return render_split(plan, problem, config, ctx)
+    if plan.kind == "twolevel":  # row reductions, then a global one (agent.builtin.twolevel)
+        from agent.builtin.twolevel import render_two_level
+
+        return render_two_level(plan, problem, config, ctx)
     maker = {"pointwise": _pointwise, "rowwise": _rowwise, "colwise": _colwise, "matmul": _matmul}[plan.kind]
     return maker(plan, problem, config, ctx)
 

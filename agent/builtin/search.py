@@ -58,7 +58,8 @@ def _unique(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def space(plan: Plan) -> list[dict[str, Any]]:
-    return {"pointwise": _pointwise, "rowwise": _rowwise, "colwise": _colwise, "matmul": _matmul}[plan.kind](plan)
+    return {"pointwise": _pointwise, "rowwise": _rowwise, "colwise": _colwise, "matmul": _matmul,
+            "twolevel": _twolevel}[plan.kind](plan)
 
 
 def _pointwise(plan: Plan) -> list[dict[str, Any]]:
@@ -84,6 +85,23 @@ def _rowwise(plan: Plan) -> list[dict[str, Any]]:
     full = plan.full_shape
     d0 = plan.red_dims[0]
     rows, width = math.prod(full[:d0]), math.prod(full[d0:])
+    configs = _row_configs(rows, width)
+    # rows split across programs (agent.builtin.split): first when the rows are too few to fill the
+    # device, the only choice when the one-program-per-row kernels decline them
+    splits = split_space(rows, width, SMS)
+    if rows < codegen.FEW_ROWS and width >= codegen.LONG_ROW:
+        return splits
+    return _unique(splits + configs if split_first(rows, width, SMS) else configs + splits)
+
+
+def _twolevel(plan: Plan) -> list[dict[str, Any]]:
+    """Row reductions, then a global one: the row kernel's configurations (agent.builtin.twolevel)."""
+    full = plan.full_shape
+    d0 = plan.red_dims[0]
+    return _row_configs(math.prod(full[:d0]), math.prod(full[d0:]))
+
+
+def _row_configs(rows: int, width: int) -> list[dict[str, Any]]:
     p = pow2(width)
     configs: list[dict[str, Any]] = []
     if p <= 16384:
@@ -102,12 +120,7 @@ def _rowwise(plan: Plan) -> list[dict[str, Any]]:
         for br, w in ((4096, 8), (2048, 8), (8192, 16), (1024, 4), (4096, 16), (2048, 4)):
             if br < p:
                 configs.append({"looped": True, "BLOCK_M": 1, "BLOCK_R": br, "num_warps": w})
-    # rows split across programs (agent.builtin.split): first when the rows are too few to fill the
-    # device, the only choice when the one-program-per-row kernels decline them
-    splits = split_space(rows, width, SMS)
-    if rows < codegen.FEW_ROWS and width >= codegen.LONG_ROW:
-        return splits
-    return _unique(splits + configs if split_first(rows, width, SMS) else configs + splits)
+    return _unique(configs)
 
 
 def _colwise(plan: Plan) -> list[dict[str, Any]]:
