@@ -99,7 +99,7 @@ class Emitter:
             if kind != "full" or self._aligned(node.shape, target) != target or self.acc is None:
                 raise Unrecognized("the matrix product's result is broadcast")
             return self.acc, frozenset(range(len(self.spaces["full"])))
-        if node.op == "reduce":
+        if node.op == "reduce" or ("reduced", index) in self.row_memo:  # or a value a fused loop holds (a mean)
             return self._reduced(node, index, kind, target)
         if node.name == "view":
             if self._aligned(node.shape, target) != target:

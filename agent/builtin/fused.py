@@ -57,9 +57,9 @@ def reduction_deps(plan: Plan, ref: Any, memo: dict[Any, frozenset[int]] | None 
     return found
 
 
-def moments(plan: Plan, index: int) -> tuple[Any, int] | None:
-    """(g, index of A) when reduction `index` is B = sum((g - A * (1/n))^2) with A = sum(g) over the
-    same dims, kept (a mean and the squared deviations from it)."""
+def moments(plan: Plan, index: int) -> tuple[Any, int, int] | None:
+    """(g, index of A, index of the mean A * (1/n)) when reduction `index` is B = sum((g - A * (1/n))^2)
+    with A = sum(g) over the same dims, kept (a mean and the squared deviations from it)."""
     nodes = plan.nodes
     node = nodes[index]
     if node.op != "reduce" or node.name != "sum" or not _is_node(node.args[0]):
@@ -93,7 +93,7 @@ def moments(plan: Plan, index: int) -> tuple[Any, int] | None:
     count = math.prod(full[d] for d in node.attrs["dims"])
     if not math.isclose(float(c) * count, 1.0, rel_tol=1e-6):
         return None
-    return g, a[1]
+    return g, a[1], m[1]
 
 
 def _online(em: Emitter, index: int) -> tuple[Any, int] | None:
@@ -216,21 +216,26 @@ def fused_loop(em: Emitter, indices: list[int], axis: int, keep: str, everything
                 inv = em.fresh("inv")
                 update.append(f"{inv} = 1.0 / ((r0 - {loop.get('start', '0')}) // {loop.get('step', 'BLOCK_R')} + 1)")
             n_acc, mean_acc, m2_acc, delta = (em.fresh(p) for p in ("nacc", "meanacc", "m2acc", "v"))
-            n, mean, dev, m2, a = (em.fresh(p) for p in ("r", "r", "v", "r", "r"))
+            n, shift, mean, dev, m2, a = (em.fresh(p) for p in ("r", "v", "r", "v", "r", "r"))
             init += [f"{n_acc} = tl.full({tile}, 0.0, tl.float32)", f"{mean_acc} = tl.full({tile}, 0.0, tl.float32)",
                      f"{m2_acc} = tl.full({tile}, 0.0, tl.float32)"]
             update += [f"{delta} = tl.where({mask}, {value} - {mean_acc}, 0.0)",
                        f"{n_acc} = {n_acc} + tl.where({mask}, 1.0, 0.0)",
                        f"{mean_acc} = {mean_acc} + {delta} * {inv}",
                        f"{m2_acc} = {m2_acc} + tl.where({mask}, {delta} * ({value} - {mean_acc}), 0.0)"]
+            # the lanes' means summed as deviations from the largest (accurate far from zero)
             post += [f"{n} = tl.sum({n_acc}, axis={axis}){keep}",
-                     f"{mean} = tl.sum({n_acc} * {mean_acc}, axis={axis}){keep} / tl.maximum({n}, 1.0)",
+                     f"{shift} = tl.max(tl.where({n_acc} > 0.0, {mean_acc}, -{INF}), axis={axis}){keep}",
+                     f"{shift} = tl.where({n} > 0.0, {shift}, 0.0)",
+                     f"{mean} = {shift} + tl.sum({n_acc} * ({mean_acc} - {shift}), axis={axis}){keep} "
+                     f"/ tl.maximum({n}, 1.0)",
                      f"{dev} = {mean_acc} - {mean}",
                      f"{m2} = tl.sum({m2_acc} + {n_acc} * {dev} * {dev}, axis={axis}){keep}",
                      f"{a} = {n} * {mean}"]
             a_index, b_index = nodes
             em.row_memo[("reduced", a_index)] = (a, frozenset())
             em.row_memo[("reduced", b_index)] = (m2, frozenset())
+            em.row_memo[("reduced", moments(plan, b_index)[2])] = (mean, frozenset())  # the mean itself, unrounded
             partials.append(Partial(kind, nodes, (n, mean, m2)))
     em.outer.extend(init)
     em.outer.append(loop["header"])

@@ -21,7 +21,7 @@ import math
 from typing import Any
 
 from agent.builtin.emitter import Emitter
-from agent.builtin.fused import Partial, fused_loop, levels
+from agent.builtin.fused import Partial, fused_loop, levels, moments
 from agent.builtin.indexing import Group
 from agent.builtin.ir import Plan, Problem, Unrecognized
 from agent.builtin.templates import Context, common_variables, render, store_value
@@ -46,6 +46,8 @@ def _combined(partial: Partial, slot: int, em: Emitter) -> dict[str, Any]:
         names = [f"red{partial.nodes[1]}", f"red{partial.nodes[0]}"]
     for index in partial.nodes:
         em.row_memo[("reduced", index)] = (f"red{index}", frozenset())
+    if partial.kind == "moments":  # the mean itself, not the sum times 1/n
+        em.row_memo[("reduced", moments(em.plan, partial.nodes[1])[2])] = (f"red{partial.nodes[0]}_mean", frozenset())
     return {"kind": partial.kind, "slot": slot, "names": names, "neutral": NEUTRAL.get(partial.kind, "0.0")}
 
 
