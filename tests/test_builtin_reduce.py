@@ -23,6 +23,7 @@ _LOADED = itertools.count()
 # problem -> (template, a word of the summary, whether the first configuration splits rows across programs)
 RECOGNIZED = {
     "layernorm_long.py": ("rowwise", "layer_norm", True),
+    "long_softmax.py": ("rowwise", "softmax", True),
     "mse_loss.py": ("rowwise", "dims [0, 1]", True),
     "frobenius_norm.py": ("rowwise", "norm", True),
     "huber_loss.py": ("rowwise", "loss", False),
