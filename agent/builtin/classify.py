@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from agent.builtin.builder import Builder, Unusable
 from agent.builtin.ir import FLOAT_DTYPES, Node, Plan, Unrecognized
+from agent.builtin.rewrite import hoist_row_constants
 from agent.builtin.twolevel import classify_two_level
 
 
 def classify(b: Builder, out: int, out_glue, out_shape, out_dtype) -> Plan:
+    out = hoist_row_constants(b, out)  # sum(x / |x| * y) = sum(x * y) / |x|: fewer dependent reductions
     # keep only the nodes the output depends on
     live: set[int] = set()
     stack = [out]
