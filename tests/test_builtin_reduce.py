@@ -73,7 +73,8 @@ def _check(problem: Path, source: str, tmp_path: Path, tol: float = 1e-4) -> tor
     return got
 
 
-def _problem(tmp_path: Path, name: str, forward: str, inputs: str, init: str = "[]", ctor: str = "") -> Path:
+def _problem(tmp_path: Path, name: str, forward: str, inputs: str, init: str = "[]", ctor: str = "",
+             body: str = "") -> Path:
     """A small problem file written for one test."""
     path = tmp_path / f"{name}.py"
     path.write_text(f'''import torch
@@ -84,6 +85,7 @@ import torch.nn.functional as F
 class Model(nn.Module):
     def __init__(self{ctor}):
         super().__init__()
+{body}
 
     def forward(self, x):
         return {forward}
@@ -230,9 +232,13 @@ def test_split_configurations_come_from_the_shapes_and_the_sm_count():
 
 
 def test_what_is_declined_says_which_op(tmp_path):
+    rec = recognize(_problem(tmp_path, "bn_module", "self.bn(x)", "[torch.randn(4, 3, 5, 5)]",
+                             body="        self.bn = nn.BatchNorm2d(3)"))  # never put in eval(), as KernelBench's
+    assert rec.plan is None and rec.reason.startswith("batch norm in training mode (aten.add_ changes "
+                                                      "bn.num_batches_tracked in place"), rec.reason
     cases = {
-        "batch norm in training mode": ("nn.functional.batch_norm(x, None, None, training=True)",
-                                        "[torch.randn(4, 3, 5, 5)]"),
+        "batch norm in training mode (statistics over the batch and spatial dims [0, 2, 3]": (
+            "nn.functional.batch_norm(x, None, None, training=True)", "[torch.randn(4, 3, 5, 5)]"),
         "reductions over different shapes or dimensions": ("x.sum(dim=1, keepdim=True) + x.sum(dim=0)",
                                                            "[torch.randn(6, 6)]"),
     }

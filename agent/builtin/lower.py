@@ -117,6 +117,9 @@ def build_plan(traced, problem: Problem) -> Plan:
         # glue on a leaf: record it for replay in torch
         first = env.get(args[0]) if args and isinstance(args[0], torch.fx.Node) else None
         if base != name and isinstance(first, tuple) and first and first[0] == "src":
+            if first[1] == "param" and str(first[2]).endswith("num_batches_tracked"):
+                raise Unrecognized(f"batch norm in training mode (aten.{name} changes {first[2]} in place, and the "
+                                   "running statistics with it)")
             raise Unrecognized(f"aten.{name} changes an input or parameter in place")
         if base in LEAF_GLUE and isinstance(first, tuple) and first and first[0] == "src":
             if base == "_to_copy" and str(kwargs.get("dtype", v.dtype)) not in FLOAT_DTYPES:
