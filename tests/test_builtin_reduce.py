@@ -169,7 +169,8 @@ def test_each_kind_of_partial_combines_correctly(forward, kernels, tmp_path):
 
 def test_dependent_reductions_take_one_pass_per_level(tmp_path):
     """A max feeding a sum that is no softmax: the sum's pass combines the max's partials first."""
-    problem = _problem(tmp_path, "levels", "torch.sum(torch.relu(x - torch.amax(x, dim=-1, keepdim=True) + 1.0), dim=-1)",
+    problem = _problem(tmp_path, "levels",
+                       "torch.sum(torch.relu(x - torch.amax(x, dim=-1, keepdim=True) + 1.0), dim=-1)",
                        "[torch.randn(2, 40000)]")
     source, _ = _draft(problem)
     assert source.count("@triton.jit") == 3  # max partials, sum partials, finish

@@ -38,7 +38,8 @@ def _launches(source: str) -> dict[str, tuple[list[ast.expr], dict[str, ast.expr
     """kernel name -> (positional arguments, keyword arguments) of its launch in forward."""
     out = {}
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript) and isinstance(node.func.value, ast.Name):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Subscript) \
+                and isinstance(node.func.value, ast.Name):
             out[node.func.value.id] = (node.args, {k.arg: k.value for k in node.keywords})
     return out
 
