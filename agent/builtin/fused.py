@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from agent.builtin.ir import Plan, Unrecognized
+from agent.builtin.ir import Node, Plan, Unrecognized
 
 if TYPE_CHECKING:
     from agent.builtin.emitter import Emitter
@@ -37,22 +37,22 @@ class Partial:
     values: tuple[str, ...]  # names of the program's partials: (r,); online: (m, s); moments: (n, mean, m2)
 
 
-def _is_node(ref: Any) -> bool:
+def is_node(ref: Any) -> bool:
     return isinstance(ref, tuple) and ref[0] == "node"
 
 
-def reduction_deps(plan: Plan, ref: Any, memo: dict[Any, frozenset[int]] | None = None) -> frozenset[int]:
+def reduction_deps(nodes: list[Node], ref: Any, memo: dict[Any, frozenset[int]] | None = None) -> frozenset[int]:
     """The reductions `ref` depends on, through elementwise nodes (not through other reductions)."""
     memo = {} if memo is None else memo
-    if not _is_node(ref):
+    if not is_node(ref):
         return frozenset()
     if ref in memo:
         return memo[ref]
-    node = plan.nodes[ref[1]]
+    node = nodes[ref[1]]
     if node.op == "reduce":
         found = frozenset({ref[1]})
     else:
-        found = frozenset().union(*[reduction_deps(plan, a, memo) for a in node.args]) if node.args else frozenset()
+        found = frozenset().union(*[reduction_deps(nodes, a, memo) for a in node.args]) if node.args else frozenset()
     memo[ref] = found
     return found
 
@@ -62,7 +62,7 @@ def moments(plan: Plan, index: int) -> tuple[Any, int, int] | None:
     with A = sum(g) over the same dims, kept (a mean and the squared deviations from it)."""
     nodes = plan.nodes
     node = nodes[index]
-    if node.op != "reduce" or node.name != "sum" or not _is_node(node.args[0]):
+    if node.op != "reduce" or node.name != "sum" or not is_node(node.args[0]):
         return None
     sq = nodes[node.args[0][1]]
     if sq.name == "mul" and sq.args[0] == sq.args[1]:
@@ -71,15 +71,15 @@ def moments(plan: Plan, index: int) -> tuple[Any, int, int] | None:
         d = sq.args[0]
     else:
         return None
-    if not _is_node(d) or nodes[d[1]].name != "sub":
+    if not is_node(d) or nodes[d[1]].name != "sub":
         return None
     g, m = nodes[d[1]].args
-    if not _is_node(m) or nodes[m[1]].name != "mul":
+    if not is_node(m) or nodes[m[1]].name != "mul":
         return None
     a, c = nodes[m[1]].args
-    if _is_node(c) and not _is_node(a):
+    if is_node(c) and not is_node(a):
         a, c = c, a
-    if not _is_node(a) or _is_node(c) or isinstance(c, tuple):
+    if not is_node(a) or is_node(c) or isinstance(c, tuple):
         return None
     an = nodes[a[1]]
     if an.op != "reduce" or an.name != "sum" or an.args[0] != g or an.attrs["dims"] != node.attrs["dims"] \
@@ -87,7 +87,7 @@ def moments(plan: Plan, index: int) -> tuple[Any, int, int] | None:
         return None
     full = tuple(plan.full_shape)
     shape = plan.leaves[g[1]].shape if isinstance(g, tuple) and g[0] == "leaf" else \
-        (plan.nodes[g[1]].shape if _is_node(g) else ())
+        (plan.nodes[g[1]].shape if is_node(g) else ())
     if shape != full:
         return None
     count = math.prod(full[d] for d in node.attrs["dims"])
@@ -129,7 +129,7 @@ def ready_after(em: Emitter, done: set[int]) -> list[int]:
     plan = em.plan
     memo: dict[Any, frozenset[int]] = {}
     pending = [i for i, n in enumerate(plan.nodes) if n.op == "reduce" and i not in done]
-    deps = {i: reduction_deps(plan, plan.nodes[i].args[0], memo) for i in pending}
+    deps = {i: reduction_deps(plan.nodes, plan.nodes[i].args[0], memo) for i in pending}
     pair = {}
     for i in pending:
         found = _online(em, i) or moments(plan, i)

@@ -10,12 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from agent.builtin.builder import Builder
-from agent.builtin.fused import _is_node
+from agent.builtin.fused import is_node
 
 
 def _factors(b: Builder, ref: Any, power: int, out: list[tuple[Any, int]]) -> None:
     """The factors of a product of mul/div nodes, each with its power (1 or -1)."""
-    node = b.nodes[ref[1]] if _is_node(ref) else None
+    node = b.nodes[ref[1]] if is_node(ref) else None
     if node is not None and node.op == "ew" and node.name in ("mul", "div") and len(node.args) == 2:
         _factors(b, node.args[0], power, out)
         _factors(b, node.args[1], power if node.name == "mul" else -power, out)
@@ -31,7 +31,7 @@ def _constant(b: Builder, ref: Any, full: tuple[int, ...], dims: tuple[int, ...]
 
 
 def _depends_on_reduction(b: Builder, ref: Any, seen: set[int]) -> bool:
-    if not _is_node(ref) or ref[1] in seen:
+    if not is_node(ref) or ref[1] in seen:
         return False
     seen.add(ref[1])
     node = b.nodes[ref[1]]
@@ -60,7 +60,7 @@ def hoist_row_constants(b: Builder, out: int) -> int:
             inner = b.ew("mul" if power == 1 else "div", [inner, ref], dtype)
         value = b.add("reduce", "sum", [inner], node.shape, dtype, **node.attrs)
         for ref, power in constant:
-            if _is_node(ref) or (isinstance(ref, tuple) and ref[0] == "leaf"):
+            if is_node(ref) or (isinstance(ref, tuple) and ref[0] == "leaf"):
                 if b.shape(ref) != node.shape and len(b.shape(ref)) > len(node.shape):  # [B, 1] for a [B] sum
                     ref = b.add("ew", "view", [ref], node.shape, dtype)
             value = b.ew("mul" if power == 1 else "div", [value, ref], dtype)
@@ -81,7 +81,7 @@ def _topological(b: Builder, out: int) -> int:
             return
         state[i] = True
         for a in b.nodes[i].args:
-            if _is_node(a):
+            if is_node(a):
                 visit(a[1])
         order.append(i)
 
@@ -91,7 +91,7 @@ def _topological(b: Builder, out: int) -> int:
     nodes = []
     for old in order:
         node = b.nodes[old]
-        node.args = [("node", new[a[1]]) if _is_node(a) else a for a in node.args]
+        node.args = [("node", new[a[1]]) if is_node(a) else a for a in node.args]
         nodes.append(node)
     b.nodes[:] = nodes
     return new[out]

@@ -68,14 +68,13 @@ def classify_two_level(nodes: list[Node], leaves: list[Leaf], reductions: list[i
         raise Unrecognized(f"row reductions over dims {list(dims)} of {list(full)} (not the trailing dims) "
                            "followed by a global reduction")
     memo: dict[Any, frozenset[int]] = {}
-    plan_view = Plan("twolevel", leaves, nodes, out, [], (), "")
     for i in second:
         mid = nodes[i].args[0]
         shape = _shape(nodes, leaves, mid)
         if math.prod(shape) != rows or len(nodes[i].attrs["dims"]) != len(shape):
             raise Unrecognized(f"a reduction over {list(nodes[i].attrs['dims'])} of {list(shape)} after row "
                                f"reductions of {list(full)}")
-        if reduction_deps(plan_view, mid, memo) & set(second):
+        if reduction_deps(nodes, mid, memo) & set(second):
             raise Unrecognized("a global reduction that depends on another")
         if _largest(nodes, leaves, mid, set(first)) > rows:
             raise Unrecognized("a global reduction of row results that also reads the full rows")
