@@ -59,8 +59,10 @@ def _rowwise(plan: Plan, problem: Problem, config: dict[str, Any], ctx: Context)
     rows, width = math.prod(full[:d0]), math.prod(full[d0:])
     looped = bool(config["looped"])
     if ctx.strict and rows < FEW_ROWS and width >= LONG_ROW:
-        # one program per row would leave most of the GPU idle: that needs a split reduction
-        raise Unrecognized(f"{rows} rows of {width} elements (a split reduction across programs is not implemented)")
+        # one program per row would leave most of the GPU idle: the split configurations take these
+        # (agent.builtin.split; search.space offers only those for such rows)
+        raise Unrecognized(f"{rows} rows of {width} elements for one program per row (a split configuration "
+                           "reduces them)")
     spaces = {"full": [Group(rows, "rows", "rmask", "[:, None]"), Group(width, "cols", "cmask", "[None, :]")],
               "row": [Group(rows, "rows", "rmask", "[:, None]")]}
     loop = {"tile": "[BLOCK_M, BLOCK_R]", "mask": "mask", "header": f"for r0 in range(0, {width}, BLOCK_R):",
