@@ -21,6 +21,7 @@ time, on the meta device (nothing is allocated):
 from __future__ import annotations
 
 import ast
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -95,13 +96,17 @@ def analyse(module, entry: str, model, inputs: list, problem: Problem, plan: Pla
     dtypes = [t.dtype for t in inputs]
 
     def retrace(new_init: list, new_shapes: list[tuple[int, ...]], patch: Callable[[Any], None] | None = None) -> Plan:
-        with torch.device("meta"):
-            torch.manual_seed(0)
-            other = cls(*new_init)
-            xs = [torch.empty(s, dtype=d) for s, d in zip(new_shapes, dtypes)]
-        if patch is not None:
-            patch(other)
-        return build_plan(trace(other, xs), problem)
+        # sizes changed one class at a time may not fit together (a loss's inputs of two shapes): what
+        # torch warns about then is this probe's business, not the user's
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            with torch.device("meta"):
+                torch.manual_seed(0)
+                other = cls(*new_init)
+                xs = [torch.empty(s, dtype=d) for s, d in zip(new_shapes, dtypes)]
+            if patch is not None:
+                patch(other)
+            return build_plan(trace(other, xs), problem)
 
     scalars, fixed, substitutions = _scalars(model, plan, init, shapes, retrace)
     _substitute(plan, substitutions)
