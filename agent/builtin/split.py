@@ -89,7 +89,6 @@ def render_split(plan: Plan, problem: Problem, config: dict[str, Any], ctx: Cont
         final = em.body + [f"tl.store(out_ptr + rows[:, None] * {width} + cols[None, :], "
                            f"{store_value(value, present, 2, '[BLOCK_M, BLOCK_R]')}.to(out_ptr.dtype.element_ty), "
                            f"mask=mask)"]
-        em.body = em.outer
     else:
         value, present = em.gen(("node", plan.out), "row", tuple(out.shape))
         em.outer.append(f"tl.store(out_ptr + rows[:, None], {store_value(value, present, 1, '[BLOCK_M, 1]')}"
