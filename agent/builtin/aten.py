@@ -8,6 +8,8 @@ import math
 
 from agent.builtin.builder import Builder, Unusable
 from agent.builtin.ir import Unrecognized
+from agent.builtin.losses import LOSSES, lower_loss
+from agent.builtin.norms import NORMS, all_dims, lower_norm
 
 UNARY = {"relu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "abs", "neg", "reciprocal", "silu", "erf",
          "sin", "cos", "floor", "ceil", "square", "exp2", "log2", "log1p", "expm1", "mish", "hardswish",
@@ -55,7 +57,8 @@ def lower_op(b: Builder, name: str, overload: str, node, args, kwargs, arg, dtyp
             hi = args[2] if len(args) > 2 else 1.0
         if name == "clamp_max":
             lo, hi = None, args[1]
-        if any(isinstance(x, torch_node_type()) for x in (lo, hi)):
+        lo, hi = (arg(x) if isinstance(x, torch_node_type()) else x for x in (lo, hi))  # a constant bound is a scalar
+        if any(isinstance(x, tuple) for x in (lo, hi)):
             raise Unrecognized("clamp with tensor bounds")
         x = arg(args[0])
         if lo is not None:
@@ -78,14 +81,27 @@ def lower_op(b: Builder, name: str, overload: str, node, args, kwargs, arg, dtyp
         return b.ew("softplus", [arg(args[0])], dtype, beta=beta, threshold=threshold)
     if name == "where":
         return b.ew("where", [arg(args[0]), arg(args[1]), arg(args[2])], dtype)
-    # reductions
+    if name in LOSSES:
+        return lower_loss(b, name, args, kwargs, arg, dtype)
+    if name in NORMS:
+        return lower_norm(b, name, args, kwargs, arg, dtype)
+    if name == "scalar_tensor":  # a constant (cosine_similarity's eps): a Python scalar in the IR
+        return float(args[0])
+    if name == "xlogy":
+        return b.ew("xlogy", [arg(args[0]), arg(args[1])], dtype)
+    # reductions (over every dim when no dim is given, or an empty list: a 0-d result)
+    if name in ("sum", "mean", "max", "min") and overload == "default":
+        x = arg(args[0])
+        dims = all_dims(b, x)
+        if name == "mean":
+            return b.mean(x, dims, False, dtype, pattern="reduction")
+        return b.reduce(name, x, dims, False, dtype, pattern="reduction")
     if name in ("amax", "amin") or (name in ("sum", "mean") and overload != "default"):
         dims = args[1] if len(args) > 1 else kwargs.get("dim")
         keepdim = bool(args[2] if len(args) > 2 else kwargs.get("keepdim", False))
-        if dims is None:
-            raise Unrecognized(f"{name} over all dimensions")
-        dims = tuple([dims] if isinstance(dims, int) else dims)
         x = arg(args[0])
+        dims = all_dims(b, x) if dims is None or (isinstance(dims, (list, tuple)) and not dims) else \
+            tuple([dims] if isinstance(dims, int) else dims)
         if name == "mean":
             return b.mean(x, dims, keepdim, dtype, pattern="reduction")
         kind = {"sum": "sum", "amax": "max", "amin": "min"}[name]
@@ -100,13 +116,12 @@ def lower_op(b: Builder, name: str, overload: str, node, args, kwargs, arg, dtyp
         if overload != "correction":
             raise Unrecognized(f"aten.{name}.{overload}")
         dims = args[1] if len(args) > 1 else kwargs.get("dim")
-        if dims is None:
-            raise Unrecognized(f"{name} over all dimensions")
-        dims = tuple([dims] if isinstance(dims, int) else dims)
         correction = kwargs.get("correction", 1)
         correction = 1.0 if correction is None else float(correction)
         keepdim = bool(kwargs.get("keepdim", False))
         x = arg(args[0])
+        dims = all_dims(b, x) if dims is None or (isinstance(dims, (list, tuple)) and not dims) else \
+            tuple([dims] if isinstance(dims, int) else dims)
         full = b.shape(x)
         count = math.prod(full[d % len(full)] for d in dims)
         mu = b.mean(x, dims, True, dtype, pattern="reduction")
@@ -114,13 +129,14 @@ def lower_op(b: Builder, name: str, overload: str, node, args, kwargs, arg, dtyp
         sq = b.reduce("sum", b.ew("mul", [centered, centered], dtype), dims, keepdim, dtype, pattern="reduction")
         out = b.ew("mul", [sq, 1.0 / max(count - correction, 1e-30)], dtype)
         return b.ew("sqrt", [out], dtype) if name == "std" else out
-    if name == "linalg_vector_norm":
-        ord_ = float(args[1]) if len(args) > 1 else float(kwargs.get("ord", 2))
+    if name in ("linalg_vector_norm", "norm"):  # aten.norm: torch.norm(x, p, dim) (triplet margin loss)
+        ord_ = args[1] if len(args) > 1 else kwargs.get("ord", kwargs.get("p", 2))
+        ord_ = 2.0 if ord_ is None else float(ord_)
         dims = args[2] if len(args) > 2 else kwargs.get("dim")
         keepdim = bool(args[3] if len(args) > 3 else kwargs.get("keepdim", False))
-        if dims is None:
-            raise Unrecognized("a norm over all dimensions")
         x = arg(args[0])
+        dims = all_dims(b, x) if dims is None or (isinstance(dims, (list, tuple)) and not dims) else \
+            tuple([dims] if isinstance(dims, int) else dims)
         if ord_ == 2:
             s = b.reduce("sum", b.ew("mul", [x, x], dtype), tuple(dims), keepdim, dtype, pattern="norm")
             return b.ew("sqrt", [s], dtype)

@@ -8,15 +8,19 @@ the plan:
 - `matmul`: one matrix product, its operands leaves, followed by an elementwise epilogue;
 - `gemv`, `mm_reduce`: the same with one side of at most a few rows or columns, or followed by
   reductions over the product's last dim (agent.builtin.products).
+- `twolevel`: row reductions, then a reduction over all the row results (agent.builtin.twolevel).
 """
 from __future__ import annotations
 
 from agent.builtin.builder import Builder, Unusable
 from agent.builtin.ir import FLOAT_DTYPES, Node, Plan, Unrecognized
 from agent.builtin.products import mm_reduce_plan, product_kind
+from agent.builtin.rewrite import hoist_row_constants
+from agent.builtin.twolevel import classify_two_level
 
 
 def classify(b: Builder, out: int, out_glue, out_shape, out_dtype) -> Plan:
+    out = hoist_row_constants(b, out)  # sum(x / |x| * y) = sum(x * y) / |x|: fewer dependent reductions
     # keep only the nodes the output depends on
     live: set[int] = set()
     stack = [out]
@@ -37,8 +41,13 @@ def classify(b: Builder, out: int, out_glue, out_shape, out_dtype) -> Plan:
         node.args = [("node", remap[a[1]]) if isinstance(a, tuple) and a[0] == "node" else a for a in node.args]
         nodes.append(node)
     used_leaves = sorted({a[1] for n in nodes for a in n.args if isinstance(a, tuple) and a[0] == "leaf"})
-    lmap = {old: new for new, old in enumerate(used_leaves)}
-    leaves = [b.leaves[i] for i in used_leaves]
+    leaves, lmap = [], {}
+    for old in used_leaves:  # an input read twice (a norm and a division by it) is one leaf: one load
+        same = next((k for k, leaf in enumerate(leaves) if leaf == b.leaves[old]), None)
+        if same is None:
+            leaves.append(b.leaves[old])
+            same = len(leaves) - 1
+        lmap[old] = same
     for node in nodes:
         node.args = [("leaf", lmap[a[1]]) if isinstance(a, tuple) and a[0] == "leaf" else a for a in node.args]
     out = remap[out]
@@ -69,6 +78,10 @@ def classify(b: Builder, out: int, out_glue, out_shape, out_dtype) -> Plan:
         return product_kind(Plan(kind="matmul", summary=f"{pattern} {'x'.join(map(str, mm.shape))}"
                                  + (f" + epilogue ({', '.join(epi)})" if epi else ""), **common))
     if reductions:
+        staged = classify_two_level(nodes, leaves, reductions, out)  # row reductions, then a global one
+        if staged is not None:
+            full, dims, summary = staged
+            return Plan(kind="twolevel", full_shape=full, red_dims=dims, summary=summary, **common)
         full = None
         dims = None
         for i in reductions:

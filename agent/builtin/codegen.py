@@ -30,6 +30,14 @@ def draft(plan: Plan, problem: Problem, config: dict[str, Any]) -> str:
 
 def render_plan(plan: Plan, problem: Problem, config: dict[str, Any], ctx: Context) -> str:
     """One rendering of the module for a plan (the problem's, or one traced at other sizes)."""
+    if plan.kind == "rowwise" and config.get("split"):  # rows split across programs (agent.builtin.split)
+        from agent.builtin.split import render_split
+
+        return render_split(plan, problem, config, ctx)
+    if plan.kind == "twolevel":  # row reductions, then a global one (agent.builtin.twolevel)
+        from agent.builtin.twolevel import render_two_level
+
+        return render_two_level(plan, problem, config, ctx)
     from agent.builtin.gemv import render_gemv
     from agent.builtin.mm_reduce import render_mm_reduce
 
@@ -55,8 +63,10 @@ def _rowwise(plan: Plan, problem: Problem, config: dict[str, Any], ctx: Context)
     rows, width = math.prod(full[:d0]), math.prod(full[d0:])
     looped = bool(config["looped"])
     if ctx.strict and rows < FEW_ROWS and width >= LONG_ROW:
-        # one program per row would leave most of the GPU idle: that needs a split reduction
-        raise Unrecognized(f"{rows} rows of {width} elements (a split reduction across programs is not implemented)")
+        # one program per row would leave most of the GPU idle: the split configurations take these
+        # (agent.builtin.split; search.space offers only those for such rows)
+        raise Unrecognized(f"{rows} rows of {width} elements for one program per row (a split configuration "
+                           "reduces them)")
     spaces = {"full": [Group(rows, "rows", "rmask", "[:, None]"), Group(width, "cols", "cmask", "[None, :]")],
               "row": [Group(rows, "rows", "rmask", "[:, None]")]}
     loop = {"tile": "[BLOCK_M, BLOCK_R]", "mask": "mask", "header": f"for r0 in range(0, {width}, BLOCK_R):",

@@ -2,8 +2,9 @@
 registers; loads convert to float32. A value is generated for a *target shape*: the shape of the
 op that consumes it, so a broadcast operand (a bias of shape [N], a per-row scale [M, 1], a scalar
 tensor) is loaded with the index of the consumer's element, exactly as torch broadcasts it.
-Reductions run once per program, in one pass over the tile or in a loop over the reduced dims
-(softmax's max and sum of exponentials share one loop: online softmax)."""
+Reductions run once per program, in one pass over the tile or in a loop over the reduced dims;
+every reduction ready at that point shares the loop (agent.builtin.fused: online softmax, Welford's
+moments, independent sums)."""
 from __future__ import annotations
 
 from typing import Any
@@ -98,7 +99,7 @@ class Emitter:
             if kind != "full" or self._aligned(node.shape, target) != target or self.acc is None:
                 raise Unrecognized("the matrix product's result is broadcast")
             return self.acc, frozenset(range(len(self.spaces["full"])))
-        if node.op == "reduce":
+        if node.op == "reduce" or ("reduced", index) in self.row_memo:  # or a value a fused loop holds (a mean)
             return self._reduced(node, index, kind, target)
         if node.name == "view":
             if self._aligned(node.shape, target) != target:
@@ -152,29 +153,13 @@ class Emitter:
                 value = f"tl.broadcast_to({value}, {self.loop['tile']})"
             self.body.append(f"{masked} = tl.where({tile_mask}, {value}, {combine[1]})")
             self.body.append(f"{result} = {combine[0]}({masked}, axis={axis}){keep}")
-        elif self._partner(node, index) is not None:
-            s_index, m_index = self._partner(node, index)
-            self._online_sum_exp(s_index, m_index, axis, keep, everything)
+        else:  # every reduction ready now shares one loop (online and moments pairs too): agent.builtin.fused
+            from agent.builtin.fused import fused_loop, ready
+
+            fused_loop(self, ready(self, index), axis, keep, everything)
             return self.row_memo[key][0], row_groups
-        else:
-            saved_body, saved_memo = self.body, self.full_memo
-            self.body, self.full_memo = [], {}
-            value, present = self.gen(source, "full", full)
-            if present != everything:
-                value = f"tl.broadcast_to({value}, {self.loop['tile']})"
-            acc = self.fresh("acc")
-            body = self.body
-            self.body, self.full_memo = saved_body, saved_memo
-            self.outer.append(f"{acc} = tl.full({self.loop['tile']}, {combine[1]}, tl.float32)")
-            self.outer.append(self.loop["header"])
-            self.outer.extend("    " + line for line in self.loop["setup"])
-            self.outer.extend("    " + line for line in body)
-            self.outer.append("    " + f"{acc} = " + combine[2].format(
-                a=acc, v=f"tl.where({self.loop['mask']}, {value}, {combine[1]})"))
-            self.outer.append(f"{result} = {combine[0]}({acc}, axis={axis}){keep}")
         self.row_memo[key] = (result, row_groups)
         return result, row_groups
-
 
     def _online(self, node: Node) -> tuple[Any, int] | None:
         """(g, index of M) when `node` is sum(exp(g - M)) with M = max(g) over the same dims, kept
@@ -194,52 +179,6 @@ class Emitter:
                 or not mx.attrs["keepdim"] or self.shape(g) != tuple(self.plan.full_shape):
             return None
         return g, m[1]
-
-    def _partner(self, node: Node, index: int) -> tuple[int, int] | None:
-        """(S, M) indices when `node` is either of an online pair neither of which is computed yet."""
-        for i, other in enumerate(self.plan.nodes):
-            if other.op != "reduce":
-                continue
-            found = self._online(other)
-            if found is not None and index in (i, found[1]) and ("reduced", i) not in self.row_memo \
-                    and ("reduced", found[1]) not in self.row_memo:
-                return i, found[1]
-        return None
-
-    def _online_sum_exp(self, s_index: int, m_index: int, axis: int, keep: str, everything: frozenset[int]) -> None:
-        """One loop for M = max(g) and S = sum(exp(g - M)): running per-lane maxima, the partial
-        sums rescaled whenever a lane's maximum grows; lanes that saw nothing stay 0."""
-        g, _ = self._online(self.plan.nodes[s_index])
-        result = self.fresh("r")
-        full = tuple(self.plan.full_shape)
-        saved_body, saved_memo = self.body, self.full_memo
-        self.body, self.full_memo = [], {}
-        value, present = self.gen(g, "full", full)
-        if present != everything:
-            value = f"tl.broadcast_to({value}, {self.loop['tile']})"
-        body = self.body
-        self.body, self.full_memo = saved_body, saved_memo
-        m_acc, s_acc, m_row = self.fresh("macc"), self.fresh("sacc"), self.fresh("r")
-        v, m_new, m_safe = self.fresh(), self.fresh(), self.fresh()
-        inf = 'float("inf")'
-        reduce_max, reduce_sum = ("tl.max", "tl.sum")
-        self.outer.append(f"{m_acc} = tl.full({self.loop['tile']}, -{inf}, tl.float32)")
-        self.outer.append(f"{s_acc} = tl.full({self.loop['tile']}, 0.0, tl.float32)")
-        self.outer.append(self.loop["header"])
-        self.outer.extend("    " + line for line in self.loop["setup"])
-        self.outer.extend("    " + line for line in body)
-        self.outer += ["    " + line for line in (
-            f"{v} = tl.where({self.loop['mask']}, {value}, -{inf})",
-            f"{m_new} = tl.maximum({m_acc}, {v})",
-            f"{m_safe} = tl.where({m_new} == -{inf}, 0.0, {m_new})",
-            f"{s_acc} = {s_acc} * tl.exp({m_acc} - {m_safe}) + tl.exp({v} - {m_safe})",
-            f"{m_acc} = {m_new}")]
-        m_row_safe = self.fresh()
-        self.outer.append(f"{m_row} = {reduce_max}({m_acc}, axis={axis}){keep}")
-        self.outer.append(f"{m_row_safe} = tl.where({m_row} == -{inf}, 0.0, {m_row})")
-        self.outer.append(f"{result} = {reduce_sum}({s_acc} * tl.exp({m_acc} - {m_row_safe}), axis={axis}){keep}")
-        self.row_memo[("reduced", m_index)] = (m_row, frozenset())
-        self.row_memo[("reduced", s_index)] = (result, frozenset())
 
 
 def _broadcast_ok(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:

@@ -88,6 +88,8 @@ def expression(node: Node, a: list[str]) -> tuple[str, list[str]]:
     compare = {"gt": ">", "lt": "<", "ge": ">=", "le": "<=", "eq": "==", "ne": "!="}
     if name in compare:
         return f"tl.where({x} {compare[name]} {y}, 1.0, 0.0)", []
+    if name == "xlogy":  # 0 where x is 0 (unless y is NaN), as torch.xlogy
+        return f"tl.where(({x} == 0.0) & ({y} == {y}), 0.0, {x} * tl.log({y}))", []
     if name == "where":
         return f"tl.where({x} != 0.0, {a[1]}, {a[2]})", []
     raise Unrecognized(f"no expression for {name}")

@@ -32,7 +32,7 @@ from agent.builtin.templates import Context, local_name, needs_int64
 from agent.builtin.variants import SizeClass, Variants
 
 Render = Callable[[Plan, Problem, dict[str, Any], Context], str]
-EXPONENTS = (0, 1, 2, -1)  # a size, an area, a reciprocal (a mean's scale)
+EXPONENTS = (0, 1, 2, -1, -2, 3, -3)  # a size, an area, a reciprocal (a mean's scale), a volume (tied sizes: H == W)
 SKIPPED = (tokenize.NL, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER, tokenize.COMMENT)
 PUNCTUATION = {",", "(", ")", "[", "]", "=", "\n", ""}  # a sum needs no parentheses between these
 

@@ -63,14 +63,14 @@ class Node:
 
 @dataclass
 class Plan:
-    kind: str  # pointwise | rowwise | colwise | matmul
+    kind: str  # pointwise | rowwise | colwise | matmul | twolevel
     leaves: list[Leaf]
     nodes: list[Node]
     out: int  # the node holding the output (before out_glue)
     out_glue: list[tuple[str, list[Any]]]
     out_shape: tuple[int, ...]
     out_dtype: str
-    # rowwise / colwise: the full shape reduced and the reduced dims (a contiguous block)
+    # rowwise / colwise / twolevel: the full shape reduced and the reduced dims (a contiguous block; twolevel: the rows)
     full_shape: tuple[int, ...] = ()
     red_dims: tuple[int, ...] = ()
     summary: str = ""

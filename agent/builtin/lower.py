@@ -15,7 +15,8 @@ from agent.builtin.ir import FLOAT_DTYPES, Leaf, Plan, Problem, Unrecognized
 
 # aten glue ops replayed in torch on a leaf (views and copies; see tools.ops.GLUE_OPS)
 LEAF_GLUE = {"view", "_unsafe_view", "reshape", "t", "transpose", "permute", "expand", "unsqueeze", "squeeze",
-             "alias", "detach", "clone", "contiguous", "_to_copy", "expand_as", "view_as", "lift_fresh_copy"}
+             "alias", "detach", "clone", "contiguous", "_to_copy", "expand_as", "view_as", "lift_fresh_copy",
+             "repeat"}
 # glue on a computed value that keeps its flat (row-major) layout: same registers in the kernel
 FLAT_GLUE = {"view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "alias", "detach", "clone", "contiguous",
              "view_as", "flatten"}
@@ -116,6 +117,9 @@ def build_plan(traced, problem: Problem) -> Plan:
         # glue on a leaf: record it for replay in torch
         first = env.get(args[0]) if args and isinstance(args[0], torch.fx.Node) else None
         if base != name and isinstance(first, tuple) and first and first[0] == "src":
+            if first[1] == "param" and str(first[2]).endswith("num_batches_tracked"):
+                raise Unrecognized(f"batch norm in training mode (aten.{name} changes {first[2]} in place, and the "
+                                   "running statistics with it)")
             raise Unrecognized(f"aten.{name} changes an input or parameter in place")
         if base in LEAF_GLUE and isinstance(first, tuple) and first and first[0] == "src":
             if base == "_to_copy" and str(kwargs.get("dtype", v.dtype)) not in FLOAT_DTYPES:

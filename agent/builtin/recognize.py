@@ -11,7 +11,8 @@ The steps, one module each:
 - agent.builtin.describe: the reference's constructor and forward signature, for ModelNew;
 - agent.builtin.lower (with agent.builtin.aten and agent.builtin.builder): the aten graph as the IR
   of agent.builtin.ir, composite ops expanded into elementwise ops, reductions and matrix products;
-- agent.builtin.classify: the plan, which picks the template (pointwise, rowwise, colwise, matmul);
+- agent.builtin.classify: the plan, which picks the template (pointwise, rowwise, colwise, matmul,
+  twolevel);
 - agent.builtin.variants: the problem traced again at other sizes and scalars, so the draft is
   general over what a user varies.
 """

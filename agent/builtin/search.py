@@ -19,7 +19,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from agent.builtin import codegen
 from agent.builtin.ir import Plan
+from agent.builtin.split import split_first, split_space
 
 FAILED = {"compile_error", "runtime_error", "timeout", "crashed", "rejected"}
 NOT_JUDGED = {"error"}  # an evaluator fault: the configuration may be proposed again
@@ -60,7 +62,7 @@ def space(plan: Plan) -> list[dict[str, Any]]:
     from agent.builtin.mm_reduce import mm_reduce_space
 
     return {"pointwise": _pointwise, "rowwise": _rowwise, "colwise": _colwise, "matmul": _matmul,
-            "gemv": gemv_space, "mm_reduce": mm_reduce_space}[plan.kind](plan)
+            "twolevel": _twolevel, "gemv": gemv_space, "mm_reduce": mm_reduce_space}[plan.kind](plan)
 
 
 def _pointwise(plan: Plan) -> list[dict[str, Any]]:
@@ -86,6 +88,23 @@ def _rowwise(plan: Plan) -> list[dict[str, Any]]:
     full = plan.full_shape
     d0 = plan.red_dims[0]
     rows, width = math.prod(full[:d0]), math.prod(full[d0:])
+    configs = _row_configs(rows, width)
+    # rows split across programs (agent.builtin.split): first when the rows are too few to fill the
+    # device, the only choice when the one-program-per-row kernels decline them
+    splits = split_space(rows, width, SMS)
+    if rows < codegen.FEW_ROWS and width >= codegen.LONG_ROW:
+        return splits
+    return _unique(splits + configs if split_first(rows, width, SMS) else configs + splits)
+
+
+def _twolevel(plan: Plan) -> list[dict[str, Any]]:
+    """Row reductions, then a global one: the row kernel's configurations (agent.builtin.twolevel)."""
+    full = plan.full_shape
+    d0 = plan.red_dims[0]
+    return _row_configs(math.prod(full[:d0]), math.prod(full[d0:]))
+
+
+def _row_configs(rows: int, width: int) -> list[dict[str, Any]]:
     p = pow2(width)
     configs: list[dict[str, Any]] = []
     if p <= 16384:

@@ -57,6 +57,8 @@ def glue_expr(var: str, glue: list[tuple[str, list[Any]]]) -> str:
             expr += f".permute({tuple(int(s) for s in args[0])})"
         elif op == "expand":
             expr += f".expand({tuple(int(s) for s in args[0])})"
+        elif op == "repeat":
+            expr += f".repeat({tuple(int(s) for s in args[0])})"
         elif op == "unsqueeze":
             expr += f".unsqueeze({int(args[0])})"
         elif op == "squeeze":
@@ -106,6 +108,8 @@ def leaf_checks(plan: Plan, problem: Problem) -> list[str]:
     expected = local_name("expected", problem)
     for i, (leaf, source) in enumerate(zip(plan.leaves, leaf_sources(plan, problem))):
         if leaf.kind == "param":
+            if leaf.glue:  # the message names no size of the glue (a reshape's): the sizes may be free
+                source = f"{problem.param_exprs[leaf.ref]}, as the kernel reads it,"
             lines += [f"{expected} = {tuple(leaf.shape)!r}",
                       f"if tuple(in{i}.shape) != {expected}:",
                       f'    raise ValueError(f"{source} has shape {{tuple(in{i}.shape)}}; this drafted kernel handles '

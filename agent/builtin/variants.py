@@ -21,6 +21,7 @@ time, on the meta device (nothing is allocated):
 from __future__ import annotations
 
 import ast
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,7 +64,7 @@ class SizeClass:
     value: int
     varied: int
     inputs: list[tuple[int, int]]  # (forward input, dim)
-    init: list[int]  # positions in get_init_inputs()
+    init: list[int | tuple[int, int]]  # positions in get_init_inputs() (k, or (k, j): element j of a tuple)
     name: str  # the forward's local variable holding it
     source: str  # where forward reads it: the first input dim (x.shape[0]), or a parameter's dim
     plan: Plan | None = None
@@ -95,13 +96,17 @@ def analyse(module, entry: str, model, inputs: list, problem: Problem, plan: Pla
     dtypes = [t.dtype for t in inputs]
 
     def retrace(new_init: list, new_shapes: list[tuple[int, ...]], patch: Callable[[Any], None] | None = None) -> Plan:
-        with torch.device("meta"):
-            torch.manual_seed(0)
-            other = cls(*new_init)
-            xs = [torch.empty(s, dtype=d) for s, d in zip(new_shapes, dtypes)]
-        if patch is not None:
-            patch(other)
-        return build_plan(trace(other, xs), problem)
+        # sizes changed one class at a time may not fit together (a loss's inputs of two shapes): what
+        # torch warns about then is this probe's business, not the user's
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            with torch.device("meta"):
+                torch.manual_seed(0)
+                other = cls(*new_init)
+                xs = [torch.empty(s, dtype=d) for s, d in zip(new_shapes, dtypes)]
+            if patch is not None:
+                patch(other)
+            return build_plan(trace(other, xs), problem)
 
     scalars, fixed, substitutions = _scalars(model, plan, init, shapes, retrace)
     _substitute(plan, substitutions)
@@ -239,6 +244,10 @@ def _classes(shapes: list[tuple[int, ...]], init: list, input_names: list[str]) 
     for k, value in enumerate(init):
         if type(value) is int and value in by_value:
             by_value[value].init.append(k)
+        elif isinstance(value, tuple) and all(type(v) is int for v in value):  # LayerNorm((C, H, W))
+            for j, v in enumerate(value):
+                if v in by_value:
+                    by_value[v].init.append((k, j))
     classes = list(by_value.values())
     _vary(classes, shapes, init)
     return classes
@@ -294,7 +303,8 @@ def _of_inputs(value: int, varied: int, inputs: list[tuple[int, int]], init: lis
 
 def _vary(classes: list[SizeClass], shapes: list[tuple[int, ...]], init: list) -> None:
     """Give each class its own smaller odd value, distinct from every size of the problem."""
-    taken = {s for shape in shapes for s in shape} | {v for v in init if type(v) is int}
+    taken = {s for shape in shapes for s in shape} | {v for v in init if type(v) is int} | {
+        v for t in init if isinstance(t, tuple) for v in t if type(v) is int}
     for c in classes:
         varied = (c.value // 2) | 1
         while varied <= 1 or varied in taken:
@@ -340,7 +350,11 @@ def _changed(init: list, shapes: list[tuple[int, ...]], group: list[SizeClass]) 
     new_shapes = [list(s) for s in shapes]
     for c in group:
         for k in c.init:
-            new_init[k] = c.varied
+            if isinstance(k, tuple):  # an element of a tuple argument
+                position, j = k
+                new_init[position] = tuple(c.varied if i == j else v for i, v in enumerate(new_init[position]))
+            else:
+                new_init[k] = c.varied
         for i, d in c.inputs:
             new_shapes[i][d] = c.varied
     return new_init, [tuple(s) for s in new_shapes]
