@@ -35,6 +35,18 @@ RECOGNIZED = {
     "normalize.py": ("rowwise", "norm"),
     "channel_rmsnorm.py": ("colwise", "dims [1] of 2x24x6x10"),
     "channel_softmax.py": ("colwise", "softmax"),
+    "max_pool1d.py": ("pool", "max_pool1d (kernel 4, stride 1, padding 2, dilation 3)"),
+    "max_pool3d.py": ("pool", "max_pool3d (kernel 5, stride 2, padding 1)"),
+    "avg_pool1d.py": ("pool", "avg_pool1d (kernel 4, stride 1, padding 2)"),
+    "avg_pool2d_scaled.py": ("pool", "avg_pool2d (kernel 5, stride 2, padding 1) of 4x3x11x14 + epilogue (mul, tanh)"),
+    "avg_pool3d_functional.py": ("pool", "avg_pool3d (kernel 3, stride 2, padding 1)"),
+    "cumsum.py": ("scan", "cumsum along dim 1 of 4x64"),
+    "cumprod_mid.py": ("scan", "cumprod along dim 1 of 3x37x20"),
+    "cumsum_reverse.py": ("scan", "reverse cumsum along dim 1"),
+    "cumsum_exclusive.py": ("scan", "exclusive cumsum along dim 1 of 4x71"),
+    "cumsum_masked.py": ("scan", "cumsum along dim 1 of 4x90 + epilogue (mul)"),
+    "argmax_mid.py": ("argreduce", "argmax over dim 1 of 3x50x21"),
+    "argmin_rows.py": ("argreduce", "argmin over the last dim of 6x300"),
 }
 
 
@@ -106,7 +118,7 @@ def test_every_configuration_of_the_looped_rows_is_correct(tmp_path):
 
 
 def test_unrecognized_problems_say_why():
-    for path, words in ((PROBLEMS / "cumsum.py", "cumsum"), (HERE / "problems" / "cross_entropy.py", "int64"),
+    for path, words in ((PROBLEMS / "sort_rows.py", "sort"), (HERE / "problems" / "cross_entropy.py", "int64"),
                         (HERE / "problems" / "clamp_rowmax.py", "2 values")):
         rec = recognize(path)
         assert rec.plan is None and words in rec.reason, rec.reason

@@ -5,12 +5,15 @@ the plan:
 - `rowwise`: elementwise nodes and reductions, all over the same trailing dims of one shape
   (softmax, log-softmax, layer/RMS norm, row reductions with elementwise epilogues);
 - `colwise`: the same over a block of middle dims (sum over dim 1 of [B, R, N], softmax over channels);
-- `matmul`: one matrix product, its operands leaves, followed by an elementwise epilogue.
+- `matmul`: one matrix product, its operands leaves, followed by an elementwise epilogue;
+- `pool`, `scan`, `argreduce`: the window kinds (agent.builtin.window), which take their own output
+  dtypes (an arg-reduction writes int64).
 """
 from __future__ import annotations
 
 from agent.builtin.builder import Builder, Unusable
 from agent.builtin.ir import FLOAT_DTYPES, Node, Plan, Unrecognized
+from agent.builtin.window import classify_window
 
 
 def classify(b: Builder, out: int, out_glue, out_shape, out_dtype) -> Plan:
@@ -39,6 +42,9 @@ def classify(b: Builder, out: int, out_glue, out_shape, out_dtype) -> Plan:
     for node in nodes:
         node.args = [("leaf", lmap[a[1]]) if isinstance(a, tuple) and a[0] == "leaf" else a for a in node.args]
     out = remap[out]
+    window = classify_window(leaves, nodes, out, out_glue, out_shape, out_dtype)  # pool, scan, argreduce
+    if window is not None:
+        return window
     if nodes[out].dtype not in FLOAT_DTYPES or nodes[out].dtype == "torch.float64":
         raise Unrecognized(f"the output is {nodes[out].dtype}")
     if not any(n.op != "ew" or n.name not in ("view",) for n in nodes):
