@@ -45,7 +45,7 @@ RECOGNIZED = {
     "cumsum_reverse.py": ("scan", "reverse cumsum along dim 1"),
     "cumsum_exclusive.py": ("scan", "exclusive cumsum along dim 1 of 4x71"),
     "cumsum_masked.py": ("scan", "cumsum along dim 1 of 4x90 + epilogue (mul)"),
-    "argmax_mid.py": ("argreduce", "argmax over dim 1 of 3x50x21"),
+    "argmax_mid.py": ("argreduce", "argmax over dim 1 of 2x33x10"),
     "argmin_rows.py": ("argreduce", "argmin over the last dim of 6x300"),
 }
 

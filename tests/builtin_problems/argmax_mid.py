@@ -2,7 +2,7 @@
 import torch
 import torch.nn as nn
 
-batch_size, dim1, dim2 = 3, 50, 21
+batch_size, dim1, dim2 = 2, 33, 10
 
 
 class Model(nn.Module):

@@ -2,7 +2,7 @@
 import torch
 import torch.nn as nn
 
-batch_size, channels, depth, height, width = 2, 2, 7, 8, 9
+batch_size, channels, depth, height, width = 2, 3, 5, 6, 7
 kernel_size, stride, padding = 5, 2, 1
 
 
