@@ -127,6 +127,18 @@ def test_average_pooling_follows_count_include_pad_ceil_mode_and_divisor(tmp_pat
         _same(base, candidate, init, [x])
 
 
+@pytest.mark.parametrize("forward, inputs", [
+    ("F.max_pool1d(x, 3)", "torch.randn(2, 3, 20, dtype=torch.bfloat16)"),
+    ("F.max_pool3d(x, 2)", "torch.randn(2, 3, 4, 6, 8, dtype=torch.float16)"),
+    ("F.max_pool2d(x, 3, 2, 1)", "torch.randn(3, 11, 9)"),  # unbatched: (C, H, W)
+], ids=["bf16_1d", "fp16_3d", "unbatched"])
+def test_max_pooling_keeps_the_dtype_and_takes_unbatched_inputs(forward, inputs, tmp_path):
+    path = _problem(tmp_path, "pool_dtype", forward, inputs)
+    candidate, _ = _candidate(path, tmp_path)
+    torch.manual_seed(7)
+    _same(path, candidate, [], _import(path).get_inputs(), exact=True)
+
+
 def test_scans_in_half_precision_and_the_exclusive_form_by_subtraction(tmp_path):
     """float16 in, float32 accumulation, float16 out; cumsum(x) - x (exclusive) is a scan with an
     elementwise epilogue reading x again; a reverse scan along a middle dim."""

@@ -124,6 +124,7 @@ def _pool(b: Builder, name: str, node, args, kwargs, arg, dtype: str, v):
     source = args[0]
     values = v[0] if with_indices else v
     out_shape = tuple(values.shape)
+    dtype = str(values.dtype)  # (a tuple's dtype is not the op's: lower names float32 for it)
     # nn.MaxPool1d / AvgPool1d: the 2-d op over an unsqueezed input, window 1 along the added dim
     unsqueezed = getattr(source, "target", None)
     if n == 2 and getattr(getattr(unsqueezed, "overloadpacket", None), "__name__", "") == "unsqueeze" \
