@@ -1,8 +1,10 @@
 """Draft the built-in policy's candidates for the window problems (pooling, scans, arg-reductions)
 into a folder a GPU machine can run without this repository's agent: every configuration of each
-problem's search space (up to --configs), with a manifest for gpu_check.py.
+problem's search space (up to --configs), with a manifest for benchmarks/window_gpu_check.py (copy
+the folder and that script to the GPU machine). The problems measured, at KernelBench's published
+sizes: benchmarks/membound_window/ (SUITE_SCALE=small shrinks them for a CPU batch).
 
-    python benchmarks/membound_window/draft.py OUT_DIR [--configs 6] PROBLEM.py...
+    python benchmarks/window_draft.py OUT_DIR [--configs 6] benchmarks/membound_window/*.py
 """
 from __future__ import annotations
 

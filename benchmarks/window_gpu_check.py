@@ -1,4 +1,4 @@
-"""On a GPU: check and time the drafted candidates draft.py wrote (torch and triton only).
+"""On a GPU: check and time the candidates benchmarks/window_draft.py drafted (torch and triton only).
 
 For each problem of the manifest: the reference on the GPU, each candidate's output compared
 with it (integer outputs exactly; float outputs elementwise |a - b| <= 1e-2 * rms + 1e-2 * |b| with
@@ -7,7 +7,7 @@ the same NaN pattern, as tools/compare.py's float32 tolerance), then median time
 (inputs read once, output written once) over time give the achieved bandwidth. One JSON line per
 problem goes to --out; a table is printed last.
 
-    python gpu_check.py DIR [--compile] [--edges] [--no-time] [--out results.jsonl] [--only NAME,...]
+    python window_gpu_check.py DIR [--compile] [--edges] [--no-time] [--out results.jsonl] [--only NAME,...]
 """
 from __future__ import annotations
 
