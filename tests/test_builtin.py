@@ -129,6 +129,18 @@ def test_unrecognized_problems_say_why():
             policy.complete([], [])
 
 
+def test_an_op_returning_a_tuple_keeps_its_values_dtype(tmp_path):
+    """max(dim) and layer norm return tuples: a float16 input gives a float16 output, as the evaluator checks."""
+    for name, forward in (("max_dim", "torch.max(x, dim=1)[0]"), ("layer_norm", "F.layer_norm(x, (64,))")):
+        problem = tmp_path / f"{name}.py"
+        problem.write_text("import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
+                           "class Model(nn.Module):\n    def forward(self, x):\n        return " + forward + "\n\n\n"
+                           "def get_inputs():\n    return [torch.randn(4, 64, dtype=torch.float16)]\n\n\n"
+                           "def get_init_inputs():\n    return []\n")
+        rec = recognize(problem)
+        assert rec.plan is not None and rec.plan.out_dtype == "torch.float16", (name, rec.reason)
+
+
 def test_in_place_changes_to_an_input_are_not_recognized(tmp_path):
     problem = tmp_path / "in_place.py"
     problem.write_text((PROBLEMS / "row_sum.py").read_text().replace(

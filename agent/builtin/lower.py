@@ -55,6 +55,8 @@ def build_plan(traced, problem: Problem) -> Plan:
 
     def dtype_of(node) -> str:
         v = val(node)
+        if isinstance(v, (tuple, list)) and v and isinstance(v[0], torch.Tensor):  # max(dim), layer norm: the values'
+            v = v[0]
         return str(v.dtype) if isinstance(v, torch.Tensor) else "torch.float32"
 
     def arg(x):
