@@ -35,6 +35,18 @@ RECOGNIZED = {
     "normalize.py": ("rowwise", "norm"),
     "channel_rmsnorm.py": ("colwise", "dims [1] of 2x24x6x10"),
     "channel_softmax.py": ("colwise", "softmax"),
+    "max_pool1d.py": ("pool", "max_pool1d (kernel 4, stride 1, padding 2, dilation 3)"),
+    "max_pool3d.py": ("pool", "max_pool3d (kernel 5, stride 2, padding 1)"),
+    "avg_pool1d.py": ("pool", "avg_pool1d (kernel 4, stride 1, padding 2)"),
+    "avg_pool2d_scaled.py": ("pool", "avg_pool2d (kernel 5, stride 2, padding 1) of 4x3x11x14 + epilogue (mul, tanh)"),
+    "avg_pool3d_functional.py": ("pool", "avg_pool3d (kernel 3, stride 2, padding 1)"),
+    "cumsum.py": ("scan", "cumsum along dim 1 of 4x64"),
+    "cumprod_mid.py": ("scan", "cumprod along dim 1 of 3x37x20"),
+    "cumsum_reverse.py": ("scan", "reverse cumsum along dim 1"),
+    "cumsum_exclusive.py": ("scan", "exclusive cumsum along dim 1 of 4x71"),
+    "cumsum_masked.py": ("scan", "cumsum along dim 1 of 4x90 + epilogue (mul)"),
+    "argmax_mid.py": ("argreduce", "argmax over dim 1 of 2x33x10"),
+    "argmin_rows.py": ("argreduce", "argmin over the last dim of 6x300"),
 }
 
 
@@ -106,7 +118,7 @@ def test_every_configuration_of_the_looped_rows_is_correct(tmp_path):
 
 
 def test_unrecognized_problems_say_why():
-    for path, words in ((PROBLEMS / "cumsum.py", "cumsum"), (HERE / "problems" / "cross_entropy.py", "int64"),
+    for path, words in ((PROBLEMS / "sort_rows.py", "sort"), (HERE / "problems" / "cross_entropy.py", "int64"),
                         (HERE / "problems" / "clamp_rowmax.py", "2 values")):
         rec = recognize(path)
         assert rec.plan is None and words in rec.reason, rec.reason
@@ -115,6 +127,18 @@ def test_unrecognized_problems_say_why():
         assert policy.unrecognized and "nothing attempted" in policy.unrecognized
         with pytest.raises(NothingRecognized):
             policy.complete([], [])
+
+
+def test_an_op_returning_a_tuple_keeps_its_values_dtype(tmp_path):
+    """max(dim) and layer norm return tuples: a float16 input gives a float16 output, as the evaluator checks."""
+    for name, forward in (("max_dim", "torch.max(x, dim=1)[0]"), ("layer_norm", "F.layer_norm(x, (64,))")):
+        problem = tmp_path / f"{name}.py"
+        problem.write_text("import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
+                           "class Model(nn.Module):\n    def forward(self, x):\n        return " + forward + "\n\n\n"
+                           "def get_inputs():\n    return [torch.randn(4, 64, dtype=torch.float16)]\n\n\n"
+                           "def get_init_inputs():\n    return []\n")
+        rec = recognize(problem)
+        assert rec.plan is not None and rec.plan.out_dtype == "torch.float16", (name, rec.reason)
 
 
 def test_in_place_changes_to_an_input_are_not_recognized(tmp_path):

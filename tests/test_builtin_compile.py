@@ -19,9 +19,11 @@ import pytest
 
 HERE = Path(__file__).parent
 PROBLEMS = HERE / "builtin_problems"
-PTR = {"torch.float32": "*fp32", "torch.float16": "*fp16", "torch.bfloat16": "*bf16"}
+PTR = {"torch.float32": "*fp32", "torch.float16": "*fp16", "torch.bfloat16": "*bf16", "torch.bool": "*i1",
+       "torch.int64": "*i64"}
 KERNEL = {"pointwise": "fused_pointwise_kernel", "rowwise": "fused_rowwise_kernel",
-          "colwise": "fused_colwise_kernel", "matmul": "fused_matmul_kernel"}
+          "colwise": "fused_colwise_kernel", "matmul": "fused_matmul_kernel", "pool": "fused_pool_kernel",
+          "scan": "fused_scan_kernel", "argreduce": "fused_argreduce_kernel"}
 FILTERS = {"any": lambda c: True, "looped": lambda c: c["looped"], "tf32": lambda c: c.get("precision") == "tf32",
            "ieee": lambda c: c.get("precision") == "ieee"}
 CASES = {
@@ -35,6 +37,15 @@ CASES = {
     "linear_tf32": (PROBLEMS / "linear_gelu.py", "tf32"),
     "bmm_ieee": (PROBLEMS / "bmm_scale.py", "ieee"),
     "matmul_fp16": (HERE.parent / "benchmarks" / "problems" / "matmul_fp16.py", "any"),
+    "max_pool1d": (PROBLEMS / "max_pool1d.py", "any"),
+    "max_pool3d": (PROBLEMS / "max_pool3d.py", "any"),
+    "avg_pool2d_epilogue": (PROBLEMS / "avg_pool2d_scaled.py", "any"),
+    "scan_rows": (PROBLEMS / "cumsum_exclusive.py", "any"),
+    "scan_masked": (PROBLEMS / "cumsum_masked.py", "any"),
+    "scan_reverse": (PROBLEMS / "cumsum_reverse.py", "any"),
+    "scan_mid_prod": (PROBLEMS / "cumprod_mid.py", "any"),
+    "argmax_mid": (PROBLEMS / "argmax_mid.py", "any"),
+    "argmin_rows": (PROBLEMS / "argmin_rows.py", "any"),
 }
 pytestmark = pytest.mark.timeout(300)
 
@@ -64,6 +75,10 @@ def compile_case(problem: Path, config_filter, workdir: Path):
         unit = {"stride_ab": 0, "stride_am": a.strides[-2], "stride_ak": a.strides[-1], "stride_bb": 0,
                 "stride_bk": b.strides[-2], "stride_bn": b.strides[-1]}
         config = {**config, "EVEN_K": a.shape[-1] % config["BLOCK_K"] == 0}  # a constexpr forward computes
+    if plan.kind == "pool":  # the window's size: constexprs forward reads from the pooling's settings
+        pool = next(n for n in plan.nodes if n.op == "pool")
+        kernel = (1,) * (3 - pool.attrs["dims"]) + pool.attrs["kernel"]
+        config = {**config, "KD": kernel[0], "KH": kernel[1], "KW": kernel[2]}
     signature, constexprs, attrs = {}, {}, {}
     floats = _float_arguments(path.read_text(), KERNEL[plan.kind], fn.arg_names)
     for i, name in enumerate(fn.arg_names):

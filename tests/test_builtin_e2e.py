@@ -87,10 +87,10 @@ def test_builtin_is_the_default_with_no_endpoint(tmp_path, capsys):
 
 
 def test_unrecognized_problem_is_one_line_and_no_attempt(tmp_path, capsys):
-    code, summary, err = optimize(PROBLEMS / "cumsum.py", tmp_path, capsys, "--model", "builtin")
+    code, summary, err = optimize(PROBLEMS / "sort_rows.py", tmp_path, capsys, "--model", "builtin")
     assert code == 12 and summary is None
     lines = err.strip().splitlines()
-    assert len(lines) == 1 and "recognizes no pattern" in lines[0] and "cumsum" in lines[0]
+    assert len(lines) == 1 and "recognizes no pattern" in lines[0] and "aten.sort" in lines[0]
     assert not any(tmp_path.iterdir())  # no workspace, no attempt
 
 
@@ -100,17 +100,17 @@ def test_builtin_runs_a_batch_and_skips_what_it_does_not_recognize(tmp_path, cap
     monkeypatch.delenv("RATCHET_DEVICE")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     out, ws = tmp_path / "run", tmp_path / "ws"
-    code = main(["batch", str(PROBLEMS), "--filter", "^(rmsnorm|cumsum)$", "--model", "builtin", "--cpu-workers", "1",
+    code = main(["batch", str(PROBLEMS), "--filter", "^(rmsnorm|sort_rows)$", "--model", "builtin", "--cpu-workers", "1",
                  "--max-attempts", "1", "--out", str(out), "--workspace", str(ws)])
     _, err = capsys.readouterr()
     assert code == 0, err
     rows = {r["problem"]: r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
-    assert sorted(rows) == ["cumsum", "rmsnorm"]
+    assert sorted(rows) == ["rmsnorm", "sort_rows"]
     assert rows["rmsnorm"]["status"] == "finished" and rows["rmsnorm"]["correct"] and rows["rmsnorm"]["model"] == "builtin"
-    cumsum = rows["cumsum"]
-    assert cumsum["status"] == "unrecognized" and cumsum["attempts"] == 0 and not cumsum["correct"]
-    assert "recognizes no pattern" in cumsum["error"]
-    assert not (ws / "cumsum").exists()
+    unrecognized = rows["sort_rows"]
+    assert unrecognized["status"] == "unrecognized" and unrecognized["attempts"] == 0 and not unrecognized["correct"]
+    assert "recognizes no pattern" in unrecognized["error"]
+    assert not (ws / "sort_rows").exists()
     assert main(["report", str(out), "--no-html"]) == 0
     report = capsys.readouterr().out
     assert "unrecognized" in report

@@ -10,6 +10,7 @@ from agent.builtin.builder import Builder, Unusable
 from agent.builtin.ir import Unrecognized
 from agent.builtin.losses import LOSSES, lower_loss
 from agent.builtin.norms import NORMS, all_dims, lower_norm
+from agent.builtin.window_lower import argreduce, lower_window_op
 
 UNARY = {"relu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "abs", "neg", "reciprocal", "silu", "erf",
          "sin", "cos", "floor", "ceil", "square", "exp2", "log2", "log1p", "expm1", "mish", "hardswish",
@@ -108,8 +109,9 @@ def lower_op(b: Builder, name: str, overload: str, node, args, kwargs, arg, dtyp
         return b.reduce(kind, x, dims, keepdim, dtype, pattern="reduction")
     if name in ("max", "min") and overload == "dim":
         keepdim = bool(args[2] if len(args) > 2 else kwargs.get("keepdim", False))
-        values = b.reduce(name, arg(args[0]), (int(args[1]),), keepdim, dtype, pattern="reduction")
-        return [values, Unusable(f"the indices of {name}(dim)")]
+        x = arg(args[0])
+        values = b.reduce(name, x, (int(args[1]),), keepdim, dtype, pattern="reduction")
+        return [values, argreduce(b, f"arg{name}", x, int(args[1]), keepdim)]
     if name in ("max", "min") and overload == "other":
         return b.ew("maximum" if name == "max" else "minimum", [arg(args[0]), arg(args[1])], dtype)
     if name in ("var", "std"):
@@ -197,6 +199,9 @@ def lower_op(b: Builder, name: str, overload: str, node, args, kwargs, arg, dtyp
         if beta != 1:
             bias = b.ew("mul", [bias, beta], dtype)
         return b.ew("add", [product, bias], dtype)
+    window = lower_window_op(b, name, node, args, kwargs, arg, dtype, v)  # pooling, scans, arg-reductions
+    if window is not None:
+        return window
     raise Unrecognized(f"aten.{name}.{overload} has no built-in template")
 
 

@@ -17,6 +17,7 @@ from agent.builtin.emitter import Emitter
 from agent.builtin.indexing import Group
 from agent.builtin.ir import Plan, Problem, Unrecognized
 from agent.builtin.templates import Context, common_variables, render, store_value
+from agent.builtin.window import kinds
 
 FEW_ROWS, LONG_ROW = 64, 32768  # rowwise: fewer rows than this, each at least this long, is declined
 
@@ -41,9 +42,11 @@ def render_plan(plan: Plan, problem: Problem, config: dict[str, Any], ctx: Conte
     from agent.builtin.gemv import render_gemv
     from agent.builtin.mm_reduce import render_mm_reduce
 
-    maker = {"pointwise": _pointwise, "rowwise": _rowwise, "colwise": _colwise, "matmul": _matmul,
-             "gemv": render_gemv, "mm_reduce": render_mm_reduce}[plan.kind]
-    return maker(plan, problem, config, ctx)
+    makers = {"pointwise": _pointwise, "rowwise": _rowwise, "colwise": _colwise, "matmul": _matmul,
+              "gemv": render_gemv, "mm_reduce": render_mm_reduce}
+    if plan.kind not in makers:  # pool, scan, argreduce (agent.builtin.window)
+        return kinds()[plan.kind].render(plan, problem, config, ctx)
+    return makers[plan.kind](plan, problem, config, ctx)
 
 
 def _pointwise(plan: Plan, problem: Problem, config: dict[str, Any], ctx: Context) -> str:

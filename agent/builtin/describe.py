@@ -42,7 +42,17 @@ def describe(path: Path, entry: str, module, model, inputs) -> Problem:
     state_names = [*dict(model.named_parameters()), *dict(model.named_buffers())]
     return Problem(path=path, entry=entry, source=source, init_source=init_source, prelude=prelude,
                    forward_params=forward_params, input_names=input_names,
-                   param_exprs={name: _attr_expr(name) for name in state_names})
+                   param_exprs={name: _attr_expr(name) for name in state_names},
+                   submodules={_attr_expr(name): (type(m).__name__, _plain_attributes(m))
+                               for name, m in model.named_modules() if name})
+
+
+def _plain_attributes(module) -> dict:
+    """A module's public attributes that are plain data (ints, floats, bools, strings, None, tuples)."""
+    def plain(v) -> bool:
+        return v is None or type(v) in (int, float, bool, str) or (type(v) is tuple and all(plain(x) for x in v))
+
+    return {k: v for k, v in vars(module).items() if not k.startswith("_") and plain(v)}
 
 
 class _Rename(ast.NodeTransformer):

@@ -20,13 +20,15 @@ class Emitter:
     group of "full" that reductions run over."""
 
     def __init__(self, plan: Plan, spaces: dict[str, list[Group]], *, reduce_group: int | None = None,
-                 looped: bool = False, loop: dict[str, Any] | None = None, acc: str | None = None) -> None:
+                 looped: bool = False, loop: dict[str, Any] | None = None, acc: str | None = None,
+                 values: dict[int, str] | None = None) -> None:
         self.plan = plan
         self.spaces = spaces
         self.reduce_group = reduce_group
         self.looped = looped
         self.loop = loop or {}
         self.acc = acc  # the matrix product's accumulator name
+        self.values = values or {}  # node index -> the name the template computed it in (a pool, a scan)
         self.outer: list[str] = []
         self.body: list[str] = self.outer
         self.full_memo: dict[Any, tuple[str, frozenset[int]]] = {}
@@ -54,6 +56,10 @@ class Emitter:
         key = (ref, target)
         if key in memo:
             return memo[key]
+        if ref[0] == "node" and ref[1] in self.values:
+            if kind != "full" or self._aligned(self.plan.nodes[ref[1]].shape, target) != target:
+                raise Unrecognized(f"the {self.plan.nodes[ref[1]].op} result is broadcast")
+            return self.values[ref[1]], frozenset(range(len(self.spaces["full"])))
         if ref[0] == "leaf":
             result = self._load(self.plan.leaves[ref[1]], kind, target)
         else:

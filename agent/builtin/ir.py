@@ -3,8 +3,10 @@
 applied to it before use), and the plan that picks a kernel template for them.
 
 A node is elementwise (`ew`), a reduction over trailing or middle dims (`reduce`: sum, max, min),
-or a matrix product (`mm`: 2-d or batched). A node's args are refs - ("leaf", i) or ("node", j) -
-or Python scalars.
+or a matrix product (`mm`: 2-d or batched); or one of the window ops (agent.builtin.window_lower):
+a pooling (`pool`), a scan along a dim (`scan`), an arg-reduction (`argreduce`), and the index
+changes around a scan (`flip`, `pad`, `slice`, `const`). A node's args are refs - ("leaf", i) or
+("node", j) - or Python scalars.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ if TYPE_CHECKING:
     from agent.builtin.variants import Variants
 
 FLOAT_DTYPES = ("torch.float32", "torch.float16", "torch.bfloat16", "torch.float64")
+LEAF_DTYPES = FLOAT_DTYPES + ("torch.bool",)  # a bool input (a mask) is read as 0.0 / 1.0
 
 
 class Unrecognized(Exception):
@@ -53,8 +56,9 @@ class Leaf:
 
 @dataclass
 class Node:
-    op: str  # ew | reduce | mm
-    name: str  # ew: the op (add, relu...); reduce: sum | max | min; mm: mm | bmm
+    op: str  # ew | reduce | mm | pool | scan | argreduce | flip | pad | slice | const
+    name: str  # ew: the op (add, relu...); reduce: sum | max | min; mm: mm | bmm; pool: max | avg;
+    # scan: sum | prod; argreduce: argmax | argmin
     args: list[Any]  # ("leaf", i) | ("node", j) | python scalars
     shape: tuple[int, ...]
     dtype: str
@@ -63,7 +67,7 @@ class Node:
 
 @dataclass
 class Plan:
-    kind: str  # pointwise | rowwise | colwise | matmul | twolevel
+    kind: str  # pointwise | rowwise | colwise | matmul | gemv | mm_reduce | twolevel | pool | scan | argreduce
     leaves: list[Leaf]
     nodes: list[Node]
     out: int  # the node holding the output (before out_glue)
@@ -94,3 +98,6 @@ class Problem:
     param_exprs: dict[str, str]  # parameter name -> expression on self
     # what a user may vary (agent.builtin.variants): set by recognition, read by the draft
     variants: Variants | None = None
+    # each submodule of the model: expression on self -> (class name, its plain attributes), so a
+    # draft can read a module's settings at run time (a pooling module's kernel size, stride...)
+    submodules: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)

@@ -8,7 +8,7 @@ import itertools
 import sys
 from pathlib import Path
 
-from agent.builtin.ir import FLOAT_DTYPES, Unrecognized
+from agent.builtin.ir import LEAF_DTYPES, Unrecognized
 
 _LOADED = itertools.count()
 
@@ -48,8 +48,9 @@ def trace(model, inputs):
     for index, value in enumerate(inputs):
         if not isinstance(value, torch.Tensor):
             raise Unrecognized(f"input {index} is not a tensor ({type(value).__name__})")
-        if str(value.dtype) not in FLOAT_DTYPES or value.dtype == torch.float64:
-            raise Unrecognized(f"input {index} is {value.dtype}; the built-in kernels handle float32/16 and bfloat16")
+        if str(value.dtype) not in LEAF_DTYPES or value.dtype == torch.float64:
+            raise Unrecognized(f"input {index} is {value.dtype}; the built-in kernels handle float32/16, bfloat16 "
+                               f"and bool")
     state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
     names = list(state)
 

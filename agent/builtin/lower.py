@@ -9,14 +9,14 @@ import operator
 from typing import Any
 
 from agent.builtin.aten import lower_op
-from agent.builtin.builder import Builder
+from agent.builtin.builder import Builder, Unusable
 from agent.builtin.classify import classify
-from agent.builtin.ir import FLOAT_DTYPES, Leaf, Plan, Problem, Unrecognized
+from agent.builtin.ir import FLOAT_DTYPES, LEAF_DTYPES, Leaf, Plan, Problem, Unrecognized
 
 # aten glue ops replayed in torch on a leaf (views and copies; see tools.ops.GLUE_OPS)
 LEAF_GLUE = {"view", "_unsafe_view", "reshape", "t", "transpose", "permute", "expand", "unsqueeze", "squeeze",
              "alias", "detach", "clone", "contiguous", "_to_copy", "expand_as", "view_as", "lift_fresh_copy",
-             "repeat"}
+             "repeat", "select", "slice"}
 # glue on a computed value that keeps its flat (row-major) layout: same registers in the kernel
 FLAT_GLUE = {"view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "alias", "detach", "clone", "contiguous",
              "view_as", "flatten"}
@@ -55,6 +55,8 @@ def build_plan(traced, problem: Problem) -> Plan:
 
     def dtype_of(node) -> str:
         v = val(node)
+        if isinstance(v, (tuple, list)) and v and isinstance(v[0], torch.Tensor):  # max(dim), layer norm: the values'
+            v = v[0]
         return str(v.dtype) if isinstance(v, torch.Tensor) else "torch.float32"
 
     def arg(x):
@@ -64,7 +66,7 @@ def build_plan(traced, problem: Problem) -> Plan:
             if isinstance(value, tuple) and value and value[0] == "src":
                 _, kind, ref, glue = value
                 v = val(x)
-                if str(v.dtype) not in FLOAT_DTYPES:
+                if str(v.dtype) not in LEAF_DTYPES:
                     raise Unrecognized(f"a {v.dtype} tensor enters the computation")
                 return b.leaf(Leaf(kind, ref, glue, tuple(v.shape), tuple(v.stride()), str(v.dtype)))
             if isinstance(value, tuple) and value and value[0] == "view":
@@ -116,6 +118,9 @@ def build_plan(traced, problem: Problem) -> Plan:
             continue
         # glue on a leaf: record it for replay in torch
         first = env.get(args[0]) if args and isinstance(args[0], torch.fx.Node) else None
+        if isinstance(first, Unusable) and base in LEAF_GLUE | FLAT_GLUE:  # a view of an unusable value
+            env[node] = first
+            continue
         if base != name and isinstance(first, tuple) and first and first[0] == "src":
             if first[1] == "param" and str(first[2]).endswith("num_batches_tracked"):
                 raise Unrecognized(f"batch norm in training mode (aten.{name} changes {first[2]} in place, and the "
@@ -140,6 +145,9 @@ def build_plan(traced, problem: Problem) -> Plan:
                 env[node] = b.ew("cast", [arg(args[0])], target_dtype)
                 continue
             if base in FLAT_GLUE:
+                if first[0] == "node" and b.shape(first) == tuple(v.shape):  # a view to the same shape
+                    env[node] = first
+                    continue
                 ref = first[1] if first[0] == "view" else first
                 glue = (first[2] if first[0] == "view" else []) + [("reshape", [list(v.shape)])]
                 env[node] = ("view", ref, glue, tuple(v.shape))
@@ -147,7 +155,7 @@ def build_plan(traced, problem: Problem) -> Plan:
             if base in ("expand", "expand_as"):  # a broadcast: computed for each element it reaches
                 env[node] = b.add("ew", "expand", [arg(args[0])], tuple(v.shape), dtype)
                 continue
-            if base in LEAF_GLUE:
+            if base in LEAF_GLUE and base not in ("select", "slice"):  # a slice is the window ops' (scans)
                 raise Unrecognized(f"aten.{base} (a transpose) of a computed value")
         if base in ("detach", "alias", "clone", "contiguous"):
             env[node] = env[args[0]]

@@ -25,7 +25,7 @@ from agent.builtin.split import split_first, split_space
 
 FAILED = {"compile_error", "runtime_error", "timeout", "crashed", "rejected"}
 NOT_JUDGED = {"error"}  # an evaluator fault: the configuration may be proposed again
-SIZE_KEYS = ("BLOCK", "BLOCK_M", "BLOCK_N", "BLOCK_K", "BLOCK_R", "num_stages")
+SIZE_KEYS = ("BLOCK", "BLOCK_M", "BLOCK_N", "BLOCK_K", "BLOCK_R", "BLOCK_H", "BLOCK_W", "BLOCK_L", "num_stages")
 SMS = 132  # programs to fill a large GPU (H100/H200: 132 SMs)
 SMEM_BYTES = 200 * 1024  # shared memory a matmul config may ask for (pipelined A and B tiles)
 
@@ -61,8 +61,13 @@ def space(plan: Plan) -> list[dict[str, Any]]:
     from agent.builtin.gemv import gemv_space
     from agent.builtin.mm_reduce import mm_reduce_space
 
-    return {"pointwise": _pointwise, "rowwise": _rowwise, "colwise": _colwise, "matmul": _matmul,
-            "twolevel": _twolevel, "gemv": gemv_space, "mm_reduce": mm_reduce_space}[plan.kind](plan)
+    spaces = {"pointwise": _pointwise, "rowwise": _rowwise, "colwise": _colwise, "matmul": _matmul,
+              "twolevel": _twolevel, "gemv": gemv_space, "mm_reduce": mm_reduce_space}
+    if plan.kind not in spaces:  # pool, scan, argreduce (agent.builtin.window)
+        from agent.builtin.window import kinds
+
+        return kinds()[plan.kind].space(plan)
+    return spaces[plan.kind](plan)
 
 
 def _pointwise(plan: Plan) -> list[dict[str, Any]]:

@@ -16,6 +16,7 @@ from agent.builtin.ir import Plan, Problem, Unrecognized
 
 KERNELS_DIR = Path(__file__).parent / "kernels"
 INT32_LIMIT = 2**31 - 1
+INT64_MAX = 2**63 - 1
 OFFSET_LIMIT = INT32_LIMIT - 65536  # elements a kernel indexing in int32 may address
 
 
@@ -72,11 +73,29 @@ def glue_expr(var: str, glue: list[tuple[str, list[Any]]]) -> str:
             expr += ".contiguous()"
         elif op == "_to_copy":
             expr += f".to({args[0]})"
+        elif op == "select":
+            expr += f".select({int(args[0])}, {int(args[1])})"
+        elif op == "slice":
+            expr += _slice_expr(args)
         elif op in ("alias", "detach"):
             pass
         else:
             raise Unrecognized(f"glue op {op}")
     return expr
+
+
+def _slice_expr(args: list[Any]) -> str:
+    """aten.slice(dim, start, end, step) as Python indexing, with the traced bounds as written (a
+    negative end stays relative to the size)."""
+    dim = int(args[0]) if args else 0
+    start = args[1] if len(args) > 1 and args[1] is not None else None
+    end = args[2] if len(args) > 2 and args[2] is not None and args[2] < INT64_MAX else None
+    step = args[3] if len(args) > 3 and args[3] not in (None, 1) else None
+    piece = f"{'' if not start else int(start)}:{'' if end is None else int(end)}"
+    piece += f":{int(step)}" if step is not None else ""
+    lead = ["..."] + [":"] * (-dim - 1) if dim < 0 else [":"] * dim
+    parts = lead[:1] + [piece] + lead[1:] if dim < 0 else lead + [piece]
+    return f"[{', '.join(parts)}]"
 
 
 def leaf_sources(plan: Plan, problem: Problem) -> list[str]:

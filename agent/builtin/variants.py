@@ -320,7 +320,7 @@ def _split(classes: list[SizeClass], init: list, shapes: list[tuple[int, ...]], 
     a constructor argument the rest trace without leaves the class; the rest stay together."""
     out: list[SizeClass] = []
     for c in classes:
-        if len(c.inputs) < 2:
+        if len(c.inputs) < 2 and not c.init:  # one input dim (with a constructor int of the same value: split)
             out.append(c)
             continue
         rest = []

@@ -1,4 +1,4 @@
-"""A scan: nothing the built-in policy has a template for."""
+"""A scan: the cumulative sum along each row."""
 import torch
 import torch.nn as nn
 
