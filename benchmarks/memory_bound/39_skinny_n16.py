@@ -1,10 +1,14 @@
-"""Matrix-vector product at KernelBench's published size (level 1, problem 4): A (2048 x 1048576, 8 GiB) @ B (1048576 x 1)."""
+"""A product with 16 columns: (65536 x 4096, 1 GiB) @ (4096 x 16)."""
+import os
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-M = 256 * 8
-K = 131072 * 8
+SMALL = os.environ.get("SUITE_SCALE") == "small"  # a CPU test size
+M = 500 if SMALL else 65536
+K = 64 if SMALL else 4096
+N = 16 if SMALL else 16
 
 
 class Model(nn.Module):
@@ -17,7 +21,7 @@ class Model(nn.Module):
 
 
 def get_inputs():
-    return [torch.randn(M, K), torch.randn(K, 1)]
+    return [torch.randn(M, K), torch.randn(K, N)]
 
 
 def get_init_inputs():

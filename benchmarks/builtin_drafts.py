@@ -1,14 +1,16 @@
-"""Time the built-in policy's product drafts (gemv, mm_reduce, shape-picked and split-K matmul) on a
-GPU against eager PyTorch and torch.compile, on the problems of benchmarks/membound_gemv/ at their
-own (KernelBench-published or KernelBench-like) sizes.
+"""Time the built-in policy's first drafts of each problem on a GPU against eager PyTorch and
+torch.compile: a tuning aid, run in this process without the evaluator (the figures that count come
+from `ratchet batch benchmarks/memory_bound --model builtin` and `ratchet report`).
 
-For each problem: the first configurations of the policy's search space are drafted (as
-`ratchet optimize --model builtin` would propose them, in that order), each is checked against the
-eager output with the evaluator's float32 tolerances and timed (median, triton.testing.do_bench);
-the roofline floor comes from tools/roofline.py (least bytes and flops, ceilings measured on the
-card). One JSON object per problem goes to OUT/results.jsonl, a table to stdout.
+For each problem of benchmarks/memory_bound/ (issue 18's measurement set, at KernelBench's published
+sizes): the first configurations of the policy's search space are drafted (as `ratchet optimize
+--model builtin` would propose them, in that order), each is checked against the eager output with
+the evaluator's tolerances and timed (median, triton.testing.do_bench); the roofline floor comes from
+tools/roofline.py (least bytes and flops, ceilings measured on the card). One JSON object per
+problem goes to OUT/results.jsonl, a line per problem to stdout, and the geometric mean over
+torch.compile of the memory-bound problems at the end.
 
-    python3 benchmarks/gemv_bench.py OUT [PROBLEM_STEM ...] [--configs N] [--deadline SECONDS]
+    python3 benchmarks/builtin_drafts.py OUT [PROBLEM_PREFIX ...] [--configs N] [--deadline SECONDS]
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ from agent.builtin.recognize import recognize  # noqa: E402
 from tools import roofline  # noqa: E402
 from tools.compare import tolerance_for  # noqa: E402
 
-PROBLEMS = ROOT / "benchmarks" / "membound_gemv"
+PROBLEMS = ROOT / "benchmarks" / "memory_bound"
 
 
 def _import(path: Path, name: str):
