@@ -10,12 +10,12 @@ from __future__ import annotations
 import ast
 import importlib.util
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from helpers_builtin import compiled_in_child
 
 HERE = Path(__file__).parent
 PROBLEMS = HERE / "builtin_problems"
@@ -127,15 +127,7 @@ def _child(workdir: str) -> None:
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
-    pytest.importorskip("triton")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["TRITON_DEFAULT_FP_FUSION"] = "1"
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE.parent), env.get("PYTHONPATH", "")])
-    workdir = tmp_path_factory.mktemp("compiled")
-    proc = subprocess.run([sys.executable, __file__, str(workdir)], capture_output=True, text=True, env=env,
-                          timeout=280, cwd=HERE.parent)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return compiled_in_child(__file__, tmp_path_factory.mktemp("compiled"), {"TRITON_DEFAULT_FP_FUSION": "1"})
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c != "matmul_fp16"])

@@ -7,13 +7,13 @@ from __future__ import annotations
 import ast
 import importlib.util
 import json
-import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from helpers_builtin import compiled_in_child
 
 HERE = Path(__file__).parent
 PROBLEMS = HERE / "builtin_problems"
@@ -130,14 +130,7 @@ def _child(workdir: str) -> None:
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
-    pytest.importorskip("triton")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE.parent), env.get("PYTHONPATH", "")])
-    workdir = tmp_path_factory.mktemp("compiled_products")
-    proc = subprocess.run([sys.executable, __file__, str(workdir)], capture_output=True, text=True, env=env,
-                          timeout=280, cwd=HERE.parent)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return compiled_in_child(__file__, tmp_path_factory.mktemp("compiled_products"))
 
 
 @pytest.mark.parametrize("case", list(CASES))

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from agent.cli import main
+from helpers_builtin import builtin_cpu_env
 
 HERE = Path(__file__).parent
 PROBLEMS = HERE / "builtin_problems"
@@ -20,12 +21,7 @@ pytestmark = pytest.mark.timeout(300)
 
 @pytest.fixture(autouse=True)
 def cpu_settings(monkeypatch):
-    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "RATCHET_CONFIG", "RATCHET_MODEL", "RATCHET_BASE_URL",
-                 "RATCHET_API_KEY", "RATCHET_WORKSPACE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.setenv("RATCHET_DEVICE", "cpu")
-    monkeypatch.setenv("RATCHET_TRIALS", "2")
+    builtin_cpu_env(monkeypatch)
 
 
 @pytest.mark.parametrize("name, batch, kernels", [
