@@ -130,8 +130,9 @@ def test_the_draft_computes_the_reference_for_what_a_user_varies(name, tmp_path)
 
 
 def test_what_the_kernel_is_specialized_to_is_refused_with_the_shape(tmp_path):
-    """The RMS norm's draft holds a whole row in one tile of 128: any width up to that works, a
-    wider one is refused, and so are another rank and a weight that does not match the rows."""
+    """The RMS norm's draft holds a whole row in one tile of 128: a wider row takes the next power of
+    two as its tile (200: 256), one wider than the largest tile is refused, and so are another rank
+    and a weight that does not match the rows."""
     source, _ = _draft(PROBLEMS / "rmsnorm.py")
     candidate_file = tmp_path / "rmsnorm_candidate.py"
     candidate_file.write_text(source)
@@ -142,8 +143,14 @@ def test_what_the_kernel_is_specialized_to_is_refused_with_the_shape(tmp_path):
     ours = candidate.ModelNew(96)
     x = torch.randn(5, 96)
     torch.testing.assert_close(ours(x), reference(x).detach())
-    with pytest.raises(ValueError, match="a row .* of 200 elements is wider than this kernel's one tile of 128"):
-        candidate.ModelNew(200)(torch.randn(5, 200))
+    torch.manual_seed(3)
+    wide_reference = _import(PROBLEMS / "rmsnorm.py").Model(200)
+    torch.manual_seed(3)
+    wide = candidate.ModelNew(200)
+    x = torch.randn(5, 200)
+    torch.testing.assert_close(wide(x), wide_reference(x).detach())
+    with pytest.raises(ValueError, match="a row .* of 20000 elements is wider than this kernel's largest tile of 16384"):
+        candidate.ModelNew(20000)(torch.randn(2, 20000))
     with pytest.raises(ValueError, match="x has 3 dims; this drafted kernel takes 2"):
         candidate.ModelNew(128)(torch.randn(2, 5, 128))
     with pytest.raises(ValueError, match="x is torch.float16; this drafted kernel takes torch.float32"):

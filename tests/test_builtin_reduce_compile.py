@@ -9,12 +9,12 @@ from __future__ import annotations
 import ast
 import importlib.util
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from helpers_builtin import compiled_in_child
 
 HERE = Path(__file__).parent
 PROBLEMS = HERE / "builtin_problems"
@@ -50,6 +50,14 @@ def _is_float(arg: ast.expr) -> bool:
         isinstance(arg, ast.Call) and isinstance(arg.func, ast.Name) and arg.func.id == "float")
 
 
+def _constant(value: ast.expr, config: dict) -> object:
+    """A launch's compile-time argument: a literal, or the one-tile launch's block_m / block_r,
+    which at the problem's own sizes are the configuration's (agent/builtin/kernels/one_tile.j2)."""
+    if isinstance(value, ast.Name) and value.id in ("block_m", "block_r"):
+        return config[value.id.upper()]
+    return ast.literal_eval(value)
+
+
 def compile_draft(problem: Path, config_filter, force_i64: bool, workdir: Path) -> dict[str, bool]:
     """Compile every kernel of the first matching configuration's draft; kernel -> cubin made."""
     import triton
@@ -79,7 +87,7 @@ def compile_draft(problem: Path, config_filter, force_i64: bool, workdir: Path) 
         signature, constexprs, attrs = {}, {}, {}
         for i, name in enumerate(fn.arg_names):
             if name in keywords:
-                signature[name], constexprs[(i,)] = "constexpr", ast.literal_eval(keywords[name])
+                signature[name], constexprs[(i,)] = "constexpr", _constant(keywords[name], config)
             elif name.endswith("_ptr"):
                 leaf = name[2:-4]
                 dtype = plan.leaves[int(leaf)].dtype if name.startswith("in") else \
@@ -109,14 +117,7 @@ def _child(workdir: str) -> None:
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
-    pytest.importorskip("triton")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE.parent), env.get("PYTHONPATH", "")])
-    workdir = tmp_path_factory.mktemp("compiled_reduce")
-    proc = subprocess.run([sys.executable, __file__, str(workdir)], capture_output=True, text=True, env=env,
-                          timeout=280, cwd=HERE.parent)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return compiled_in_child(__file__, tmp_path_factory.mktemp("compiled_reduce"))
 
 
 @pytest.mark.parametrize("case", list(CASES))

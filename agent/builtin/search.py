@@ -21,6 +21,7 @@ from typing import Any
 
 from agent.builtin import codegen
 from agent.builtin.ir import Plan
+from agent.builtin.templates import ONE_TILE_MAX
 from agent.builtin.split import split_first, split_space
 
 FAILED = {"compile_error", "runtime_error", "timeout", "crashed", "rejected"}
@@ -112,14 +113,14 @@ def _twolevel(plan: Plan) -> list[dict[str, Any]]:
 def _row_configs(rows: int, width: int) -> list[dict[str, Any]]:
     p = pow2(width)
     configs: list[dict[str, Any]] = []
-    if p <= 16384:
+    if p <= ONE_TILE_MAX:
         # whole rows in one tile; several rows per program when rows are short
         target = max(p, 2048)
         bm_default = max(1, min(pow2(rows), target // p))
         # keep enough programs to fill the GPU when there are many rows
         while bm_default > 1 and math.ceil(rows / bm_default) < 2 * SMS:
             bm_default //= 2
-        bms = [bm_default] + [bm for bm in (1, 2, 4, 8, 16, 32) if bm != bm_default and bm * p <= 16384
+        bms = [bm_default] + [bm for bm in (1, 2, 4, 8, 16, 32) if bm != bm_default and bm * p <= ONE_TILE_MAX
                                                                     and bm <= pow2(rows)]
         for bm in bms:
             for w in _warps_for(bm * p):

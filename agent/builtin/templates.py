@@ -18,6 +18,7 @@ KERNELS_DIR = Path(__file__).parent / "kernels"
 INT32_LIMIT = 2**31 - 1
 INT64_MAX = 2**63 - 1
 OFFSET_LIMIT = INT32_LIMIT - 65536  # elements a kernel indexing in int32 may address
+ONE_TILE_MAX = 16384  # the widest row (elements) one program holds as a single tile in registers
 
 
 @dataclass
@@ -149,6 +150,7 @@ def common_variables(plan: Plan, problem: Problem, config: dict[str, Any], ctx: 
         config=config, config_text=", ".join(f"{k}={v}" for k, v in config.items()), i64=i64,
         scalars=variants.scalars if variants is not None else [], sizes=ctx.sizes, guards=ctx.guards, notes=ctx.notes,
         leaf_checks=leaf_checks(plan, problem), offset_limit=OFFSET_LIMIT if ctx.general and not i64 else None,
+        max_tile=ONE_TILE_MAX,
     )
 
 
