@@ -123,9 +123,9 @@ def test_compile_node_never_evaluates_or_commits_twice(tmp_path, monkeypatch):
         state["proposal"] = Proposal(kind="submission", tool_call_id="c1", source=FIXED, source_hash=source_hash(FIXED),
                                      reason=None)
         first = nodes.compile(state, Runtime(context=ctx))
-        count = evaluator._count  # workers spawned so far
+        count = evaluator.spawner.spawned  # workers started so far
         again = nodes.compile(state, Runtime(context=ctx))
-        assert evaluator._count == count  # not evaluated again
+        assert evaluator.spawner.spawned == count  # not evaluated again
         assert len(repo.attempts()) == 1
         assert first["latest"]["reused"] is False and again["latest"]["reused"] is True
         assert again["record"] == json.loads(json.dumps(first["record"]))

@@ -10,7 +10,6 @@ the one of a warm pool (tools/warm.py) that starts workers before the problem us
 from __future__ import annotations
 
 import hashlib
-import itertools
 import os
 import shutil
 import tempfile
@@ -66,7 +65,8 @@ class Spawner:
         self.toolchain = builds.toolchain(self.device)
         self.root = Path(tempfile.mkdtemp(prefix="ratchet-eval-")).resolve()
         self.root.chmod(0o755)  # a best-effort worker running as its own uid reaches its scratch
-        self._count = itertools.count(1)
+        self.spawned = 0  # workers started so far (their scratch directories are numbered by it)
+        self._count_lock = threading.Lock()
         self._copy_lock = threading.Lock()
         self._copy_ms_per_byte: float | None = None
 
@@ -77,7 +77,9 @@ class Spawner:
         # thread may change os.environ meanwhile), so a changed environment never passes for this one
         fingerprint = environment_fingerprint()
         name = role if profile_name == "run" else profile_name
-        scratch = self.root / f"{name}-{next(self._count)}"
+        with self._count_lock:
+            self.spawned += 1
+            scratch = self.root / f"{name}-{self.spawned}"
         (scratch / "tmp").mkdir(parents=True)
         mb = self.options.host_memory_mb
         limits = Limits(host_memory_bytes=mb << 20 if mb else None,
