@@ -16,7 +16,7 @@ from typing import Any
 from agent.builtin.emitter import Emitter
 from agent.builtin.indexing import Group
 from agent.builtin.ir import FLOAT_DTYPES, Leaf, Node, Plan, Problem, Unrecognized
-from agent.builtin.search import SMS, pow2
+from agent.builtin.search import SMS, pow2, unique
 from agent.builtin.templates import Context, common_variables, store_value
 from agent.builtin.templates import render as render_template
 from agent.builtin.window import upstream
@@ -94,10 +94,4 @@ def space(plan: Plan) -> list[dict[str, Any]]:
         configs.append({"BLOCK_R": br, "BLOCK_N": bn, "num_warps": 4})
         for r, n, w in ((32, 64, 4), (16, 128, 4), (64, 32, 4), (32, 128, 8), (64, 64, 8), (8, 256, 4)):
             configs.append({"BLOCK_R": min(r, max(8, p)), "BLOCK_N": min(n, max(16, pow2(inner))), "num_warps": w})
-    seen, out = set(), []
-    for c in configs:
-        k = tuple(sorted(c.items()))
-        if k not in seen:
-            seen.add(k)
-            out.append(c)
-    return out
+    return unique(configs)

@@ -18,6 +18,7 @@ from agent.builtin.emitter import Emitter
 from agent.builtin.indexing import Group
 from agent.builtin.ir import Plan, Problem, Unrecognized
 from agent.builtin.products import gemv_sides
+from agent.builtin.search import unique
 from agent.builtin.templates import Context, common_variables, render, store_value
 
 PROGRAMS_PER_SM = 8  # resident programs per SM a streaming kernel wants (bytes in flight)
@@ -94,10 +95,4 @@ def gemv_space(plan: Plan) -> list[dict[str, Any]]:
         split = 1 << int(math.log2(split))  # powers of two: neighbours in the search double or halve it
         for s in dict.fromkeys((split, max(1, split // 2), split * 2 if split * 2 <= steps // MIN_STEPS else split)):
             configs.append({"BLOCK_R": br, "BLOCK_J": bj, "BLOCK_K": bk, "SPLIT_K": s, "num_warps": warps})
-    seen, out = set(), []
-    for c in configs:
-        key = tuple(sorted(c.items()))
-        if key not in seen:
-            seen.add(key)
-            out.append(c)
-    return out
+    return unique(configs)

@@ -25,6 +25,7 @@ from typing import Any
 from agent.builtin.emitter import Emitter
 from agent.builtin.indexing import Group
 from agent.builtin.ir import Plan, Problem, Unrecognized
+from agent.builtin.search import unique
 from agent.builtin.templates import Context, common_variables, render, store_value
 
 
@@ -105,7 +106,7 @@ def mm_reduce_space(plan: Plan) -> list[dict[str, Any]]:
         two_pass.append({"fused": False, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": g, "num_warps": w,
                          "num_stages": s, "SPLIT_K": split, "ROWS": rows, "BLOCK_R": max(16, chunk),
                          "row_warps": 4 if chunk <= 1024 else 8})
-    two_pass = _unique(two_pass)
+    two_pass = unique(two_pass)
     filling = [c for c in two_pass if math.ceil(m / c["BLOCK_M"]) * math.ceil(n / c["BLOCK_N"]) * c["SPLIT_K"] >= SMS]
     first = filling[0] if filling else two_pass[0]
     two_pass = [first] + [c for c in two_pass if c is not first]
@@ -114,20 +115,11 @@ def mm_reduce_space(plan: Plan) -> list[dict[str, Any]]:
                           (128, 64, 32, 8)):
         bm, bn, bk = min(bm, max(16, pow2(m))), min(bn, max(16, pow2(n))), min(bk, max(16, pow2(k)))
         fused.append({"fused": True, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": w, "num_stages": 2})
-    fused = _unique(fused)
+    fused = unique(fused)
     small = m * n * k <= 1 << 22
     rows_fill = [c for c in fused if math.ceil(m / c["BLOCK_M"]) >= SMS]
     if small or rows_fill:
         lead = max(rows_fill, key=lambda c: c["BLOCK_M"] * c["BLOCK_N"]) if rows_fill and not small else fused[0]
-        return _unique([lead] + two_pass[:1] + fused + two_pass)
-    return _unique(two_pass[:1] + fused[:1] + two_pass[1:] + fused[1:])
+        return unique([lead] + two_pass[:1] + fused + two_pass)
+    return unique(two_pass[:1] + fused[:1] + two_pass[1:] + fused[1:])
 
-
-def _unique(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    seen, out = set(), []
-    for c in configs:
-        key = tuple(sorted(c.items()))
-        if key not in seen:
-            seen.add(key)
-            out.append(c)
-    return out

@@ -21,7 +21,7 @@ from typing import Any
 from agent.builtin.emitter import Emitter
 from agent.builtin.indexing import Group
 from agent.builtin.ir import FLOAT_DTYPES, Leaf, Node, Plan, Problem, Unrecognized
-from agent.builtin.search import SMS, pow2
+from agent.builtin.search import SMS, pow2, unique
 from agent.builtin.templates import INT64_MAX, Context, common_variables, store_value
 from agent.builtin.templates import render as render_template
 from agent.builtin.window import downstream, epilogue_names, upstream, users
@@ -241,13 +241,7 @@ def space(plan: Plan) -> list[dict[str, Any]]:
         configs.append({"BLOCK_L": bl, "BLOCK_N": bn, "num_warps": 4})
         for l, n, w in ((32, 64, 4), (64, 32, 4), (16, 128, 4), (64, 64, 8), (128, 16, 4), (32, 32, 4)):
             configs.append({"BLOCK_L": min(l, max(16, p)), "BLOCK_N": min(n, max(16, pow2(inner))), "num_warps": w})
-    seen, out = set(), []
-    for c in configs:
-        k = tuple(sorted(c.items()))
-        if k not in seen:
-            seen.add(k)
-            out.append(c)
-    return out
+    return unique(configs)
 
 
 def _warps(elements: int) -> int:

@@ -46,7 +46,8 @@ def pow2(n: int) -> int:
     return 1 << max(0, math.ceil(math.log2(max(1, n))))
 
 
-def _unique(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def unique(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The configurations in their order, each once (every plan kind's space ends with it)."""
     seen, out = set(), []
     for c in configs:
         if key(c) not in seen:
@@ -77,7 +78,7 @@ def _pointwise(plan: Plan) -> list[dict[str, Any]]:
     order = [(1024, 4), (2048, 8), (4096, 8), (512, 4), (2048, 4), (8192, 16), (1024, 8), (4096, 4), (256, 2), (8192, 8)]
     if n >= 1 << 24:  # large: wide blocks first
         order = [(2048, 8), (4096, 8), (1024, 4), (8192, 16), (4096, 4)] + order
-    return _unique([{"BLOCK": min(b, cap), "num_warps": min(w, max(1, min(b, cap) // 128))} for b, w in order])
+    return unique([{"BLOCK": min(b, cap), "num_warps": min(w, max(1, min(b, cap) // 128))} for b, w in order])
 
 
 def _warps_for(elements: int) -> list[int]:
@@ -100,7 +101,7 @@ def _rowwise(plan: Plan) -> list[dict[str, Any]]:
     splits = split_space(rows, width, SMS)
     if rows < codegen.FEW_ROWS and width >= codegen.LONG_ROW:
         return splits
-    return _unique(splits + configs if split_first(rows, width, SMS) else configs + splits)
+    return unique(splits + configs if split_first(rows, width, SMS) else configs + splits)
 
 
 def _twolevel(plan: Plan) -> list[dict[str, Any]]:
@@ -129,7 +130,7 @@ def _row_configs(rows: int, width: int) -> list[dict[str, Any]]:
         for br, w in ((4096, 8), (2048, 8), (8192, 16), (1024, 4), (4096, 16), (2048, 4)):
             if br < p:
                 configs.append({"looped": True, "BLOCK_M": 1, "BLOCK_R": br, "num_warps": w})
-    return _unique(configs)
+    return unique(configs)
 
 
 def _colwise(plan: Plan) -> list[dict[str, Any]]:
@@ -146,7 +147,7 @@ def _colwise(plan: Plan) -> list[dict[str, Any]]:
     for brr, bnn, w in ((32, 64, 4), (16, 128, 4), (64, 32, 4), (64, 64, 8), (32, 128, 8), (64, 16, 4),
                         (128, 16, 4), (8, 256, 4), (32, 32, 4)):
         configs.append({"BLOCK_R": min(brr, max(8, pr)), "BLOCK_N": min(bnn, max(16, pn)), "num_warps": w})
-    return _unique(configs)
+    return unique(configs)
 
 
 MATMUL_CONFIGS = (
@@ -175,7 +176,7 @@ def _matmul(plan: Plan) -> list[dict[str, Any]]:
         if (bm * bk + bk * bn) * (4 if fp32 else 2) * s > SMEM_BYTES:
             continue  # more shared memory than an H100/H200 SM has for one program
         configs.append({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": g, "num_warps": w, "num_stages": s})
-    configs = _unique(configs)
+    configs = unique(configs)
 
     def tiles(c):
         return batch * math.ceil(m / c["BLOCK_M"]) * math.ceil(n / c["BLOCK_N"])
@@ -190,7 +191,7 @@ def _matmul(plan: Plan) -> list[dict[str, Any]]:
             out.append({**c, "precision": precision} if precision != "native" else dict(c))
     from agent.builtin.skinny import shaped_first
 
-    return shaped_first(plan, _unique(out))  # skinny shapes and split-K first (agent.builtin.skinny)
+    return shaped_first(plan, unique(out))  # skinny shapes and split-K first (agent.builtin.skinny)
 
 
 # --- choosing the next ------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from typing import Any
 from agent.builtin.emitter import Emitter
 from agent.builtin.indexing import Group
 from agent.builtin.ir import Plan, Problem, Unrecognized
+from agent.builtin.search import unique
 from agent.builtin.templates import Context, common_variables, render, store_value
 
 SKINNY_K = 64
@@ -67,13 +68,7 @@ def shaped_first(plan: Plan, configs: list[dict[str, Any]]) -> list[dict[str, An
         extra = [{**c, "precision": "ieee"} for c in extra]
     fits = [c for c in extra if (c["BLOCK_M"] * c["BLOCK_K"] + c["BLOCK_K"] * c["BLOCK_N"]) * size
             * max(1, c["num_stages"]) <= SMEM_BYTES]
-    seen, out = set(), []
-    for c in fits + configs:
-        key = tuple(sorted(c.items()))
-        if key not in seen:
-            seen.add(key)
-            out.append(c)
-    return out
+    return unique(fits + configs)
 
 
 def split_k(tiles: int, k: int, block_k: int) -> int:
