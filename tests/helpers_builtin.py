@@ -1,7 +1,10 @@
-"""Shared pieces of the built-in policy's tests: the CPU settings of an end-to-end run, and the
-child process that compiles drafts with Triton's real compiler (not its interpreter)."""
+"""Shared pieces of the built-in policy's tests: a draft's outputs beside the reference's, the CPU
+settings of an end-to-end run, and the child process that compiles drafts with Triton's real
+compiler (not its interpreter)."""
 from __future__ import annotations
 
+import importlib.util
+import itertools
 import json
 import os
 import subprocess
@@ -10,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parent.parent
+_LOADED = itertools.count()
 CLIENT_SETTINGS = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "RATCHET_CONFIG", "RATCHET_MODEL", "RATCHET_BASE_URL",
                    "RATCHET_API_KEY", "RATCHET_WORKSPACE")
 
@@ -37,3 +42,28 @@ def compiled_in_child(test_file: str, workdir: Path, extra_env: dict[str, str] |
                           timeout=280, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def load_module(path: Path) -> Any:
+    """Import a problem or candidate file under a name of its own."""
+    spec = importlib.util.spec_from_file_location(f"builtin_test_{path.stem}_{next(_LOADED)}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def draft_outputs(problem: Path, source: str, tmp_path: Path) -> tuple[Any, Any]:
+    """The reference's and the drafted candidate's outputs on the same inputs and weights (both
+    models built after the same seed, as the evaluator builds them)."""
+    candidate = tmp_path / f"candidate_{problem.stem}_{next(_LOADED)}.py"
+    candidate.write_text(source)
+    ref, cand = load_module(problem), load_module(candidate)
+    init = ref.get_init_inputs()
+    torch.manual_seed(3)
+    reference = ref.Model(*init)
+    torch.manual_seed(3)
+    ours = cand.ModelNew(*init)
+    torch.manual_seed(4)
+    inputs = ref.get_inputs()
+    with torch.no_grad():
+        return reference(*inputs), ours(*inputs)

@@ -2,9 +2,7 @@
 the drafted kernels (run here, in Triton's interpreter, against the reference), and the search."""
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -15,6 +13,7 @@ from agent.builtin.policy import parse_config, parse_feedback
 from agent.builtin.recognize import recognize
 from agent.render import FEEDBACK_VERDICTS, render_feedback
 from tools import guard
+from helpers_builtin import draft_outputs
 
 HERE = Path(__file__).parent
 PROBLEMS = HERE / "builtin_problems"
@@ -55,30 +54,6 @@ def interpreter(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
 
 
-def _load(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _run_draft(problem: Path, source: str, tmp_path: Path) -> tuple[torch.Tensor, torch.Tensor]:
-    """The reference's and the candidate's outputs on the same inputs and weights (CPU, interpreter)."""
-    candidate_file = tmp_path / f"candidate_{abs(hash(source))}.py"
-    candidate_file.write_text(source)
-    ref = _load(problem, f"ref_{problem.stem}")
-    cand = _load(candidate_file, f"cand_{problem.stem}")
-    init = ref.get_init_inputs()
-    torch.manual_seed(3)
-    reference = ref.Model(*init)
-    torch.manual_seed(3)
-    ours = cand.ModelNew(*init)
-    torch.manual_seed(4)
-    inputs = ref.get_inputs()
-    with torch.no_grad():
-        return reference(*inputs), ours(*inputs)
-
-
 @pytest.mark.parametrize("name", sorted(RECOGNIZED))
 def test_each_pattern_is_recognized_and_its_draft_is_correct(name, tmp_path):
     template, word = RECOGNIZED[name]
@@ -88,7 +63,7 @@ def test_each_pattern_is_recognized_and_its_draft_is_correct(name, tmp_path):
     source = codegen.draft(rec.plan, rec.problem, search.space(rec.plan)[0])
     assert guard.check(source).violations == []
     assert "@triton.jit" in source and "class ModelNew" in source
-    expected, got = _run_draft(PROBLEMS / name, source, tmp_path)
+    expected, got = draft_outputs(PROBLEMS / name, source, tmp_path)
     assert got.shape == expected.shape and got.dtype == expected.dtype
     tol = 2e-2 if expected.dtype == torch.float16 else 1e-4
     torch.testing.assert_close(got.float(), expected.float(), rtol=tol, atol=tol)
@@ -113,7 +88,7 @@ def test_every_configuration_of_the_looped_rows_is_correct(tmp_path):
     for config in [c for c in configs if c["looped"]][:2] + [configs[0]]:
         source = codegen.draft(rec.plan, rec.problem, config)
         assert source.count("for r0 in range") == (2 if config["looped"] else 0)  # online: max and sum together
-        expected, got = _run_draft(PROBLEMS / "wide_softmax.py", source, tmp_path)
+        expected, got = draft_outputs(PROBLEMS / "wide_softmax.py", source, tmp_path)
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-6)
 
 

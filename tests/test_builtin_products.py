@@ -5,7 +5,6 @@ interpreter against the reference, for every variant of its template; the Kernel
 problems are only recognized (on the meta device) and their configurations checked."""
 from __future__ import annotations
 
-import importlib.util
 import itertools
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from agent.builtin import codegen, search
 from agent.builtin.recognize import recognize
 from tools import guard
 from tools.compare import tolerance_for
+from helpers_builtin import draft_outputs, load_module
 
 HERE = Path(__file__).parent
 PROBLEMS = HERE / "builtin_problems"
@@ -53,13 +53,6 @@ def interpreter(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
 
 
-def _import(path: Path):
-    spec = importlib.util.spec_from_file_location(f"products_{path.stem}_{next(_LOADED)}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _config(plan, change: dict) -> dict:
     """The first configuration of the space that has the change's variant keys, with the change."""
     space = search.space(plan)
@@ -69,18 +62,7 @@ def _config(plan, change: dict) -> dict:
 
 
 def _check(path: Path, source: str, tmp_path: Path) -> None:
-    candidate_file = tmp_path / f"{path.stem}_{next(_LOADED)}.py"
-    candidate_file.write_text(source)
-    ref, cand = _import(path), _import(candidate_file)
-    init = ref.get_init_inputs()
-    torch.manual_seed(3)
-    reference = ref.Model(*init)
-    torch.manual_seed(3)
-    ours = cand.ModelNew(*init)
-    torch.manual_seed(4)
-    inputs = ref.get_inputs()
-    with torch.no_grad():
-        expected, got = reference(*inputs), ours(*inputs)
+    expected, got = draft_outputs(path, source, tmp_path)
     assert got.shape == expected.shape and got.dtype == expected.dtype
     tol = tolerance_for(expected.dtype)
     rms = expected.float().pow(2).mean().sqrt().item() or 1.0
@@ -165,7 +147,7 @@ def test_a_small_long_k_product_splits_k_and_is_correct_at_other_sizes(tmp_path)
     assert config["SPLIT_K"] > 1
     path = tmp_path / "long_k_candidate.py"
     path.write_text(codegen.draft(rec.plan, rec.problem, config))
-    candidate = _import(path)
+    candidate = load_module(path)
     torch.manual_seed(6)
     a, b = torch.randn(7, 1000), torch.randn(1000, 9)  # K not a multiple of the chunk, nor of BLOCK_K
     torch.testing.assert_close(candidate.ModelNew()(a, b), torch.relu(a @ b) * 2.0, rtol=1e-4, atol=1e-4)

@@ -4,7 +4,6 @@ kernel variant (split passes and their partial kinds, two levels, fused loops, i
 determinism, the search spaces, and what is declined."""
 from __future__ import annotations
 
-import importlib.util
 import itertools
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import torch
 from agent.builtin import codegen, search
 from agent.builtin.recognize import recognize
 from tools import guard
+from helpers_builtin import draft_outputs, load_module
 
 HERE = Path(__file__).parent
 PROBLEMS = HERE / "builtin_problems"
@@ -43,31 +43,8 @@ def interpreter(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
 
 
-def _import(path: Path):
-    spec = importlib.util.spec_from_file_location(f"reduce_{path.stem}_{next(_LOADED)}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _outputs(problem: Path, source: str, tmp_path: Path) -> tuple[torch.Tensor, torch.Tensor]:
-    """The reference's and the draft's outputs on the same inputs and weights."""
-    candidate = tmp_path / f"candidate_{next(_LOADED)}.py"
-    candidate.write_text(source)
-    ref, cand = _import(problem), _import(candidate)
-    init = ref.get_init_inputs()
-    torch.manual_seed(3)
-    reference = ref.Model(*init)
-    torch.manual_seed(3)
-    ours = cand.ModelNew(*init)
-    torch.manual_seed(4)
-    inputs = ref.get_inputs()
-    with torch.no_grad():
-        return reference(*inputs), ours(*inputs)
-
-
 def _check(problem: Path, source: str, tmp_path: Path, tol: float = 1e-4) -> torch.Tensor:
-    expected, got = _outputs(problem, source, tmp_path)
+    expected, got = draft_outputs(problem, source, tmp_path)
     assert type(got) is torch.Tensor and got.shape == expected.shape and got.dtype == expected.dtype
     torch.testing.assert_close(got, expected, rtol=tol, atol=tol)
     return got
@@ -131,7 +108,7 @@ def test_a_split_reduction_is_two_launches_and_its_combine_loops_over_many_parti
     assert source.count("@triton.jit") == 2 and "split_finish_kernel[(n_rows,)]" in source
     assert "tl.atomic" not in source
     first = _check(problem, source, tmp_path)
-    again = _outputs(problem, source, tmp_path)[1]
+    again = draft_outputs(problem, source, tmp_path)[1]
     assert torch.equal(first, again)  # a fixed order: the same bits every run
 
 
@@ -143,7 +120,7 @@ def test_layer_norm_over_long_rows_is_one_pass_for_its_moments_then_one_to_apply
     source, plan = _draft(problem)
     assert search.space(plan)[0]["split"]
     assert source.count("@triton.jit") == 2 and "split_apply_kernel" in source and "meanacc" in source
-    expected, got = _outputs(problem, source, tmp_path)
+    expected, got = draft_outputs(problem, source, tmp_path)
     torch.testing.assert_close(got, expected, rtol=1e-2, atol=1e-2)  # the input's own rounding: 3e-3 from exact
 
 
@@ -252,8 +229,8 @@ def test_layer_norm_rows_stay_exact_at_other_sizes(tmp_path):
     """The split is computed in forward from the sizes: the draft takes other batches and widths."""
     source, _ = _draft(PROBLEMS / "layernorm_long.py")
     (tmp_path / "cand.py").write_text(source)
-    cand = _import(tmp_path / "cand.py")
-    ref = _import(PROBLEMS / "layernorm_long.py")
+    cand = load_module(tmp_path / "cand.py")
+    ref = load_module(PROBLEMS / "layernorm_long.py")
     for shape in ((3, 8, 64, 64), (1, 5, 33, 33)):  # the second narrower than a row worth splitting
         torch.manual_seed(3)
         reference = ref.Model(shape[1:])
