@@ -97,13 +97,24 @@ def connect(address: str, *, cpu_workers: int | None = None, code: str = "ship")
     try:
         info = ray.init(**options)
     except (ConnectionError, TimeoutError, RuntimeError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ClusterError(f"--ray {address}: cannot reach the Ray cluster: {first}") from None
+        raise ClusterError(f"--ray {address}: cannot reach the Ray cluster: {_cause(exc)}") from None
     resources = ray.cluster_resources()
     return {"executor": "ray", "address": address, "code": code,
             "nodes": sum(1 for node in ray.nodes() if node.get("Alive")),
             "cluster_gpus": int(resources.get("GPU", 0)), "cluster_cpus": int(resources.get("CPU", 0)),
             "ray": ray.__version__, "dashboard": getattr(info, "dashboard_url", None) or None}
+
+
+def _cause(exc: BaseException) -> str:
+    """One line for an error Ray raises at connect: its first line and, when Ray appended a server's
+    traceback under it ("Initialization failure from server:" and the rest), that traceback's last
+    line, the exception that says why."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    if len(lines) == 1:
+        return lines[0]
+    return f"{lines[0].rstrip(':')}: {lines[-1]}"
 
 
 def _reachable(address: str, timeout_s: float = 5.0) -> None:

@@ -78,12 +78,24 @@ class ClientCluster:
                                          stderr=subprocess.STDOUT, start_new_session=True)
         self.address = f"ray://127.0.0.1:{client}"
         deadline = time.monotonic() + start_s
-        while not _accepts(client):
+        # up once the client server takes connections and the runtime-env agent (which every client
+        # connection's server asks for the driver's runtime_env, with only ~30 s of retries) listens
+        while not (_accepts(client) and _listens(agent[2])):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 tail = self.output.read_text(errors="replace")[-2000:]
                 self.stop()
                 raise RuntimeError(f"the Ray head with a client server did not start:\n{tail}")
             time.sleep(0.2)
+
+    def logs(self, limit: int = 3000) -> str:
+        """The tail of the head's Ray Client server logs (the proxy's and each connection's), to read
+        beside a failure: a driver is told only "Initialization failure from server"."""
+        out = []
+        for path in sorted(self.temp_dir.glob("session_*/logs/ray_client_server*")):
+            text = path.read_text(errors="replace").strip()
+            if text:
+                out.append(f"--- {path.name}\n{text[-limit:]}")
+        return "\n".join(out) or "(no Ray Client server log)"
 
     def processes(self) -> list[int]:
         """The live processes of the cluster: those of the `ray start` process's session."""
@@ -129,6 +141,21 @@ def _accepts(port: int) -> bool:
     except OSError:
         return False
     return True
+
+
+def _listens(port: int) -> bool:
+    """Whether something on this host listens on TCP `port`, on any address (Ray's agents bind the
+    node's IP, which need not be 127.0.0.1)."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":  # 0A: LISTEN
+                return True
+    return False
 
 
 def _pids() -> list[int]:

@@ -18,7 +18,7 @@ import pytest
 
 from agent.batch_log import RunLog
 from agent.batch_problem import make_spec
-from agent.batch_ray import node_spec, runtime_env
+from agent.batch_ray import _cause, node_spec, runtime_env
 from agent.cli import main
 from agent.workspace import Workspace
 from helpers_batch import SUITE, SuiteLoopback, candidate, quiet_batch_env
@@ -201,6 +201,18 @@ def test_usage_and_unreachable_cluster(batch_env, tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--ray 127.0.0.1:1: cannot reach the Ray cluster" in err
     assert not (tmp_path / "r").exists()
+
+
+def test_a_server_side_connect_failure_is_one_line_that_keeps_its_cause():
+    # the shape Ray Client raises when the head cannot start the connection's server: a header line,
+    # then the server's traceback (a CI run showed only the header, hiding why)
+    raised = ConnectionAbortedError("Initialization failure from server:\nTraceback (most recent call last):\n"
+                                    '  File "proxier.py", line 771, in Datapath\n'
+                                    "TimeoutError: GetOrCreateRuntimeEnv request failed after 5 attempts.\n")
+    assert _cause(raised) == ("Initialization failure from server: "
+                              "TimeoutError: GetOrCreateRuntimeEnv request failed after 5 attempts.")
+    assert _cause(ConnectionError("refused")) == "refused"
+    assert _cause(TimeoutError()) == "TimeoutError"
 
 
 def test_without_ray_installed_one_line_says_how(batch_env, tmp_path, capsys, monkeypatch):

@@ -46,7 +46,7 @@ def test_a_driver_outside_the_cluster_runs_a_problem_through_ray_client(client_c
              "--base-url", server.url, "--max-attempts", "3", "--out", str(tmp_path / "run"),
              "--workspace", str(tmp_path / "ws"), "--ray", client_cluster.address, "--cpu-workers", "1"],
             cwd=tmp_path, env=os.environ.copy(), capture_output=True, timeout=240)
-    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
+    assert proc.returncode == 0, f"{proc.stderr.decode()[-3000:]}\n{client_cluster.logs()}"
     assert json.loads(proc.stdout)["correct"] == 1
     row = RunLog(tmp_path / "run" / "results.jsonl").latest()[A]
     assert row["status"] == "finished" and row["correct"] and row["executor"] == "ray", row
