@@ -168,12 +168,18 @@ def test_a_failing_configuration_goes_away_with_every_larger_one(tmp_path):
     assert [c for c in left if c["looped"] and c["BLOCK_R"] < failed["BLOCK_R"]]
 
 
-def test_incorrect_tf32_switches_to_ieee():
+def test_float32_products_never_use_plain_tf32_and_an_incorrect_3xtf32_switches_to_ieee():
+    for name in ("linear_gelu.py", "bmm_scale.py"):
+        assert {c.get("precision") for c in search.space(_plan(name))} == {"tf32x3", "ieee"}, name
     plan = _plan("linear_gelu.py")
     first = search.next_config(plan, [])
-    assert first["precision"] == "tf32"
+    assert first["precision"] == "tf32x3"
     second = search.next_config(plan, [search.Outcome(first, "incorrect")])
     assert second["precision"] == "ieee"
+    history = [search.Outcome(first, "incorrect")]
+    while (config := search.next_config(plan, history)) is not None:
+        assert config["precision"] == "ieee"
+        history.append(search.Outcome(config, "ok"))
 
 
 def test_timing_steers_to_the_neighbours_of_the_fastest():

@@ -24,7 +24,7 @@ PTR = {"torch.float32": "*fp32", "torch.float16": "*fp16", "torch.bfloat16": "*b
 KERNEL = {"pointwise": "fused_pointwise_kernel", "rowwise": "fused_rowwise_kernel",
           "colwise": "fused_colwise_kernel", "matmul": "fused_matmul_kernel", "pool": "fused_pool_kernel",
           "scan": "fused_scan_kernel", "argreduce": "fused_argreduce_kernel"}
-FILTERS = {"any": lambda c: True, "looped": lambda c: c["looped"], "tf32": lambda c: c.get("precision") == "tf32",
+FILTERS = {"any": lambda c: True, "looped": lambda c: c["looped"], "tf32x3": lambda c: c.get("precision") == "tf32x3",
            "ieee": lambda c: c.get("precision") == "ieee"}
 CASES = {
     "pointwise_fp16": (PROBLEMS / "bias_tanh_fp16.py", "any"),
@@ -34,7 +34,7 @@ CASES = {
     "colwise": (PROBLEMS / "mid_mean.py", "any"),
     "colwise_full": (PROBLEMS / "channel_rmsnorm.py", "any"),
     "colwise_softmax": (PROBLEMS / "channel_softmax.py", "any"),
-    "linear_tf32": (PROBLEMS / "linear_gelu.py", "tf32"),
+    "linear_tf32x3": (PROBLEMS / "linear_gelu.py", "tf32x3"),
     "bmm_ieee": (PROBLEMS / "bmm_scale.py", "ieee"),
     "matmul_fp16": (HERE.parent / "benchmarks" / "problems" / "matmul_fp16.py", "any"),
     "max_pool1d": (PROBLEMS / "max_pool1d.py", "any"),

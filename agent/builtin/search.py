@@ -5,7 +5,10 @@ default first), and the choice of the next one from what the evaluator said abou
   and so does every untried one at least as large in all its tile sizes (resources only grow).
 - A configuration whose latest outcome was an evaluator fault (verdict error) was not judged: it
   counts as untried and nothing is pruned for it (the evaluator, not the kernel, failed).
-- `incorrect` for a float32 matrix product with TF32 dots drops TF32: the rest run in IEEE fp32.
+- Dots on float32 data are never plain TF32 (one TF32 dot over a deep K is not an fp32 result, and
+  eager fp32 matmuls are IEEE): 3xTF32 (`input_precision="tf32x3"`, three TF32 products that carry
+  the operands' low bits, fp32-accurate on tensor cores) first, then IEEE. `incorrect` for a
+  configuration with 3xTF32 dots drops 3xTF32: the rest run in IEEE fp32.
 - Once attempts are timed (on a GPU), the search is local: untried neighbours of the fastest
   configuration (one parameter changed) come first, in the space's order; then the rest.
 - Without timing (the CPU interpreter) it walks the space in order, so a run is deterministic.
@@ -27,6 +30,9 @@ from agent.builtin.split import split_first, split_space
 FAILED = {"compile_error", "runtime_error", "timeout", "crashed", "rejected"}
 NOT_JUDGED = {"error"}  # an evaluator fault: the configuration may be proposed again
 SIZE_KEYS = ("BLOCK", "BLOCK_M", "BLOCK_N", "BLOCK_K", "BLOCK_R", "BLOCK_H", "BLOCK_W", "BLOCK_L", "num_stages")
+# a float32 product's dot precisions, in the order tried; REDUCED_DOTS: those that an `incorrect` drops
+FP32_DOTS = ("tf32x3", "ieee")
+REDUCED_DOTS = ("tf32", "tf32x3")
 SMS = 132  # programs to fill a large GPU (H100/H200: 132 SMs)
 SMEM_BYTES = 200 * 1024  # shared memory a matmul config may ask for (pipelined A and B tiles)
 
@@ -167,7 +173,7 @@ def _matmul(plan: Plan) -> list[dict[str, Any]]:
     n = b.shape[-1]
     batch = a.shape[0] if len(a.shape) == 3 else 1
     fp32 = a.dtype == "torch.float32"
-    precisions = ["tf32", "ieee"] if fp32 else ["native"]
+    precisions = list(FP32_DOTS) if fp32 else ["native"]
     configs = []
     for bm, bn, bk, g, w, s in MATMUL_CONFIGS:
         if fp32 and bk > 32 and bm * bn >= 128 * 256:
@@ -219,7 +225,7 @@ def next_config(plan: Plan, history: list[Outcome]) -> dict[str, Any] | None:
     tried = {key(o.config) for o in history if o.verdict not in NOT_JUDGED}
     failed = [o.config for o in history if o.verdict in FAILED]
     wrong = [o.config for o in history if o.verdict == "incorrect"]
-    drop_tf32 = any(c.get("precision") == "tf32" for c in wrong)
+    dropped = {c.get("precision") for c in wrong if c.get("precision") in REDUCED_DOTS}
     drop_variants = [{k: v for k, v in c.items() if k in ("looped",)} for c in wrong if "looped" in c]
 
     def alive(c: dict[str, Any]) -> bool:
@@ -227,7 +233,7 @@ def next_config(plan: Plan, history: list[Outcome]) -> dict[str, Any] | None:
             return False
         if any(_dominates(c, f) for f in failed):
             return False
-        if drop_tf32 and c.get("precision") == "tf32":
+        if c.get("precision") in dropped:
             return False
         return not any(v and all(c.get(k) == x for k, x in v.items()) for v in drop_variants)
 

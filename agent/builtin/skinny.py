@@ -4,7 +4,7 @@ these first): configurations picked from the shapes, and split-K.
 - a tiny K (at most SKINNY_K: an outer product such as M x 32 @ 32 x M) and a large output: the whole K is one step,
   so the time is writing the M x N output; one BLOCK_K covers K, no pipelining stages, large
   output tiles. The dots are IEEE float32 (for float32 data): the kernel is bound by the output's
-  bytes, so TF32 would buy error and no time, and these shapes drop it from the space;
+  bytes, so 3xTF32 would buy nothing, and these shapes drop it from the space;
 - a small N or M (at most SKINNY_SIDE, but more than the gemv plan's few) of a large product: the tile's short side
   is that side (at least 16, tl.dot's least), the long side and BLOCK_K as large as shared memory
   allows;
@@ -36,7 +36,7 @@ def _pow2(x: int) -> int:
 
 def shaped_first(plan: Plan, configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The matmul plan's configurations with those picked from its shape first (IEEE for float32);
-    for a tiny K, the TF32 ones are dropped."""
+    for a tiny K, the 3xTF32 ones are dropped."""
     from agent.builtin.search import SMEM_BYTES
 
     mm = next(n for n in plan.nodes if n.op == "mm")
@@ -51,7 +51,7 @@ def shaped_first(plan: Plan, configs: list[dict[str, Any]]) -> list[dict[str, An
         bk = max(16, _pow2(k))
         for bm, bn, w in ((128, 128, 8), (128, 256, 8), (256, 128, 8), (64, 128, 4), (128, 64, 4), (64, 64, 4)):
             extra.append(_tile(bm, bn, bk, 8, w, 1, m, n, k))
-        configs = [c for c in configs if c.get("precision") != "tf32"]
+        configs = [c for c in configs if c.get("precision") != "tf32x3"]
     elif min(m, n) <= SKINNY_SIDE and m * n * k >= LARGE_PRODUCT:
         short = max(16, _pow2(min(m, n)))
         for long, bk, w, s in ((128, 64, 4, 3), (256, 64, 8, 3), (64, 128, 4, 3), (128, 128, 8, 2), (64, 64, 4, 4)):
