@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 from agent.builtin.builder import Builder, Unusable
+from agent.builtin.conv_lower import CONV_OPS, lower_conv
 from agent.builtin.ir import Unrecognized
 from agent.builtin.losses import LOSSES, lower_loss
 from agent.builtin.norms import NORMS, all_dims, lower_norm
@@ -199,6 +200,8 @@ def lower_op(b: Builder, name: str, overload: str, node, args, kwargs, arg, dtyp
         if beta != 1:
             bias = b.ew("mul", [bias, beta], dtype)
         return b.ew("add", [product, bias], dtype)
+    if name in CONV_OPS:  # convolutions (agent.builtin.conv_lower)
+        return lower_conv(b, args, kwargs, arg, dtype, v)
     window = lower_window_op(b, name, node, args, kwargs, arg, dtype, v)  # pooling, scans, arg-reductions
     if window is not None:
         return window

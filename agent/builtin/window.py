@@ -15,16 +15,16 @@ STRAY = {"flip": "aten.flip outside a scan", "pad": "torch.cat with zeros outsid
 
 
 def kinds() -> dict[str, ModuleType]:
-    from agent.builtin import argreduce, pooling, scans
+    from agent.builtin import argreduce, conv, pooling, scans
 
-    return {"pool": pooling, "scan": scans, "argreduce": argreduce}
+    return {"pool": pooling, "scan": scans, "argreduce": argreduce, "conv": conv}
 
 
 def classify_window(leaves: list[Leaf], nodes: list[Node], out: int, out_glue, out_shape, out_dtype) -> Plan | None:
     """The plan when the live nodes hold a window op; None when they hold none (the other kinds)."""
     ops = {n.op for n in nodes}
     common = dict(leaves=leaves, nodes=nodes, out=out, out_glue=out_glue, out_shape=out_shape, out_dtype=out_dtype)
-    for op in ("pool", "scan", "argreduce"):
+    for op in ("conv", "pool", "scan", "argreduce"):  # conv: agent.builtin.conv
         if op in ops:
             return kinds()[op].classify(**common)
     for op, what in STRAY.items():

@@ -1,0 +1,158 @@
+"""Convolution (conv1d, conv2d) as an implicit GEMM, with an elementwise epilogue (template
+kernels/conv.py.j2; lowering in agent.builtin.conv_lower). See docs/builtin-conv.md.
+
+The product is out[(n, oh, ow), co] = sum over k = (c, kh, kw) of x[n, g*CG + c, ih, iw] * w[co, k]:
+M = N*OH*OW output positions by N = C_out/groups channels, K = C_in/groups * KH * KW. A program
+owns a [BLOCK_M, BLOCK_N] tile of one group (grid axis 2); the K loop gathers the input with
+computed indices (padding and the tile's edges are masked loads of zero) and reads the weight as
+[C_out, K]; float32 accumulation with tl.dot. Every size - batch, channels, spatial sizes, kernel
+size, stride, padding, dilation, groups - reaches the kernel at run time (stride, padding,
+dilation and groups from the model's Conv module when it has exactly one with the traced settings,
+else the traced values written in forward); only the tile sizes, warps and stages are constants.
+
+Precision: under float32 the dot is "ieee" or "tf32x3" (three TF32 products, about float32's
+accuracy), never plain TF32; the configuration records it. Half types use the native dot.
+
+The epilogue is any elementwise chain on the convolution's output (bias, scaling, clamps,
+activations, batch norm in inference mode, which lowers to a per-channel scale and shift).
+Declined: a reduction over the output after it (group/instance norm, softmax over channels: a
+reduction across programs), a second convolution, a pooling after it, elementwise work before it.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from agent.builtin.emitter import Emitter
+from agent.builtin.indexing import Group
+from agent.builtin.ir import FLOAT_DTYPES, Leaf, Node, Plan, Problem, Unrecognized
+from agent.builtin.search import SMEM_BYTES, SMS, pow2, unique
+from agent.builtin.templates import Context, common_variables, local_name, store_value
+from agent.builtin.templates import render as render_template
+from agent.builtin.window import downstream, epilogue_names
+
+PRECISIONS = ("tf32x3", "ieee")  # float32 dots: never plain "tf32"
+# BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages (BLOCK_N and BLOCK_K clamped to the problem)
+TILES = ((128, 128, 32, 8, 3), (128, 64, 32, 4, 3), (64, 128, 32, 4, 3), (64, 64, 32, 4, 3), (128, 32, 32, 4, 3),
+         (32, 64, 32, 4, 3), (64, 32, 32, 2, 3), (32, 32, 32, 2, 2), (16, 32, 32, 2, 2), (128, 128, 64, 8, 2),
+         (64, 64, 64, 4, 2))
+
+
+def classify(leaves: list[Leaf], nodes: list[Node], out: int, out_glue, out_shape, out_dtype) -> Plan:
+    convs = [i for i, n in enumerate(nodes) if n.op == "conv"]
+    if len(convs) > 1:
+        raise Unrecognized(f"{len(convs)} convolutions in one forward (one kernel convolves once)")
+    index = convs[0]
+    conv = nodes[index]
+    after = downstream(nodes, index)
+    reductions = sorted(i for i in after if nodes[i].op == "reduce")
+    if reductions:
+        what = next((p for i in reductions if (p := nodes[i].attrs.get("pattern"))), nodes[reductions[0]].name)
+        raise Unrecognized(f"a reduction over the convolution's output ({what}) after it")
+    other = sorted({n.attrs.get("pattern") or n.op for i, n in enumerate(nodes) if i != index and n.op != "ew"})
+    if other:
+        raise Unrecognized(f"a {other[0]} with the convolution (one kernel convolves, then works elementwise)")
+    x, w = conv.args
+    if x[0] != "leaf" or w[0] != "leaf":
+        raise Unrecognized("a convolution of a computed input or weight (elementwise work before it)")
+    dtype = leaves[x[1]].dtype
+    if dtype not in FLOAT_DTYPES or dtype == "torch.float64":
+        raise Unrecognized(f"a convolution of a {dtype} tensor")
+    if leaves[w[1]].dtype != dtype:
+        raise Unrecognized(f"a convolution of a {dtype} input with a {leaves[w[1]].dtype} weight")
+    if out != index and (out not in after or nodes[out].shape != conv.shape):
+        raise Unrecognized("an output that is not the convolution's (or an elementwise function of it)")
+    if out_dtype not in FLOAT_DTYPES or out_dtype == "torch.float64":
+        raise Unrecognized(f"the output is {out_dtype}")
+    a = conv.attrs
+    weight = leaves[w[1]].shape
+    kernel = "x".join(map(str, weight[2:]))
+    settings = [f"{k} {_text(a[k])}" for k, plain in (("stride", 1), ("padding", 0), ("dilation", 1))
+                if any(v != plain for v in a[k])]
+    c_in = leaves[x[1]].shape[1]
+    if a["groups"] > 1:
+        settings.append("depthwise" if a["groups"] == c_in else f"groups {a['groups']}")
+    summary = (f"{a['pattern']} {kernel}{' (' + ', '.join(settings) + ')' if settings else ''} of "
+               f"{'x'.join(map(str, leaves[x[1]].shape))} to {'x'.join(map(str, conv.shape))} (implicit GEMM "
+               f"M={_gemm(conv, weight)[0]} N={_gemm(conv, weight)[1]} K={_gemm(conv, weight)[2]})"
+               + epilogue_names(nodes, after))
+    return Plan(kind="conv", leaves=leaves, nodes=nodes, out=out, out_glue=out_glue, out_shape=out_shape,
+                out_dtype=out_dtype, full_shape=conv.shape, red_dims=(), summary=summary)
+
+
+def _text(values: tuple[int, ...]) -> str:
+    return str(values[0]) if len(set(values)) == 1 else "x".join(map(str, values))
+
+
+def _gemm(conv: Node, weight: tuple[int, ...]) -> tuple[int, int, int]:
+    """(M, N, K) of the implicit GEMM of one group."""
+    return (conv.shape[0] * math.prod(conv.shape[2:]), weight[0] // conv.attrs["groups"], math.prod(weight[1:]))
+
+
+def _conv(plan: Plan) -> tuple[int, Node]:
+    index = next(i for i, n in enumerate(plan.nodes) if n.op == "conv")
+    return index, plan.nodes[index]
+
+
+def render(plan: Plan, problem: Problem, config: dict[str, Any], ctx: Context) -> str:
+    index, conv = _conv(plan)
+    a = conv.attrs
+    n = a["dims"]
+    x_index, w_index = conv.args[0][1], conv.args[1][1]
+    shape = conv.shape
+    groups = [Group(shape[0], "n_idx", "mmask", "[:, None]"), Group(shape[1], "co", "cmask", "[None, :]"),
+              Group(math.prod(shape[2:]), "sp", "mmask", "[:, None]")]
+    em = Emitter(plan, {"full": groups}, values={index: "acc"})
+    value, present = em.gen(("node", plan.out), "full", tuple(plan.nodes[plan.out].shape))
+    value = store_value(value, present, len(groups), "[BLOCK_M, BLOCK_N]")
+    precision = None
+    if plan.leaves[x_index].dtype == "torch.float32":
+        precision = config.get("precision")
+        if precision not in PRECISIONS:  # plain TF32 would not be float32's accuracy
+            raise Unrecognized(f"a float32 convolution with dot precision {precision!r} (ieee or tf32x3 only)")
+    names = {k: local_name(f"conv_{k}", problem) for k in ("in_sizes", "out_sizes", "kernel", "stride", "padding",
+                                                             "dilation", "groups", "rows")}
+    module = a["module"]
+    if module is not None:
+        settings = {k: f"{module}.{k}" for k in ("stride", "padding", "dilation", "groups")}
+    else:
+        settings = {k: repr(a[k]) for k in ("stride", "padding", "dilation", "groups")}
+    variables = common_variables(plan, problem, config, ctx)
+    variables["offset_limit"] = None  # batch offsets are int64 in the kernel; forward bounds an image's
+    variables["out_alloc"] = f"(in{x_index}.shape[0], in{w_index}.shape[0], *{names['out_sizes']}[{2 - n}:])"
+    return render_template("conv.py.j2", body=em.outer, result=value, x_index=x_index, w_index=w_index, names=names,
+                           settings=settings, precision=precision, **variables)
+
+
+# --- the search space ----------------------------------------------------------------------------
+
+
+def space(plan: Plan) -> list[dict[str, Any]]:
+    """Tiles from the implicit GEMM's M, N, K (BLOCK_N and BLOCK_K no larger than N and K rounded
+    up to a power of two, at least 16 for tl.dot); pipelined tiles that fit in shared memory; the
+    largest tile that still gives every SM a program first (else the one with the most programs);
+    under float32 each tile with tf32x3, then each with ieee."""
+    index, conv = _conv(plan)
+    weight = plan.leaves[conv.args[1][1]]
+    m, n, k = _gemm(conv, weight.shape)
+    groups = conv.attrs["groups"]
+    size = 4 if weight.dtype == "torch.float32" else 2
+    configs = []
+    for bm, bn, bk, w, s in TILES:
+        bm, bn, bk = min(bm, max(16, pow2(m))), min(bn, max(16, pow2(n))), min(bk, max(16, pow2(k)))
+        if size == 2 and bk == 32 and k >= 64:
+            bk = 64  # half types: twice the K per stage in the same shared memory
+        if (bm * bk + bk * bn) * size * s > SMEM_BYTES:
+            continue  # more shared memory than an H100/H200 SM has for one program
+        configs.append({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": w, "num_stages": s})
+    configs = unique(configs)
+
+    def programs(c: dict[str, Any]) -> int:
+        return groups * math.ceil(m / c["BLOCK_M"]) * math.ceil(n / c["BLOCK_N"])
+
+    filling = [c for c in configs if programs(c) >= SMS]
+    first = filling[0] if filling else max(configs, key=lambda c: (programs(c), -c["BLOCK_M"] * c["BLOCK_N"]))
+    ordered = [first] + [c for c in configs if c is not first]
+    if size == 2 or weight.dtype != "torch.float32":
+        return unique(ordered)
+    return unique([{**c, "precision": p} for p in PRECISIONS for c in ordered])

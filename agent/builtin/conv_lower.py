@@ -1,0 +1,76 @@
+"""Lowering aten.convolution to the IR (agent.builtin.aten hands it over): one `conv` node over the
+input and weight leaves, with the traced stride, padding, dilation and groups as attributes, and
+the bias (when there is one) as an elementwise add of the bias leaf seen as [C_out, 1, (1)], so it
+joins the epilogue the kernel computes after the implicit GEMM (agent.builtin.conv).
+
+A transposed convolution and a 3-d convolution are declined here, each with what is missing.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from agent.builtin.builder import Builder
+from agent.builtin.ir import Unrecognized
+
+CONV_OPS = {"convolution", "_convolution"}
+
+
+def lower_conv(b: Builder, args, kwargs: dict[str, Any], arg, dtype: str, v) -> Any:
+    """The IR of aten.convolution(x, w, bias, stride, padding, dilation, transposed, output_padding, groups)."""
+    names = ("input", "weight", "bias", "stride", "padding", "dilation", "transposed", "output_padding", "groups")
+    given = {name: args[i] if len(args) > i else kwargs.get(name) for i, name in enumerate(names)}
+    weight_shape = tuple(given["weight"].meta["val"].shape)
+    n = len(weight_shape) - 2
+    if given["transposed"]:
+        raise Unrecognized(f"a transposed convolution (conv_transpose{n}d): the implicit-GEMM template computes "
+                           "forward convolutions only (a transposed one needs a scatter or an input-dilated gather)")
+    if n == 3:
+        raise Unrecognized("a 3-d convolution (conv3d): the implicit-GEMM template covers conv1d and conv2d only")
+    if n not in (1, 2):
+        raise Unrecognized(f"a {n}-d convolution")
+    x_shape = tuple(given["input"].meta["val"].shape)
+    if len(x_shape) != n + 2:
+        raise Unrecognized(f"an unbatched {n}-d convolution (input of {len(x_shape)} dims)")
+    attrs = dict(dims=n, stride=_ints(given["stride"], n), padding=_ints(given["padding"], n),
+                 dilation=_ints(given["dilation"], n), groups=int(given["groups"] or 1))
+    attrs["module"] = _module(b, n, attrs)
+    x = arg(given["input"])
+    w = arg(given["weight"])
+    ref = b.add("conv", "conv", [x, w], tuple(v.shape), dtype, pattern=f"conv{n}d", **attrs)
+    if given["bias"] is not None:
+        bias = arg(given["bias"])
+        if not (isinstance(bias, tuple) and bias[0] == "leaf"):
+            raise Unrecognized("a convolution whose bias is computed")
+        leaf = b.leaves[bias[1]]
+        shape = (weight_shape[0],) + (1,) * n  # [C_out, 1, 1]: broadcast over the output's positions
+        b.leaves[bias[1]] = dataclasses.replace(leaf, glue=leaf.glue + [("view", [list(shape)])], shape=shape,
+                                                strides=(1,) * len(shape))
+        ref = b.ew("add", [ref, bias], dtype)
+    return ref
+
+
+def _module(b: Builder, n: int, attrs: dict[str, Any]) -> str | None:
+    """The expression of the model's one Conv{n}d module with these settings (the draft reads its
+    stride, padding, dilation and groups at run time), or None: the settings are written in."""
+    found = []
+    for expr, (cls, a) in b.problem.submodules.items():
+        if cls != f"Conv{n}d" or isinstance(a.get("padding"), str) or a.get("padding_mode", "zeros") != "zeros":
+            continue
+        try:
+            same = (_ints(a.get("stride", 1), n), _ints(a.get("padding", 0), n), _ints(a.get("dilation", 1), n),
+                    int(a.get("groups", 1))) == (attrs["stride"], attrs["padding"], attrs["dilation"], attrs["groups"])
+        except (Unrecognized, TypeError, ValueError):
+            same = False
+        if same:
+            found.append(expr)
+    return found[0] if len(found) == 1 else None
+
+
+def _ints(value, n: int) -> tuple[int, ...]:
+    items = list(value) if isinstance(value, (list, tuple)) else [value]
+    if len(items) == 1:
+        items = items * n
+    if len(items) != n or not all(isinstance(i, int) for i in items):
+        raise Unrecognized(f"a convolution setting {value!r} for {n} dims")
+    return tuple(int(i) for i in items)
