@@ -1,0 +1,143 @@
+"""The built-in policy's convolutions (agent.builtin.conv): conv1d and conv2d as an implicit GEMM,
+drafted and run in Triton's interpreter against the reference on tiny shapes - stride, padding,
+dilation (asymmetric too), groups, depthwise, pointwise 1x1, with and without bias, settings from
+the module or written in (F.conv2d), elementwise epilogues (a bias parameter, scaling, hardtanh,
+GELU, batch norm in inference mode); the same draft at another batch and spatial size; every
+configuration of every tile; the float32 precision rule; and what is declined, with the message."""
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+import torch
+
+from agent.builtin import codegen, search
+from agent.builtin.conv import PRECISIONS
+from agent.builtin.recognize import recognize
+from helpers_builtin import load_module
+
+pytestmark = pytest.mark.timeout(240)
+_MADE = itertools.count()
+
+
+@pytest.fixture(autouse=True)
+def interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
+def _problem(tmp_path: Path, body: str, forward: str, shape: tuple[int, ...], init: str = "",
+             args: str = "") -> Path:
+    path = tmp_path / f"conv_problem_{next(_MADE)}.py"
+    path.write_text(f"import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
+                    f"class Model(nn.Module):\n    def __init__(self{args}):\n        super().__init__()\n{body}\n"
+                    f"        pass\n\n    def forward(self, x):\n        return {forward}\n\n\n"
+                    f"def get_inputs():\n    return [torch.randn{shape!r}]\n\n\n"
+                    f"def get_init_inputs():\n    return [{init}]\n")
+    return path
+
+
+def _draft(problem: Path, tmp_path: Path, config: dict | None = None):
+    rec = recognize(problem)
+    assert rec.plan is not None, rec.reason
+    assert rec.plan.kind == "conv", rec.plan.kind
+    source = codegen.draft(rec.plan, rec.problem, config or search.space(rec.plan)[0])
+    path = tmp_path / f"{problem.stem}_candidate_{next(_MADE)}.py"
+    path.write_text(source)
+    return load_module(path), rec
+
+
+def _same(problem: Path, candidate, inputs: list[torch.Tensor]) -> None:
+    ref = load_module(problem)
+    init = ref.get_init_inputs()
+    torch.manual_seed(3)
+    reference = ref.Model(*init)
+    torch.manual_seed(3)
+    ours = candidate.ModelNew(*init)
+    with torch.no_grad():
+        expected, got = reference(*inputs), ours(*inputs)
+    assert got.dtype == expected.dtype and got.shape == expected.shape
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+
+
+BN = ("        self.bn = nn.BatchNorm2d(6)\n        self.bn.running_mean.uniform_(-1.0, 1.0)\n"
+      "        self.bn.running_var.uniform_(0.5, 2.0)\n        self.bn.eval()\n")
+# name -> (constructor body, forward, input shape)
+VARIANTS = {
+    "plain_3x3_no_bias": ("        self.conv = nn.Conv2d(3, 5, 3, padding=1, bias=False)\n", "self.conv(x)",
+                          (2, 3, 7, 6)),
+    "stride_padding_dilation": ("        self.conv = nn.Conv2d(4, 6, (3, 2), stride=(2, 1), padding=(2, 1), "
+                                "dilation=(2, 3))\n", "self.conv(x)", (2, 4, 9, 8)),
+    "grouped": ("        self.conv = nn.Conv2d(4, 6, 3, stride=2, groups=2)\n", "self.conv(x)", (2, 4, 8, 7)),
+    "depthwise": ("        self.conv = nn.Conv2d(5, 5, 3, padding=1, groups=5)\n", "self.conv(x)", (2, 5, 6, 6)),
+    "depthwise_multiplier": ("        self.conv = nn.Conv2d(3, 6, 3, groups=3, bias=False)\n", "self.conv(x)",
+                             (1, 3, 6, 5)),
+    "pointwise_1x1": ("        self.conv = nn.Conv2d(7, 5, 1)\n", "self.conv(x)", (2, 7, 5, 6)),
+    "conv1d": ("        self.conv = nn.Conv1d(4, 6, 3, stride=2, padding=2, dilation=2)\n", "self.conv(x)",
+               (2, 4, 19)),
+    "functional": ("        self.w = nn.Parameter(torch.randn(6, 3, 3, 3))\n",
+                   "F.conv2d(x, self.w, None, 2, 1)", (2, 3, 7, 7)),
+    "bias_scale_hardtanh_gelu": ("        self.conv = nn.Conv2d(3, 6, 3)\n"
+                                 "        self.bias = nn.Parameter(torch.randn(6, 1, 1))\n",
+                                 "F.gelu(F.hardtanh((self.conv(x) + self.bias) * 0.5, -0.4, 0.6))", (2, 3, 7, 6)),
+    "batch_norm_relu": ("        self.conv = nn.Conv2d(3, 6, 3, stride=2, padding=1)\n" + BN,
+                        "torch.relu(self.bn(self.conv(x)))", (2, 3, 9, 8)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_each_variant_matches_the_reference(name, tmp_path):
+    body, forward, shape = VARIANTS[name]
+    problem = _problem(tmp_path, body, forward, shape)
+    candidate, rec = _draft(problem, tmp_path)
+    torch.manual_seed(4)
+    _same(problem, candidate, [torch.randn(shape)])
+
+
+def test_the_draft_is_general_over_batch_and_spatial_size(tmp_path):
+    body, forward, shape = VARIANTS["stride_padding_dilation"]
+    problem = _problem(tmp_path, body, forward, shape)
+    candidate, _ = _draft(problem, tmp_path)
+    torch.manual_seed(5)
+    for other in ((3, 4, 9, 8), (1, 4, 13, 11), (3, 4, 5, 17)):
+        _same(problem, candidate, [torch.randn(other)])
+
+
+def test_every_configuration_of_a_grouped_conv_is_correct(tmp_path):
+    body, forward, shape = VARIANTS["grouped"]
+    problem = _problem(tmp_path, body, forward, shape)
+    rec = recognize(problem)
+    configs = search.space(rec.plan)
+    assert len(configs) >= 4
+    torch.manual_seed(6)
+    x = torch.randn(shape)
+    for config in configs[:: max(1, len(configs) // 4)]:
+        candidate, _ = _draft(problem, tmp_path, config)
+        _same(problem, candidate, [x])
+
+
+def test_float32_dots_are_ieee_or_tf32x3_never_tf32(tmp_path):
+    body, forward, shape = VARIANTS["batch_norm_relu"]
+    rec = recognize(_problem(tmp_path, body, forward, shape))
+    configs = search.space(rec.plan)
+    assert {c["precision"] for c in configs} == set(PRECISIONS)
+    source = codegen.draft(rec.plan, rec.problem, configs[0])
+    assert 'input_precision="tf32x3"' in source and 'input_precision="tf32"' not in source
+    with pytest.raises(Exception, match="ieee or tf32x3"):
+        codegen.draft(rec.plan, rec.problem, {**configs[0], "precision": "tf32"})
+
+
+@pytest.mark.parametrize("body, forward, shape, reason", [
+    ("        self.conv = nn.Conv2d(4, 6, 3)\n        self.norm = nn.GroupNorm(2, 6)\n", "self.norm(self.conv(x))",
+     (2, 4, 6, 6), "a reduction over the convolution's output (group_norm) after it"),
+    ("        self.conv = nn.Conv2d(4, 6, 3)\n", "torch.softmax(self.conv(x), dim=1)", (2, 4, 6, 6),
+     "a reduction over the convolution's output (softmax) after it"),
+    ("        self.conv = nn.Conv3d(2, 4, 3)\n", "self.conv(x)", (1, 2, 5, 5, 5),
+     "a 3-d convolution (conv3d): the implicit-GEMM template covers conv1d and conv2d only"),
+    ("        self.conv = nn.ConvTranspose2d(4, 2, 3)\n", "self.conv(x)", (1, 4, 5, 5),
+     "a transposed convolution (conv_transpose2d)"),
+])
+def test_what_is_declined_says_why_in_one_line(body, forward, shape, reason, tmp_path):
+    rec = recognize(_problem(tmp_path, body, forward, shape))
+    assert rec.plan is None
+    assert reason in rec.reason and "\n" not in rec.reason
