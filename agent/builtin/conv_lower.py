@@ -34,9 +34,9 @@ def lower_conv(b: Builder, args, kwargs: dict[str, Any], arg, dtype: str, v) -> 
         raise Unrecognized(f"an unbatched {n}-d convolution (input of {len(x_shape)} dims)")
     attrs = dict(dims=n, stride=_ints(given["stride"], n), padding=_ints(given["padding"], n),
                  dilation=_ints(given["dilation"], n), groups=int(given["groups"] or 1))
-    attrs["module"] = _module(b, n, attrs)
     x = arg(given["input"])
     w = arg(given["weight"])
+    attrs["module"] = _module(b, n, w)
     ref = b.add("conv", "conv", [x, w], tuple(v.shape), dtype, pattern=f"conv{n}d", **attrs)
     if given["bias"] is not None:
         bias = arg(given["bias"])
@@ -50,21 +50,21 @@ def lower_conv(b: Builder, args, kwargs: dict[str, Any], arg, dtype: str, v) -> 
     return ref
 
 
-def _module(b: Builder, n: int, attrs: dict[str, Any]) -> str | None:
-    """The expression of the model's one Conv{n}d module with these settings (the draft reads its
-    stride, padding, dilation and groups at run time), or None: the settings are written in."""
-    found = []
-    for expr, (cls, a) in b.problem.submodules.items():
-        if cls != f"Conv{n}d" or isinstance(a.get("padding"), str) or a.get("padding_mode", "zeros") != "zeros":
-            continue
-        try:
-            same = (_ints(a.get("stride", 1), n), _ints(a.get("padding", 0), n), _ints(a.get("dilation", 1), n),
-                    int(a.get("groups", 1))) == (attrs["stride"], attrs["padding"], attrs["dilation"], attrs["groups"])
-        except (Unrecognized, TypeError, ValueError):
-            same = False
-        if same:
-            found.append(expr)
-    return found[0] if len(found) == 1 else None
+def _module(b: Builder, n: int, weight) -> str | None:
+    """The model's Conv{n}d module whose weight the convolution reads (`self.conv`): the draft reads
+    its stride, padding, dilation and groups at run time, as its forward does (so a problem traced
+    with other channels or groups draws the same code); None when the weight is no such module's
+    (F.conv2d on a parameter of its own): the traced settings are written in."""
+    if not (isinstance(weight, tuple) and weight[0] == "leaf"):
+        return None
+    leaf = b.leaves[weight[1]]
+    if leaf.kind != "param" or leaf.glue or not str(leaf.ref).endswith(".weight"):
+        return None
+    expr = b.problem.param_exprs[leaf.ref][: -len(".weight")]
+    cls, attrs = b.problem.submodules.get(expr, ("", {}))
+    if cls != f"Conv{n}d" or isinstance(attrs.get("padding"), str) or attrs.get("padding_mode", "zeros") != "zeros":
+        return None
+    return expr
 
 
 def _ints(value, n: int) -> tuple[int, ...]:
