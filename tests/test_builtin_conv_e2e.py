@@ -24,8 +24,8 @@ def cpu_settings(monkeypatch):
 
 
 @pytest.mark.parametrize("problem, sizes, other", [
-    ("conv2d_bias_relu.py", "batch_size, in_channels, height, width = 2, 3, 9, 8",
-     "batch_size, in_channels, height, width = 3, 3, 11, 7"),
+    ("conv2d_bias_relu.py", "batch_size, channels, height, width = 2, 3, 9, 8",
+     "batch_size, channels, height, width = 3, 3, 11, 7"),
     ("conv1d_depthwise.py", "batch_size, channels, length = 3, 4, 41", "batch_size, channels, length = 2, 4, 30"),
 ], ids=["conv2d", "conv1d_depthwise"])
 def test_builtin_optimizes_and_the_best_evaluates_at_other_sizes(problem, sizes, other, tmp_path, capsys):

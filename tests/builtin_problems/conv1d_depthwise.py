@@ -6,9 +6,9 @@ batch_size, channels, length = 3, 4, 41
 
 
 class Model(nn.Module):
-    def __init__(self, channels: int, kernel_size: int):
+    def __init__(self, in_channels: int, kernel_size: int):
         super().__init__()
-        self.conv = nn.Conv1d(channels, channels, kernel_size, padding=2, dilation=2, groups=channels)
+        self.conv = nn.Conv1d(in_channels, in_channels, kernel_size, padding=2, dilation=2, groups=in_channels)
 
     def forward(self, x):
         return torch.tanh(self.conv(x)) * 2.0

@@ -2,8 +2,7 @@
 import torch
 import torch.nn as nn
 
-batch_size, in_channels, height, width = 2, 3, 9, 8
-out_channels = 6
+batch_size, channels, height, width = 2, 3, 9, 8
 
 
 class Model(nn.Module):
@@ -17,8 +16,8 @@ class Model(nn.Module):
 
 
 def get_inputs():
-    return [torch.randn(batch_size, in_channels, height, width)]
+    return [torch.randn(batch_size, channels, height, width)]
 
 
 def get_init_inputs():
-    return [in_channels, out_channels, 3]
+    return [channels, 6, 3]
