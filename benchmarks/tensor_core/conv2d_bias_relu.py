@@ -1,0 +1,28 @@
+"""Level-2 chain: 3x3 convolution, a per-channel bias parameter added, ReLU."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+batch_size = 128
+in_channels = 3
+out_channels = 16
+height = width = 32
+bias_shape = (16, 1, 1)
+
+
+class Model(nn.Module):
+    def __init__(self, in_ch: int, out_ch: int, bias: tuple):
+        super().__init__()
+        self.conv = nn.Conv2d(in_ch, out_ch, 3)
+        self.bias = nn.Parameter(torch.randn(bias))
+
+    def forward(self, x):
+        return torch.relu(self.conv(x) + self.bias)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, in_channels, height, width)]
+
+
+def get_init_inputs():
+    return [in_channels, out_channels, bias_shape]

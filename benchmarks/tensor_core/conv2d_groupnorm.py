@@ -1,0 +1,28 @@
+"""Level-2 chain with a reduction over the convolution's output: 3x3 convolution, GroupNorm (declined)."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+batch_size = 128
+in_channels = 3
+out_channels = 16
+groups = 8
+height = width = 32
+
+
+class Model(nn.Module):
+    def __init__(self, in_ch: int, out_ch: int, g: int):
+        super().__init__()
+        self.conv = nn.Conv2d(in_ch, out_ch, 3)
+        self.norm = nn.GroupNorm(g, out_ch)
+
+    def forward(self, x):
+        return self.norm(self.conv(x))
+
+
+def get_inputs():
+    return [torch.randn(batch_size, in_channels, height, width)]
+
+
+def get_init_inputs():
+    return [in_channels, out_channels, groups]

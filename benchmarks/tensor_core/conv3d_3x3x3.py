@@ -1,0 +1,27 @@
+"""3-d convolution: 3x3x3 over 16x64x64 volumes (declined: conv1d/conv2d only)."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+batch_size = 16
+in_channels = 3
+out_channels = 64
+depth = 16
+height = width = 64
+
+
+class Model(nn.Module):
+    def __init__(self, in_ch: int, out_ch: int):
+        super().__init__()
+        self.conv = nn.Conv3d(in_ch, out_ch, 3)
+
+    def forward(self, x):
+        return self.conv(x)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, in_channels, depth, height, width)]
+
+
+def get_init_inputs():
+    return [in_channels, out_channels]
