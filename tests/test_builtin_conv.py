@@ -116,11 +116,29 @@ def test_every_configuration_of_a_grouped_conv_is_correct(tmp_path):
         _same(problem, candidate, [x])
 
 
+def test_a_depthwise_conv_takes_the_direct_kernel_first_and_the_grouped_gemm_too(tmp_path):
+    body, forward, shape = VARIANTS["depthwise_multiplier"]
+    problem = _problem(tmp_path, body, forward, shape)
+    rec = recognize(problem)
+    configs = search.space(rec.plan)
+    assert configs[0]["direct"] is True and configs[0]["precision"] == "ieee"
+    gemm = next(c for c in configs if not c.get("direct"))
+    torch.manual_seed(7)
+    x = torch.randn(shape)
+    for config in (configs[0], gemm):
+        candidate, _ = _draft(problem, tmp_path, config)
+        assert ("conv_direct_kernel[grid]" in Path(candidate.__file__).read_text()) == bool(config.get("direct"))
+        _same(problem, candidate, [x])
+
+
 def test_float32_dots_are_ieee_or_tf32x3_never_tf32(tmp_path):
     body, forward, shape = VARIANTS["batch_norm_relu"]
     rec = recognize(_problem(tmp_path, body, forward, shape))
     configs = search.space(rec.plan)
     assert {c["precision"] for c in configs} == set(PRECISIONS)
+    for name in ("depthwise", "grouped", "conv1d"):  # every float32 configuration records its precision
+        other = recognize(_problem(tmp_path, *VARIANTS[name]))
+        assert all(c["precision"] in PRECISIONS for c in search.space(other.plan))
     source = codegen.draft(rec.plan, rec.problem, configs[0])
     assert 'input_precision="tf32x3"' in source and 'input_precision="tf32"' not in source
     with pytest.raises(Exception, match="ieee or tf32x3"):

@@ -22,6 +22,7 @@ CASES = {
     "fp32_tf32x3": ("conv2d_bias_relu.py", "tf32x3", None),
     "fp32_ieee": ("conv2d_bias_relu.py", "ieee", None),
     "fp16": ("conv2d_bias_relu.py", None, "torch.float16"),
+    "depthwise_direct": ("conv1d_depthwise.py", "ieee", None),
 }
 pytestmark = pytest.mark.timeout(300)
 
@@ -43,14 +44,16 @@ def compile_case(problem: Path, precision: str | None, dtype: str | None, workdi
         problem.write_text(text)
     rec = recognize(problem)
     assert rec.plan is not None, rec.reason
-    config = next(c for c in search.space(rec.plan) if c.get("precision") == precision)
+    config = search.space(rec.plan)[0]  # a depthwise convolution's: the direct kernel
+    if not config.get("direct"):
+        config = next(c for c in search.space(rec.plan) if c.get("precision") == precision)
     source = codegen.draft(rec.plan, rec.problem, config)
     path = workdir / f"{problem.stem}_{precision}.py"
     path.write_text(source)
     spec = importlib.util.spec_from_file_location(f"compiled_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    fn = module.conv_igemm_kernel
+    fn = module.conv_direct_kernel if config.get("direct") else module.conv_igemm_kernel
     signature, constexprs, attrs = {}, {}, {}
     for i, name in enumerate(fn.arg_names):
         if name.endswith("_ptr"):
@@ -63,10 +66,10 @@ def compile_case(problem: Path, precision: str | None, dtype: str | None, workdi
             signature[name], constexprs[(i,)] = "constexpr", config[name]
         else:
             signature[name] = "i32"
-    options = {k: config[k] for k in ("num_warps", "num_stages")}
+    options = {k: config[k] for k in ("num_warps", "num_stages") if k in config}
     kernel = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs),
                             target=GPUTarget("cuda", 90, 32), options=options)
-    return kernel, source
+    return kernel, source, config
 
 
 def _child(workdir: str) -> None:
@@ -74,11 +77,11 @@ def _child(workdir: str) -> None:
     out = {}
     for case, (problem, precision, dtype) in CASES.items():
         try:
-            kernel, source = compile_case(PROBLEMS / problem, precision, dtype, Path(workdir))
+            kernel, source, config = compile_case(PROBLEMS / problem, precision, dtype, Path(workdir))
             ptx = kernel.asm["ptx"]
             out[case] = {"ok": bool(kernel.asm.get("cubin")), "tensor_core": bool(re.search(r"\b(mma|wgmma)\b", ptx)),
                          "tf32": bool(re.search(r"\.tf32", ptx)),
-                         "precision": re.findall(r'input_precision="(\w+)"', source)}
+                         "precision": re.findall(r'input_precision="(\w+)"', source), "direct": "direct" in config}
         except Exception as exc:  # reported to the parent test, which fails with it
             out[case] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:2000]}
     print(json.dumps(out))
@@ -96,6 +99,9 @@ def test_the_conv_kernel_compiles_for_sm90(case, compiled):
         pytest.skip(f"no CUDA compiler toolchain: {result['error']}")
     assert result["ok"], result.get("error")
     precision = CASES[case][1]
+    if case == "depthwise_direct":  # float32 FMAs, no dot
+        assert result["direct"] and result["precision"] == [] and not result["tf32"]
+        return
     assert result["precision"] == ([precision] if precision else [])
     if precision == "ieee":
         assert not result["tf32"]  # IEEE float32: no TF32 instruction at all

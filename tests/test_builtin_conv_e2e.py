@@ -23,12 +23,13 @@ def cpu_settings(monkeypatch):
     builtin_cpu_env(monkeypatch)
 
 
-@pytest.mark.parametrize("problem, sizes, other", [
-    ("conv2d_bias_relu.py", "batch_size, channels, height, width = 2, 3, 9, 8",
+@pytest.mark.parametrize("problem, kernel, sizes, other", [
+    ("conv2d_bias_relu.py", "conv_igemm_kernel", "batch_size, channels, height, width = 2, 3, 9, 8",
      "batch_size, channels, height, width = 3, 3, 11, 7"),
-    ("conv1d_depthwise.py", "batch_size, channels, length = 3, 4, 41", "batch_size, channels, length = 2, 4, 30"),
+    ("conv1d_depthwise.py", "conv_direct_kernel", "batch_size, channels, length = 3, 4, 41",
+     "batch_size, channels, length = 2, 4, 30"),
 ], ids=["conv2d", "conv1d_depthwise"])
-def test_builtin_optimizes_and_the_best_evaluates_at_other_sizes(problem, sizes, other, tmp_path, capsys):
+def test_builtin_optimizes_and_the_best_evaluates_at_other_sizes(problem, kernel, sizes, other, tmp_path, capsys):
     path = PROBLEMS / problem
     code = main(["optimize", str(path), "--workspace", str(tmp_path / "ws"), "--json", "--model", "builtin",
                  "--max-attempts", "1"])
@@ -38,7 +39,7 @@ def test_builtin_optimizes_and_the_best_evaluates_at_other_sizes(problem, sizes,
     assert summary["model"] == "builtin" and summary["verdicts"] == ["ok"]
     with Workspace(tmp_path / "ws").open_existing(path) as repo:
         best = repo.best_path.read_text()
-    assert "conv_igemm_kernel" in best and 'input_precision="tf32"' not in best
+    assert f"{kernel}[grid]" in best and 'input_precision="tf32"' not in best
     candidate = tmp_path / "best.py"
     candidate.write_text(best)
     code = main(["eval", str(path), str(candidate), "--trials", "2"])

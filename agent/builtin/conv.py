@@ -36,6 +36,9 @@ PRECISIONS = ("tf32x3", "ieee")  # float32 dots: never plain "tf32"
 TILES = ((128, 128, 32, 8, 3), (128, 64, 32, 4, 3), (64, 128, 32, 4, 3), (64, 64, 32, 4, 3), (128, 32, 32, 4, 3),
          (32, 64, 32, 4, 3), (64, 32, 32, 2, 3), (32, 32, 32, 2, 2), (16, 32, 32, 2, 2), (128, 128, 64, 8, 2),
          (64, 64, 64, 4, 2))
+# the depthwise direct kernel: BLOCK_M positions, BLOCK_N channels, num_warps
+DIRECT_TILES = ((128, 32, 4), (256, 16, 4), (64, 64, 4), (256, 32, 8), (128, 64, 8), (512, 8, 4), (64, 32, 2),
+                (32, 32, 2))
 
 
 def classify(leaves: list[Leaf], nodes: list[Node], out: int, out_glue, out_shape, out_dtype) -> Plan:
@@ -105,10 +108,13 @@ def render(plan: Plan, problem: Problem, config: dict[str, Any], ctx: Context) -
     em = Emitter(plan, {"full": groups}, values={index: "acc"})
     value, present = em.gen(("node", plan.out), "full", tuple(plan.nodes[plan.out].shape))
     value = store_value(value, present, len(groups), "[BLOCK_M, BLOCK_N]")
+    direct = bool(config.get("direct"))
+    if direct and plan.leaves[w_index].shape[1] != 1:
+        raise Unrecognized("the direct kernel for a convolution with more than one input channel per group")
     precision = None
     if plan.leaves[x_index].dtype == "torch.float32":
         precision = config.get("precision")
-        if precision not in PRECISIONS:  # plain TF32 would not be float32's accuracy
+        if precision not in PRECISIONS or (direct and precision != "ieee"):  # plain TF32: not float32's accuracy
             raise Unrecognized(f"a float32 convolution with dot precision {precision!r} (ieee or tf32x3 only)")
     names = {k: local_name(f"conv_{k}", problem) for k in ("in_sizes", "out_sizes", "kernel", "stride", "padding",
                                                              "dilation", "groups", "rows")}
@@ -121,7 +127,7 @@ def render(plan: Plan, problem: Problem, config: dict[str, Any], ctx: Context) -
     variables["offset_limit"] = None  # batch offsets are int64 in the kernel; forward bounds an image's
     variables["out_alloc"] = f"(in{x_index}.shape[0], in{w_index}.shape[0], *{names['out_sizes']}[{2 - n}:])"
     return render_template("conv.py.j2", body=em.outer, result=value, x_index=x_index, w_index=w_index, names=names,
-                           settings=settings, precision=precision, **variables)
+                           settings=settings, precision=precision, direct=direct, **variables)
 
 
 # --- the search space ----------------------------------------------------------------------------
@@ -150,9 +156,31 @@ def space(plan: Plan) -> list[dict[str, Any]]:
     def programs(c: dict[str, Any]) -> int:
         return groups * math.ceil(m / c["BLOCK_M"]) * math.ceil(n / c["BLOCK_N"])
 
+    gemm = _filling_first(configs, programs)
+    if weight.dtype == "torch.float32":
+        gemm = [{**c, "precision": p} for p in PRECISIONS for c in gemm]
+    if weight.shape[1] != 1:
+        return unique(gemm)
+    return unique(_direct_space(plan, m, weight) + gemm)  # depthwise: the direct kernel first
+
+
+def _filling_first(configs: list[dict[str, Any]], programs) -> list[dict[str, Any]]:
+    """The largest tile (in the list's order) that gives every SM a program first; without one,
+    the tile with the most programs."""
     filling = [c for c in configs if programs(c) >= SMS]
     first = filling[0] if filling else max(configs, key=lambda c: (programs(c), -c["BLOCK_M"] * c["BLOCK_N"]))
-    ordered = [first] + [c for c in configs if c is not first]
-    if size == 2 or weight.dtype != "torch.float32":
-        return unique(ordered)
-    return unique([{**c, "precision": p} for p in PRECISIONS for c in ordered])
+    return [first] + [c for c in configs if c is not first]
+
+
+def _direct_space(plan: Plan, m: int, weight: Leaf) -> list[dict[str, Any]]:
+    """The depthwise kernel's tiles: positions (contiguous in memory, so long) by channels; float32
+    FMAs, recorded as "ieee" under float32."""
+    channels = weight.shape[0]
+    configs = []
+    for bm, bn, w in DIRECT_TILES:
+        bm, bn = min(bm, max(16, pow2(m))), min(bn, pow2(channels))
+        configs.append({"direct": True, "BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w})
+    configs = _filling_first(unique(configs), lambda c: math.ceil(m / c["BLOCK_M"]) * math.ceil(channels / c["BLOCK_N"]))
+    if weight.dtype == "torch.float32":
+        configs = [{**c, "precision": "ieee"} for c in configs]
+    return configs
