@@ -10,6 +10,10 @@ size, stride, padding, dilation, groups - reaches the kernel at run time (stride
 dilation and groups from the model's Conv module when it has exactly one with the traced settings,
 else the traced values written in forward); only the tile sizes, warps and stages are constants.
 
+A depthwise convolution (one input channel per group) is first drafted as a direct kernel instead
+(configuration "direct"): BLOCK_M positions x BLOCK_N channels per program, a loop over the taps
+with float32 FMAs; the grouped GEMM's configurations come after it.
+
 Precision: under float32 the dot is "ieee" or "tf32x3" (three TF32 products, about float32's
 accuracy), never plain TF32; the configuration records it. Half types use the native dot.
 
