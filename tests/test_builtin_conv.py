@@ -94,12 +94,17 @@ def test_each_variant_matches_the_reference(name, tmp_path):
     _same(problem, candidate, [torch.randn(shape)])
 
 
-def test_the_draft_is_general_over_batch_and_spatial_size(tmp_path):
-    body, forward, shape = VARIANTS["stride_padding_dilation"]
+@pytest.mark.parametrize("name, others", [
+    ("stride_padding_dilation", ((3, 4, 9, 8), (1, 4, 13, 11), (3, 4, 5, 17))),
+    ("depthwise", ((3, 5, 6, 6), (1, 5, 11, 4))),  # the direct kernel
+    ("conv1d", ((3, 4, 19), (1, 4, 33))),
+])
+def test_the_draft_is_general_over_batch_and_spatial_size(name, others, tmp_path):
+    body, forward, shape = VARIANTS[name]
     problem = _problem(tmp_path, body, forward, shape)
     candidate, _ = _draft(problem, tmp_path)
     torch.manual_seed(5)
-    for other in ((3, 4, 9, 8), (1, 4, 13, 11), (3, 4, 5, 17)):
+    for other in others:
         _same(problem, candidate, [torch.randn(other)])
 
 
