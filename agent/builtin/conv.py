@@ -54,7 +54,8 @@ def classify(leaves: list[Leaf], nodes: list[Node], out: int, out_glue, out_shap
     after = downstream(nodes, index)
     reductions = sorted(i for i in after if nodes[i].op == "reduce")
     if reductions:
-        what = next((p for i in reductions if (p := nodes[i].attrs.get("pattern"))), nodes[reductions[0]].name)
+        patterns = [p for i in reductions if (p := nodes[i].attrs.get("pattern")) not in (None, "reduction")]
+        what = patterns[0] if patterns else nodes[reductions[0]].name  # group_norm, softmax; else sum / max
         raise Unrecognized(f"a reduction over the convolution's output ({what}) after it")
     other = sorted({n.attrs.get("pattern") or n.op for i, n in enumerate(nodes) if i != index and n.op != "ew"})
     if other:
