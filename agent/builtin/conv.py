@@ -25,6 +25,7 @@ reduction across programs), a second convolution, a pooling after it, elementwis
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from agent.builtin.emitter import Emitter
@@ -169,7 +170,7 @@ def space(plan: Plan) -> list[dict[str, Any]]:
     return unique(_direct_space(plan, m, weight) + gemm)  # depthwise: the direct kernel first
 
 
-def _filling_first(configs: list[dict[str, Any]], programs) -> list[dict[str, Any]]:
+def _filling_first(configs: list[dict[str, Any]], programs: Callable[[dict[str, Any]], int]) -> list[dict[str, Any]]:
     """The largest tile (in the list's order) that gives every SM a program first; without one,
     the tile with the most programs."""
     filling = [c for c in configs if programs(c) >= SMS]
@@ -185,7 +186,8 @@ def _direct_space(plan: Plan, m: int, weight: Leaf) -> list[dict[str, Any]]:
     for bm, bn, w in DIRECT_TILES:
         bm, bn = min(bm, max(16, pow2(m))), min(bn, pow2(channels))
         configs.append({"direct": True, "BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w})
-    configs = _filling_first(unique(configs), lambda c: math.ceil(m / c["BLOCK_M"]) * math.ceil(channels / c["BLOCK_N"]))
+    configs = _filling_first(unique(configs),
+                             lambda c: math.ceil(m / c["BLOCK_M"]) * math.ceil(channels / c["BLOCK_N"]))
     if weight.dtype == "torch.float32":
         configs = [{**c, "precision": "ieee"} for c in configs]
     return configs
