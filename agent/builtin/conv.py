@@ -31,12 +31,12 @@ from typing import Any
 from agent.builtin.emitter import Emitter
 from agent.builtin.indexing import Group
 from agent.builtin.ir import FLOAT_DTYPES, Leaf, Node, Plan, Problem, Unrecognized
-from agent.builtin.search import SMEM_BYTES, SMS, pow2, unique
+from agent.builtin.search import FP32_DOTS, SMEM_BYTES, SMS, pow2, unique
 from agent.builtin.templates import Context, common_variables, local_name, store_value
 from agent.builtin.templates import render as render_template
 from agent.builtin.window import downstream, epilogue_names
 
-PRECISIONS = ("tf32x3", "ieee")  # float32 dots: never plain "tf32"
+PRECISIONS = FP32_DOTS  # float32 dots: ("tf32x3", "ieee"), never plain "tf32" (agent.builtin.search)
 # BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages (BLOCK_N and BLOCK_K clamped to the problem)
 TILES = ((128, 128, 32, 8, 3), (128, 64, 32, 4, 3), (64, 128, 32, 4, 3), (64, 64, 32, 4, 3), (128, 32, 32, 4, 3),
          (32, 64, 32, 4, 3), (64, 32, 32, 2, 3), (32, 32, 32, 2, 2), (16, 32, 32, 2, 2), (128, 128, 64, 8, 2),
