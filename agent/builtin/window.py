@@ -15,9 +15,9 @@ STRAY = {"flip": "aten.flip outside a scan", "pad": "torch.cat with zeros outsid
 
 
 def kinds() -> dict[str, ModuleType]:
-    from agent.builtin import argreduce, pooling, scans
+    from agent.builtin import argreduce, attention, pooling, scans
 
-    return {"pool": pooling, "scan": scans, "argreduce": argreduce}
+    return {"pool": pooling, "scan": scans, "argreduce": argreduce, "attention": attention}
 
 
 def classify_window(leaves: list[Leaf], nodes: list[Node], out: int, out_glue, out_shape, out_dtype) -> Plan | None:
