@@ -3,7 +3,7 @@ each form KernelBench writes - F.scaled_dot_product_attention with and without i
 explicit scale, the written-out softmax(q kᵀ * scale) v with a causal mask built from tril or
 triu, 3-d inputs - is recognized as one fused flash-attention kernel that runs in Triton's
 interpreter against the reference, at sizes that are not multiples of its blocks and head dims
-that are not powers of two; the same draft at another batch size and sequence length; what is
+that are not powers of two; the same draft at another batch size, sequence length and head dim; what is
 not fused is declined with a reason; float32 configurations never use plain TF32."""
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ def test_the_draft_is_correct_at_another_batch_size_and_sequence_length(tmp_path
     candidate.write_text(codegen.draft(rec.plan, rec.problem, search.space(rec.plan)[0]))
     ref, ours = load_module(path).Model(), load_module(candidate).ModelNew()
     torch.manual_seed(5)
-    for shape in ((3, 3, 21, 16), (1, 3, 70, 16)):
+    for shape in ((3, 3, 21, 16), (1, 3, 70, 16), (2, 3, 21, 9)):  # and another head dim (1/sqrt(d) at run time)
         xs = [torch.randn(shape) for _ in range(3)]
         torch.testing.assert_close(ours(*xs), ref(*xs), rtol=1e-5, atol=1e-5)
 

@@ -78,8 +78,15 @@ def render(plan: Plan, problem: Problem, config: dict[str, Any], ctx: Context) -
     variables["offset_limit"] = None  # batch and head offsets are int64, rows' offsets too
     variables["notes"] = list(variables["notes"]) + [f"Attention dots: {note}"]
     scale = float(node.attrs["scale"])
+    if math.isclose(scale, q.shape[-1] ** -0.5, rel_tol=1e-9):
+        # 1/sqrt(head dim) (sdpa's default, or written with k.size(-1)): read at run time, so the head
+        # dim may vary; a constant that only equals it here renders differently at another head dim,
+        # and agent.builtin.general then fixes the head dim instead
+        qk_scale = f"head_dim ** -0.5 * {math.log2(math.e)!r}"
+    else:
+        qk_scale = repr(scale * math.log2(math.e))
     return render_template("attention.py.j2", dot=dot, precision_note=note, causal=bool(node.attrs["causal"]),
-                           qk_scale=repr(scale * math.log2(math.e)), **variables)
+                           qk_scale=qk_scale, **variables)
 
 
 # --- the search space ----------------------------------------------------------------------------
