@@ -40,7 +40,8 @@ FORMS = {
     "written": (WRITTEN.format(scale="* (1.0 / math.sqrt(k.size(-1)))", mask=""), Q4, Q4, Q4, "* 0.25)"),
     "written_causal_div": (WRITTEN.format(scale="/ math.sqrt(k.size(-1))", mask=TRIL), Q4, Q4, Q4, "causal"),
     "written_causal_triu": (WRITTEN.format(scale="* 0.2", mask=TRIU), Q4, Q4, Q4, "causal"),
-    "sdpa_heads_merged": ("b, t, c = q.shape\n        q, k, v = (x.view(b, t, 3, c // 3).transpose(1, 2) for x in (q, k, v))\n"
+    "sdpa_heads_merged": ("b, t, c = q.shape\n"
+                          "        q, k, v = (x.view(b, t, 3, c // 3).transpose(1, 2) for x in (q, k, v))\n"
                           "        return F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, t, c)",
                           "torch.randn(2, 40, 48)", "torch.randn(2, 40, 48)", "torch.randn(2, 40, 48)", "2x3x40x16"),
     "sdpa_fp16": ("return " + SDPA.format(", is_causal=True"), "torch.randn(2, 3, 40, 16, dtype=torch.float16)",
@@ -106,12 +107,12 @@ def test_the_draft_is_correct_at_another_batch_size_and_sequence_length(tmp_path
 
 
 @pytest.mark.parametrize("body, q, words", [
-    ("return F.scaled_dot_product_attention(q, k, v, attn_mask=k[:, :, :, :1] > 0)", Q4, "mask"),
+    ("return F.scaled_dot_product_attention(q, k, v, attn_mask=k[:, :, :, :1] > 0)", Q4,
+     "aten.gt on the attention mask"),
     ("return F.scaled_dot_product_attention(q, k, v, dropout_p=0.5)", Q4, "dropout"),
     ("return F.scaled_dot_product_attention(torch.relu(q), k, v)", Q4, "elementwise work before the attention"),
     ("return F.scaled_dot_product_attention(q, k, v) * 2.0", Q4, "after the attention"),
     ("return F.scaled_dot_product_attention(q, k[:, :1], v[:, :1], enable_gqa=True)", Q4, "broadcast"),
-    ("return F.scaled_dot_product_attention(q, k, v, attn_mask=self.bias)", Q4, "mask read from bias"),
 ])
 def test_what_attention_does_not_fuse_is_declined_with_a_reason(body, q, words, tmp_path):
     rec = recognize(_problem(tmp_path, "declined", body, q, q, q))
@@ -119,14 +120,37 @@ def test_what_attention_does_not_fuse_is_declined_with_a_reason(body, q, words, 
     assert "\n" not in rec.reason
 
 
-def test_an_attention_mask_input_is_declined(tmp_path):
-    path = tmp_path / "mask_input.py"
+MASKED = {  # name -> (forward, mask input, a word of the summary); the mask read in the kernel, broadcast by strides
+    "sdpa_bool_mask": ("F.scaled_dot_product_attention(q, k, v, attn_mask=mask)", "torch.rand(40, 40) > 0.3",
+                       "mask != 0 kept"),
+    "sdpa_float_mask": ("F.scaled_dot_product_attention(q, k, v, attn_mask=mask)", "torch.randn(2, 1, 40, 40)",
+                        "+ mask"),
+    "written_masked_fill": ("torch.softmax((q @ k.transpose(-2, -1) / 4.0).masked_fill(mask == 0, float('-inf')), "
+                            "dim=-1) @ v", "(torch.rand(3, 40, 40) > 0.5).float() + torch.eye(40)", "mask != 0 kept"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MASKED))
+def test_a_mask_tensor_is_read_in_the_kernel(name, tmp_path):
+    forward, mask, words = MASKED[name]
+    path = tmp_path / f"{name}.py"
     path.write_text("import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
                     "class Model(nn.Module):\n    def forward(self, q, k, v, mask):\n"
-                    "        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)\n\n\n"
-                    f"def get_inputs():\n    return [{Q4}, {Q4}, {Q4}, torch.randn(40, 40)]\n")
+                    f"        return {forward}\n\n\n"
+                    f"def get_inputs():\n    return [{Q4}, {Q4}, {Q4}, {mask}]\n\n\n"
+                    "def get_init_inputs():\n    return []\n")
     rec = recognize(path)
-    assert rec.plan is None and "attention mask given as" in rec.reason, rec.reason
+    assert rec.plan is not None, rec.reason
+    assert rec.plan.kind == "attention" and words in rec.plan.summary, rec.plan.summary
+    _check(path, codegen.draft(rec.plan, rec.problem, search.space(rec.plan)[0]), tmp_path)
+
+
+def test_mingpt_as_written_heads_split_a_buffer_mask_heads_merged(tmp_path):
+    path = Path(__file__).parent / "builtin_problems" / "attention_mingpt.py"
+    rec = recognize(path)
+    assert rec.plan is not None, rec.reason
+    assert "q 2x3x40x16" in rec.plan.summary and "mask != 0 kept" in rec.plan.summary, rec.plan.summary
+    _check(path, codegen.draft(rec.plan, rec.problem, search.space(rec.plan)[0]), tmp_path)
 
 
 @pytest.mark.parametrize("name", ["sdpa", "sdpa_causal_d24", "written_causal_div"])

@@ -18,6 +18,7 @@ PTR = {"torch.float32": "*fp32", "torch.float16": "*fp16", "torch.bfloat16": "*b
 CASES = {
     "fp32_causal_tf32x3": ("attention_03_sdpa_causal.py", {"precision": "tf32x3"}),
     "fp16_long_causal_d128": ("attention_05_long_causal_fp16.py", {}),
+    "fp32_mingpt_buffer_mask": ("attention_09_mingpt_buffer_mask.py", {}),
 }
 pytestmark = pytest.mark.timeout(300)
 
@@ -38,15 +39,20 @@ def compile_case(problem: Path, change: dict, workdir: Path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     fn = module.attention_kernel
-    q, _, v = rec.plan.leaves
-    block = {"BLOCK_M": config["BLOCK_M"], "BLOCK_N": config["BLOCK_N"], "CAUSAL": rec.plan.nodes[0].attrs["causal"],
+    q, _, v = rec.plan.leaves[:3]
+    node_attrs = rec.plan.nodes[0].attrs
+    mask = {None: 0, "keep_nonzero": 1, "keep_zero": 2, "add": 3}[node_attrs["mask"]]
+    mask_ptr = PTR.get(rec.plan.leaves[3].dtype, "*i1") if mask else PTR[q.dtype]
+    block = {"BLOCK_M": config["BLOCK_M"], "BLOCK_N": config["BLOCK_N"], "CAUSAL": node_attrs["causal"],
+             "MASK": mask, "SAFE": node_attrs["safe"],
              "BLOCK_D": max(16, triton.next_power_of_2(q.shape[-1])),
              "BLOCK_DV": max(16, triton.next_power_of_2(v.shape[-1]))}
     signature, constexprs, attrs = {}, {}, {}
     for i, name in enumerate(fn.arg_names):
         if name.endswith("_ptr"):
-            signature[name], attrs[(i,)] = PTR[q.dtype], [["tt.divisibility", 16]]
-        elif name == "qk_scale":
+            ptr = mask_ptr if name == "m_ptr" else PTR[q.dtype]
+            signature[name], attrs[(i,)] = ptr, [["tt.divisibility", 16]]
+        elif name in ("qk_scale", "mask_scale"):
             signature[name] = "fp32"
         elif name in block:
             signature[name], constexprs[(i,)] = "constexpr", block[name]

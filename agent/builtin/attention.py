@@ -41,7 +41,7 @@ def classify(leaves: list[Leaf], nodes: list[Node], out: int, out_glue, out_shap
 
 def _attention(plan: Plan) -> tuple[Node, Leaf, Leaf, Leaf]:
     node = plan.nodes[plan.out]
-    q, k, v = (plan.leaves[a[1]] for a in node.args)
+    q, k, v = (plan.leaves[a[1]] for a in node.args[:3])  # a fourth: the mask tensor, if any
     return node, q, k, v
 
 
@@ -85,8 +85,12 @@ def render(plan: Plan, problem: Problem, config: dict[str, Any], ctx: Context) -
         qk_scale = f"head_dim ** -0.5 * {math.log2(math.e)!r}"
     else:
         qk_scale = repr(scale * math.log2(math.e))
+    mask = node.attrs.get("mask")
+    mask_code = {None: 0, "keep_nonzero": 1, "keep_zero": 2, "add": 3}[mask]
+    mask_scale = repr(float(node.attrs.get("mask_factor", 1.0)) * math.log2(math.e))
     return render_template("attention.py.j2", dot=dot, precision_note=note, causal=bool(node.attrs["causal"]),
-                           qk_scale=qk_scale, **variables)
+                           qk_scale=qk_scale, mask=mask is not None, mask_code=mask_code, mask_scale=mask_scale,
+                           safe=bool(node.attrs.get("safe", True)), **variables)
 
 
 # --- the search space ----------------------------------------------------------------------------

@@ -89,7 +89,7 @@ def match(traced: Any) -> Plan | None:
     dim = int(probs.args[1])
     if dim not in (-1, len(_shape(probs)) - 1):
         raise Unrecognized(f"a softmax over dim {dim} of the scores (attention normalizes over the keys, dim -1)")
-    scale, causal, first = _scores(probs.args[0], sources)
+    scale, causal, mask, first = _scores(probs.args[0], sources)
     q, q_scale, q_glue, q_op = _operand(first.args[0], sources, "q", transposed=False)
     k, k_scale, k_glue, k_op = _operand(first.args[1], sources, "k", transposed=True)
     v, v_scale, v_glue, v_op = _operand(second.args[1], sources, "v", transposed=False)
@@ -113,14 +113,25 @@ def match(traced: Any) -> Plan | None:
     out_dtype = str(top.meta["val"].dtype)
     if out_dtype not in FLOAT_DTYPES or out_dtype == "torch.float64":
         raise Unrecognized(f"the attention's output is {out_dtype}")
+    operands = [(q, q_glue, q_op), (k, k_glue, k_op), (v, v_glue, v_op)]
+    attrs = {"scale": scale, "causal": causal, "pattern": "attention", "safe": _name(probs) == "_safe_softmax",
+             "mask": None, "mask_factor": 1.0}
+    if mask is not None:  # a mask tensor read in the kernel: (mode, source, glue, node, factor)
+        mode, source, glue, op, factor = mask
+        scores = qs[:-1] + (ks[-2],)
+        if len(_shape(op)) > len(scores) or any(m not in (1, n) for m, n in zip(_shape(op)[::-1], scores[::-1])):
+            raise Unrecognized(f"an attention mask of shape {list(_shape(op))} for scores of shape {list(scores)}")
+        operands.append((source, glue, op))
+        attrs["mask"], attrs["mask_factor"] = mode, factor
     leaves = [Leaf(src[0], src[1], glue, _shape(op), tuple(int(s) for s in op.meta["val"].stride()),
-                   str(op.meta["val"].dtype))
-              for src, glue, op in ((q, q_glue, q_op), (k, k_glue, k_op), (v, v_glue, v_op))]
-    node = Node("attention", "attention", [("leaf", 0), ("leaf", 1), ("leaf", 2)], attention_shape, out_dtype,
-                attrs={"scale": scale, "causal": causal, "pattern": "attention"})
+                   str(op.meta["val"].dtype)) for src, glue, op in operands]
+    node = Node("attention", "attention", [("leaf", i) for i in range(len(leaves))], attention_shape, out_dtype,
+                attrs=attrs)
     form = "causal attention" if causal else "attention"
-    summary = (f"{form} softmax(q kᵀ * {scale:.6g}) v, q {'x'.join(map(str, qs))}, k {'x'.join(map(str, ks))}, "
-               f"v {'x'.join(map(str, vs))}")
+    masked = {None: "", "add": " + mask", "keep_nonzero": " masked (mask != 0 kept)",
+              "keep_zero": " masked (mask == 0 kept)"}[attrs["mask"]]
+    summary = (f"{form} softmax(q kᵀ * {scale:.6g}{masked}) v, q {'x'.join(map(str, qs))}, "
+               f"k {'x'.join(map(str, ks))}, v {'x'.join(map(str, vs))}")
     return Plan(kind="attention", leaves=leaves, nodes=[node], out=0, out_glue=out_glue, out_shape=out_shape,
                 out_dtype=out_dtype, full_shape=qs, red_dims=(len(qs) - 1,), summary=summary)
 
@@ -151,13 +162,26 @@ def _peel(node: Any, ops: set[str]) -> Any:
     return node
 
 
-def _scores(node: Any, sources: dict[Any, tuple[str, Any]]) -> tuple[float, bool, Any]:
-    """(scale, causal, the first product) of the softmax's input."""
-    scale, causal = 1.0, False
+def _scores(node: Any, sources: dict[Any, tuple[str, Any]]) -> tuple[float, bool, tuple | None, Any]:
+    """(scale, causal, a mask tensor's (mode, source, glue, node, factor) or None, the first
+    product) of the softmax's input. The factor is the scale applied after an additive mask."""
+    scale, causal, mask = 1.0, False, None
+
+    def found(kind: Any) -> None:
+        nonlocal causal, mask
+        if kind == "causal":
+            causal = True
+        elif mask is not None:
+            raise Unrecognized("two attention masks")
+        else:
+            mask = kind[:4] + (scale,)
+        if scale <= 0:
+            raise Unrecognized("a mask, then a scale that is not positive")
+
     while _is_call(node):
         name = _name(node)
         if name in PRODUCTS:
-            return scale, causal, node
+            return scale, causal, mask, node
         if name in FLATTEN or (name == "_to_copy" and str(node.meta["val"].dtype) in FLOAT_DTYPES):
             node = node.args[0]
         elif name in ("mul", "div") and len(node.args) == 2 and _scalar(node.args[1]) is not None:
@@ -165,19 +189,18 @@ def _scores(node: Any, sources: dict[Any, tuple[str, Any]]) -> tuple[float, bool
             scale = scale * c if name == "mul" else scale / c
             node = node.args[0]
         elif name == "masked_fill" and _scalar(node.args[2]) == -math.inf:
-            _causal_mask(node.args[1], sources, drop=True)
-            causal, node = True, node.args[0]
+            found(_mask(node.args[1], sources, drop=True))
+            node = node.args[0]
         elif name == "add" and len(node.args) == 2 and _is_call(node.args[1]) and _name(node.args[1]) == "where":
             where = node.args[1]
             if not (_constant(where.args[1]) == 0.0 and _constant(where.args[2]) == -math.inf):
                 raise Unrecognized("an additive attention mask other than where(causal, 0, -inf)")
-            _causal_mask(where.args[0], sources, drop=False)
-            causal, node = True, node.args[0]
-        elif name == "add":
-            other = node.args[1]
-            if _from_source(other, sources):
-                raise Unrecognized("an attention mask given as a tensor (only a causal mask is fused)")
-            raise Unrecognized("an additive bias on the attention scores")
+            found(_mask(where.args[0], sources, drop=False))
+            node = node.args[0]
+        elif name == "add" and len(node.args) == 2 and _from_source(node.args[1], sources) is not None:
+            source, glue, op = _to_source(node.args[1], sources, "the additive attention mask")
+            found(("add", source, glue, op))
+            node = node.args[0]
         else:
             raise Unrecognized(f"aten.{name} on the attention scores (only a scale and a causal mask are fused)")
     raise Unrecognized("attention scores that are not a product of q and k")
@@ -204,16 +227,24 @@ def _from_source(node: Any, sources: dict[Any, tuple[str, Any]]) -> tuple[str, A
     return None
 
 
-def _causal_mask(node: Any, sources: dict[Any, tuple[str, Any]], drop: bool) -> None:
+def _mask(node: Any, sources: dict[Any, tuple[str, Any]], drop: bool) -> Any:
+    """"causal" for a mask built in forward (tril/triu of ones: checked causal here), or a mask
+    tensor read from an input or parameter: (mode, source, glue, node). `drop`: the mask marks
+    what is dropped (masked_fill), else what is kept (where)."""
+    if _from_source(node, sources) is None:
+        _causal_mask(node, drop)
+        return "causal"
+    if _is_call(node) and _name(node) in ("eq", "logical_not", "bitwise_not"):
+        if _name(node) == "eq" and _scalar(node.args[1]) != 0.0:
+            raise Unrecognized("an attention mask compared with a value other than 0")
+        node, drop = node.args[0], not drop
+    source, glue, op = _to_source(node, sources, "the attention mask")
+    return ("keep_zero" if drop else "keep_nonzero", source, glue, op)
+
+
+def _causal_mask(node: Any, drop: bool) -> None:
     """Check that a mask is the causal one: True above the diagonal when it marks what is dropped
     (masked_fill), True on and below it when it marks what is kept (where). Raises otherwise."""
-    source = _from_source(node, sources)
-    if source is not None:
-        kind, ref = source
-        if kind == "param":
-            raise Unrecognized(f"an attention mask read from {ref} (its values are not known when traced on the meta "
-                               "device; build the causal mask in forward with torch.tril)")
-        raise Unrecognized("an attention mask given as an input tensor (only a causal mask is fused)")
     node = _peel(node, MASK_PEEL)
     if _is_call(node) and _name(node) in ("eq", "logical_not", "bitwise_not"):
         if _name(node) == "eq" and _scalar(node.args[1]) != 0.0:
@@ -252,21 +283,26 @@ def _operand(node: Any, sources: dict[Any, tuple[str, Any]], what: str,
             break
     if transposed and not flipped:
         raise Unrecognized(f"{what} used untransposed in q kᵀ")
+    source, glue, operand = _to_source(node, sources, what)
+    return source, scale, glue, operand
+
+
+def _to_source(node: Any, sources: dict[Any, tuple[str, Any]], what: str) -> tuple[tuple[str, Any], list, Any]:
+    """(source, glue, node): the views, slices, transposes and casts from an input or parameter to
+    `node` (replayed in torch), or Unrecognized naming the op that computes it."""
     operand, glue = node, []
     while _is_call(node) and _name(node) in GLUE:
         name = _name(node)
         args = [list(a) if isinstance(a, (list, tuple)) else a for a in node.args[1:]]
         if name == "_to_copy":
             args = [str(node.meta["val"].dtype)]
-        if name == "expand" and _shape(node) != _shape(node.args[0]):
-            raise Unrecognized(f"{what} broadcast before the attention")
         glue.insert(0, (name, args))
         node = node.args[0]
     if node not in sources:
         found = _name(node) if _is_call(node) else node.op
         raise Unrecognized(f"elementwise work before the attention (aten.{found} on {what}); the kernel reads q, k, v "
-                           "as given")
-    return sources[node], scale, glue, operand
+                           "and a mask as given")
+    return sources[node], glue, operand
 
 
 def _swaps_last(node: Any) -> bool:
