@@ -118,6 +118,8 @@ def space(plan: Plan) -> list[dict[str, Any]]:
             bm //= 2
         if _smem(bm, bn, block_d, block_dv, size, s) > SMEM_BYTES:
             continue
+        if fp32 and bm * widest >= 128 * 64:
+            w = max(w, 8)  # float32 q and accumulator tiles take twice the registers
         configs.append({"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": w, "num_stages": s})
     configs = unique(configs)
     if not configs:

@@ -53,8 +53,16 @@ def _scalar(x: Any) -> float | None:
 
 
 def looks_like_attention(graph: Any) -> bool:
-    """Two matrix products and a softmax: the graph is attention or nothing the other kinds take."""
-    names = [_name(n) for n in graph.graph.nodes if _is_call(n)]
+    """Two matrix products and a softmax that the output depends on: the graph is attention or
+    nothing the other kinds take."""
+    output = next(n for n in graph.graph.nodes if n.op == "output")
+    live, stack = set(), [output]
+    while stack:
+        node = stack.pop()
+        if node not in live:
+            live.add(node)
+            stack.extend(node.all_input_nodes)
+    names = [_name(n) for n in live if _is_call(n)]
     return sum(n in PRODUCTS for n in names) >= 2 and any(n in SOFTMAX for n in names)
 
 
