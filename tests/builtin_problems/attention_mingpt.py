@@ -5,13 +5,13 @@ import torch.nn as nn
 
 batch_size = 2
 seq_len = 40
-n_embd = 48
-n_head = 3
 
 
 class Model(nn.Module):
     """minGPT's causal self-attention as written, q, k, v given as [B, T, C]: heads split and merged
-    back, the mask a registered tril buffer sliced to T."""
+    back, the mask a registered tril buffer sliced to T. The width (48) and the heads (3) are not
+    module-level sizes: the draft bakes them in (the view splitting the heads holds C // n_head),
+    and refuses others with a ValueError."""
 
     def __init__(self, n_embd: int, n_head: int, max_seqlen: int):
         super().__init__()
@@ -31,8 +31,8 @@ class Model(nn.Module):
 
 
 def get_inputs():
-    return [torch.randn(batch_size, seq_len, n_embd) for _ in range(3)]
+    return [torch.randn(batch_size, seq_len, 48) for _ in range(3)]
 
 
 def get_init_inputs():
-    return [n_embd, n_head, 64]
+    return [48, 3, 64]
