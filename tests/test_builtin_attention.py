@@ -44,6 +44,14 @@ FORMS = {
                           "        q, k, v = (x.view(b, t, 3, c // 3).transpose(1, 2) for x in (q, k, v))\n"
                           "        return F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, t, c)",
                           "torch.randn(2, 40, 48)", "torch.randn(2, 40, 48)", "torch.randn(2, 40, 48)", "2x3x40x16"),
+    "written_where_causal": ("t = q.size(-2)\n"
+                             "        keep = torch.tril(torch.ones(t, t, dtype=torch.bool, device=q.device))\n"
+                             "        att = torch.where(keep, q @ k.transpose(-2, -1) * 0.25, float('-inf'))\n"
+                             "        return torch.softmax(att, dim=-1) @ v", Q4, Q4, Q4, "causal"),
+    "written_causal_fill_1e9": ("t = q.size(-2)\n"
+                                "        keep = torch.tril(torch.ones(t, t, dtype=torch.bool, device=q.device))\n"
+                                "        att = (q @ k.transpose(-2, -1) * 0.25).masked_fill(~keep, -1e9)\n"
+                                "        return torch.softmax(att, dim=-1) @ v", Q4, Q4, Q4, "causal"),
     "sdpa_fp16": ("return " + SDPA.format(", is_causal=True"), "torch.randn(2, 3, 40, 16, dtype=torch.float16)",
                   "torch.randn(2, 3, 40, 16, dtype=torch.float16)", "torch.randn(2, 3, 40, 16, dtype=torch.float16)",
                   "causal"),
@@ -112,6 +120,11 @@ def test_the_draft_is_correct_at_another_batch_size_and_sequence_length(tmp_path
     ("return F.scaled_dot_product_attention(q, k, v, dropout_p=0.5)", Q4, "dropout"),
     ("return F.scaled_dot_product_attention(torch.relu(q), k, v)", Q4, "elementwise work before the attention"),
     ("return F.scaled_dot_product_attention(q, k, v) * 2.0", Q4, "after the attention"),
+    ("t = q.size(-2)\n        keep = torch.tril(torch.ones(t, t, device=q.device))\n"
+     "        att = (q @ k.transpose(-2, -1)).masked_fill(keep == 0, -1e4) * 0.001\n"
+     "        return torch.softmax(att, dim=-1) @ v", Q4, "a fill that does not drop the scores"),
+    ("return torch.softmax((q @ k.transpose(-2, -1)).masked_fill(self.bias == 0, -1e9), dim=-1) @ v", Q4,
+     "a mask tensor filling with -1e+09"),
     ("return F.scaled_dot_product_attention(q, k[:, :1], v[:, :1], enable_gqa=True)", Q4, "broadcast"),
 ])
 def test_what_attention_does_not_fuse_is_declined_with_a_reason(body, q, words, tmp_path):

@@ -8,13 +8,14 @@ meta device `F.scaled_dot_product_attention` decomposes into its math form):
 
 The graph is read backwards from the output: the second product, the softmax (`_softmax` or
 `_safe_softmax`, over the last dim, casts around it), the scores (scalar multiplications and
-divisions folded into one scale, a causal mask as `masked_fill(.., tril == 0, -inf)`,
-`masked_fill(.., triu(.., 1), -inf)` or `+ where(tril, 0, -inf)`), the first product, and each
+divisions folded into one scale; a causal mask built in forward as `masked_fill(.., tril == 0,
+-inf)`, `masked_fill(.., triu(.., 1), -inf)`, `where(tril, s, -inf)` or `+ where(tril, 0, -inf)`;
+or a mask tensor from an input or parameter, which the kernel reads), the first product, and each
 operand down to a forward input or parameter (the product's batch flattening, casts, scalar
 factors, and k's transpose peeled off; views and transposes below those are the leaf's glue,
-replayed in torch). Anything else on that path - elementwise work, dropout, a mask given as a
-tensor - declines with a one-line reason. A graph without two products and a softmax is not
-attention: `match` returns None and the other kinds classify it.
+replayed in torch). Anything else on that path - elementwise work, dropout, a mask computed from
+something - declines with a one-line reason. A graph whose output does not depend on two products
+and a softmax is not attention: `match` returns None and the other kinds classify it.
 """
 from __future__ import annotations
 
@@ -196,9 +197,15 @@ def _scores(node: Any, sources: dict[Any, tuple[str, Any]]) -> tuple[float, bool
             c = _scalar(node.args[1])
             scale = scale * c if name == "mul" else scale / c
             node = node.args[0]
-        elif name == "masked_fill" and _scalar(node.args[2]) == -math.inf:
-            found(_mask(node.args[1], sources, drop=True))
+        elif name == "masked_fill" and _fill(node.args[2], scale) is not None:
+            found(_mask(node.args[1], sources, drop=True, fill=_fill(node.args[2], scale)))
             node = node.args[0]
+        elif name == "where" and len(node.args) == 3 and _fill(node.args[2], scale) is not None:
+            found(_mask(node.args[0], sources, drop=False, fill=_fill(node.args[2], scale)))  # where(keep, s, -inf)
+            node = node.args[1]
+        elif name == "where" and len(node.args) == 3 and _fill(node.args[1], scale) is not None:
+            found(_mask(node.args[0], sources, drop=True, fill=_fill(node.args[1], scale)))  # where(drop, -inf, s)
+            node = node.args[2]
         elif name == "add" and len(node.args) == 2 and _is_call(node.args[1]) and _name(node.args[1]) == "where":
             where = node.args[1]
             if not (_constant(where.args[1]) == 0.0 and _constant(where.args[2]) == -math.inf):
@@ -209,9 +216,22 @@ def _scores(node: Any, sources: dict[Any, tuple[str, Any]]) -> tuple[float, bool
             source, glue, op = _to_source(node.args[1], sources, "the additive attention mask")
             found(("add", source, glue, op))
             node = node.args[0]
+        elif name in ("masked_fill", "where"):
+            raise Unrecognized(f"aten.{name} with a fill that does not drop the scores (-inf, or below -1e4 after the "
+                               "scale that follows it)")
         else:
-            raise Unrecognized(f"aten.{name} on the attention scores (only a scale and a causal mask are fused)")
+            raise Unrecognized(f"aten.{name} on the attention scores (only a scale and a mask are fused)")
     raise Unrecognized("attention scores that are not a product of q and k")
+
+
+def _fill(node: Any, scale: float) -> float | None:
+    """The value a mask fills dropped scores with, when it drops them: -inf, or a value that is
+    still below -1e4 after the scale that follows it (exp gives exactly 0 there in float32 and
+    float16 alike); None for anything else."""
+    value = _constant(node)
+    if value is None or not (value == -math.inf or value * scale <= -1e4):
+        return None
+    return value
 
 
 def _constant(node: Any) -> float | None:
@@ -235,13 +255,17 @@ def _from_source(node: Any, sources: dict[Any, tuple[str, Any]]) -> tuple[str, A
     return None
 
 
-def _mask(node: Any, sources: dict[Any, tuple[str, Any]], drop: bool) -> Any:
+def _mask(node: Any, sources: dict[Any, tuple[str, Any]], drop: bool, fill: float = -math.inf) -> Any:
     """"causal" for a mask built in forward (tril/triu of ones: checked causal here), or a mask
     tensor read from an input or parameter: (mode, source, glue, node). `drop`: the mask marks
-    what is dropped (masked_fill), else what is kept (where)."""
+    what is dropped (masked_fill), else what is kept (where). A finite fill is exact only where
+    no row loses every key: the causal mask (key 0 is always kept)."""
     if _from_source(node, sources) is None:
         _causal_mask(node, drop)
         return "causal"
+    if fill != -math.inf:
+        raise Unrecognized(f"a mask tensor filling with {fill:g} (a row with every key dropped averages them; only "
+                           "-inf, or the causal mask, is fused)")
     if _is_call(node) and _name(node) in ("eq", "logical_not", "bitwise_not"):
         if _name(node) == "eq" and _scalar(node.args[1]) != 0.0:
             raise Unrecognized("an attention mask compared with a value other than 0")
