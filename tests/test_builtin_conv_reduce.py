@@ -1,6 +1,7 @@
 """The built-in policy's reductions after a convolution (agent.builtin.conv_reduce): the conv kernel
 writes its output (with its elementwise epilogue) in float32, a rowwise or colwise kernel reduces
-it. Each level-2 chain - GroupNorm (+ a per-channel scale), InstanceNorm (+ a division), softmax
+it. Each level-2 chain - GroupNorm (+ a per-channel scale; + swish, a scale and a residual of the
+convolution's output, computed on the grouped view), InstanceNorm (+ a division), softmax
 over channels, a global mean over the spatial dims, min/max and logsumexp over channels, a conv1d
 with GroupNorm - drafted and run in Triton's interpreter beside the reference on tiny shapes; one
 draft at other batch and spatial sizes; the configurations (conv tiles with tf32x3 then ieee, then
@@ -66,7 +67,12 @@ CHAINS = {
     "group_norm_scale": ("        self.conv = nn.Conv2d(3, 8, 3)\n        self.gn = nn.GroupNorm(4, 8)\n"
                          "        self.scale = nn.Parameter(torch.randn(8, 1, 1))",
                          "self.gn(self.conv(x)) * self.scale", (2, 3, 7, 7), "rowwise"),
-    "instance_norm_divide": ("        self.conv = nn.Conv2d(3, 6, 3, padding=1)\n        self.norm = nn.InstanceNorm2d(6)",
+    "group_norm_swish_residual": ("        self.conv = nn.Conv2d(3, 8, 3)\n        self.gn = nn.GroupNorm(4, 8)\n"
+                                  "        self.scale = nn.Parameter(torch.randn(8, 1, 1))",
+                                  "torch.tanh((z := self.gn(y := self.conv(x))) * torch.sigmoid(z) * self.scale) + y",
+                                  (2, 3, 7, 7), "rowwise"),
+    "instance_norm_divide": ("        self.conv = nn.Conv2d(3, 6, 3, padding=1)\n"
+                             "        self.norm = nn.InstanceNorm2d(6)",
                              "self.norm(self.conv(x)) / 2.0", (2, 3, 6, 6), "rowwise"),
     "relu_softmax_channels": (CONV + "        self.bias = nn.Parameter(torch.randn(6, 1, 1))",
                               "torch.softmax(torch.relu(self.conv(x)), dim=1) * 2.0 + self.bias", (2, 3, 7, 7),

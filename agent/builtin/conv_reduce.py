@@ -11,14 +11,16 @@ A plan made of two existing plans, each rendered by its own template:
    its value - the *intermediate* - into a float32 buffer allocated in forward from the run-time
    shape;
 2. the *reduction stage*: every other node, with the intermediate as a leaf input (read through a
-   view where the forward reshapes it: GroupNorm's [N, G, C/G*H*W]), classified as any forward
+   reshape where the forward views it: GroupNorm's [N, G, C/G, H*W]), classified as any forward
    over inputs is (agent.builtin.classify: rowwise, colwise, twolevel) and rendered by that
-   kind's template, so the reductions accumulate in float32 as they do there.
+   kind's template, so the reductions accumulate in float32 as they do there. Elementwise work
+   after a GroupNorm's view back to [N, C, H, W] is computed on the grouped view (`_regroup`).
 
 The candidate module is the reduction stage's rendering with the conv stage's kernel beside its
-kernels and the conv stage's forward (run first) before its own; forward hands the intermediate
-from one to the other (the conv stage's `out` is the reduction stage's leaf). Both renderings take
-the same context, so agent.builtin.general makes the sizes free in both at once.
+kernels and the conv stage's forward (run first) before its own; forward hands the conv stage's
+`out` to the reduction stage as `conv_out`. The reduction stage's numbers that follow the sizes
+(row widths, a mean's scale) are fitted over the intermediate's dims, not the inputs' (a conv's
+output size is no monomial of its input's): `_free_reduction`, with agent.builtin.general's fit.
 
 Configurations: the conv stage's keys prefixed `conv_`, the reduction stage's as they are; the
 space is a concatenation, not the product: each conv tile (and precision) with the reduction
@@ -114,46 +116,53 @@ def _reduction_stage(plan: Plan, nodes: list[Node], stage: set[int], frontier: i
         if i in stage:
             continue
         if node.op == "ew" and node.name == "view" and node.args[0] == ("node", frontier):
-            refs[i] = b.leaf(Leaf(kind="input", ref=n_inputs, glue=[("view", [list(node.shape)])], shape=node.shape,
+            refs[i] = b.leaf(Leaf(kind="input", ref=n_inputs, glue=[("reshape", [list(node.shape)])], shape=node.shape,
                                   strides=_contiguous(node.shape), dtype="torch.float32"))
             continue
         node.args = [refs.get(a[1], a) if isinstance(a, tuple) and a[0] == "node" else a for a in node.args]
     b.nodes = nodes  # the conv stage's nodes and the folded views are no longer read: classify drops them
-    _sink_views(b)
     if plan.out in refs:
         raise Unrecognized("a reshape of the convolution's output as the output")
-    reduced = classify_nodes(b, plan.out, plan.out_glue, plan.out_shape, plan.out_dtype)
+    glue = _regroup(b, plan.out)
+    reduced = classify_nodes(b, plan.out, glue + list(plan.out_glue), plan.out_shape, plan.out_dtype)
     if reduced.kind not in KINDS:
         raise Unrecognized(f"a {reduced.kind} after the convolution's reductions")
     return reduced
 
 
-def _sink_views(b: Builder) -> None:
-    """Elementwise work after a norm over groups of channels (GroupNorm's [N, G, C/G, H*W], viewed
-    back to [N, C, H, W]) moved before the view back: a per-channel operand (a scale [C, 1, 1])
-    read as [G, C/G, 1], as the norm's own weight is, so the row kernel computes it in its tile.
-    Repeated while the view's one user is such an op: node `i` (the view) becomes the op on the
-    grouped value and the user becomes the view, so the nodes stay in order."""
-    changed = True
-    while changed:
-        changed = False
-        for i, view in enumerate(b.nodes):
-            if not (view.op == "ew" and view.name == "view" and isinstance(view.args[0], tuple)
-                    and view.args[0][0] == "node"):
-                continue
-            grouped, full = b.nodes[view.args[0][1]].shape, view.shape
-            users = [j for j, n in enumerate(b.nodes) if ("node", i) in n.args]
-            if len(users) != 1 or not _groups_channels(full, grouped):
-                continue
-            user = b.nodes[users[0]]
-            if user.op != "ew" or user.name == "view" or user.shape != full:
-                continue
-            args = [_grouped_operand(b, a, full, grouped) if a != ("node", i) else view.args[0] for a in user.args]
+def _regroup(b: Builder, out: int) -> list[tuple[str, list[Any]]]:
+    """The elementwise work after a norm over groups of channels (GroupNorm's [N, G, C/G, H*W],
+    viewed back to [N, C, H, W]) computed on the grouped shape instead, so the row kernel computes
+    it in its tile: a per-channel operand (a scale [C, 1, 1]) read as [G, C/G, 1], as the norm's
+    own weight is, a full one (the convolution's output, for a residual) as [N, G, C/G, H*W]. The
+    output is then viewed back in forward: the glue returned, to go before the output's own."""
+    for i, view in enumerate(b.nodes):
+        if not (view.op == "ew" and view.name == "view" and isinstance(view.args[0], tuple)
+                and view.args[0][0] == "node"):
+            continue
+        grouped, full = b.nodes[view.args[0][1]].shape, view.shape
+        after = downstream(b.nodes, i)
+        if out not in after or not _groups_channels(full, grouped) or any(
+                b.nodes[j].op != "ew" or b.nodes[j].name == "view" or b.nodes[j].shape != full for j in after):
+            continue
+        changed: dict[int, list[Any]] = {}
+        for j in sorted(after):
+            args = []
+            for a in b.nodes[j].args:
+                if a == ("node", i):
+                    args.append(view.args[0])
+                elif isinstance(a, tuple) and a[0] == "node":
+                    args.append(a if a[1] in after else None)
+                else:
+                    args.append(_grouped_operand(b, a, full, grouped))
             if any(a is None for a in args):
-                continue
-            b.nodes[i] = Node("ew", user.name, args, grouped, user.dtype, dict(user.attrs))
-            b.nodes[users[0]] = Node("ew", "view", [("node", i)], full, user.dtype, {})
-            changed = True
+                break
+            changed[j] = args
+        else:
+            for j, args in changed.items():
+                b.nodes[j] = Node("ew", b.nodes[j].name, args, grouped, b.nodes[j].dtype, dict(b.nodes[j].attrs))
+            return [("view", [list(full)])]
+    return []
 
 
 def _groups_channels(full: tuple[int, ...], grouped: tuple[int, ...]) -> bool:
@@ -163,17 +172,21 @@ def _groups_channels(full: tuple[int, ...], grouped: tuple[int, ...]) -> bool:
 
 
 def _grouped_operand(b: Builder, arg: Any, full: tuple[int, ...], grouped: tuple[int, ...]) -> Any:
-    """An operand of an op on `full` as the same op on `grouped` reads it: a scalar as it is, a
-    leaf constant over every dim but the channels as [G, C/G, 1]; None for anything else."""
+    """An operand of an op on `full` as the same op on `grouped` reads it: a scalar as it is; a
+    leaf constant over every dim but the channels as [G, C/G, 1]; a contiguous leaf of the full
+    shape reshaped to the grouped one; None for anything else."""
     if not isinstance(arg, tuple):
         return arg
     if arg[0] != "leaf":
         return None
     leaf = b.leaves[arg[1]]
     shape = (1,) * (len(full) - len(leaf.shape)) + tuple(leaf.shape)
-    if len(shape) != len(full) or any(s != 1 for d, s in enumerate(shape) if d != 1):
+    if tuple(leaf.shape) == full and tuple(leaf.strides) == _contiguous(full):
+        target = grouped
+    elif len(shape) == len(full) and all(s == 1 for d, s in enumerate(shape) if d != 1):
+        target = (grouped[1], grouped[2], 1) if shape[1] != 1 else (1,)
+    else:
         return None
-    target = (grouped[1], grouped[2], 1) if shape[1] != 1 else (1,)
     return b.leaf(dataclasses.replace(leaf, glue=leaf.glue + [("reshape", [list(target)])], shape=target,
                                       strides=_contiguous(target)))
 
@@ -296,8 +309,8 @@ def _stitch(first: str, second: str, stages: Stages, n_guards: int, config: dict
     for group in tied:  # sizes equal in every trace (H and W): the kernel reads one of them
         pairs = " or ".join(f"{INTERMEDIATE}.shape[{d}] != {INTERMEDIATE}.shape[{group[0]}]" for d in group[1:])
         handover += [f"        if {pairs}:",
-                     f'            raise ValueError(f"the convolution\'s output {{tuple({INTERMEDIATE}.shape)}} has dims '
-                     f'{list(group)} unequal; this drafted kernel takes them equal")']
+                     f'            raise ValueError(f"the convolution\'s output {{tuple({INTERMEDIATE}.shape)}} '
+                     f'has dims {list(group)} unequal; this drafted kernel takes them equal")']
     body = conv_body[:-1] + handover + own_body[n_guards:]
     tail = "\nclass ModelNew" + tail
     start = tail.index(own_forward) + len(own_forward)
