@@ -1,11 +1,12 @@
 """The built-in policy's reductions after a convolution (agent.builtin.conv_reduce): the conv kernel
 writes its output (with its elementwise epilogue) in float32, a rowwise or colwise kernel reduces
 it. Each level-2 chain - GroupNorm (+ a per-channel scale; + swish, a scale and a residual of the
-convolution's output, computed on the grouped view), InstanceNorm (+ a division), softmax
-over channels, a global mean over the spatial dims, min/max and logsumexp over channels, a conv1d
-with GroupNorm - drafted and run in Triton's interpreter beside the reference on tiny shapes; one
-draft at other batch and spatial sizes; the configurations (conv tiles with tf32x3 then ieee, then
-the reduction's); what is still declined, with the message."""
+convolution's output, computed on the grouped view), InstanceNorm (+ a division), softmax over
+channels, a global mean over the spatial dims, min/max and logsumexp over channels, a conv1d with
+GroupNorm, the conv's value read before and after a ReLU - drafted and run in Triton's interpreter
+beside the reference on tiny shapes; one draft at other batch and spatial sizes; the
+configurations (conv tiles with tf32x3 then ieee, then the reduction's); what is still declined,
+with the message."""
 from __future__ import annotations
 
 import itertools
@@ -82,6 +83,8 @@ CHAINS = {
                                   "rowwise"),
     "min_channels_tanh": (CONV, "torch.tanh(torch.tanh(torch.min(self.conv(x), dim=1, keepdim=True)[0]))",
                           (2, 3, 7, 7), "colwise"),
+    "read_before_and_after_relu": (CONV, "torch.relu(y := self.conv(x) * 2.0).sum(dim=1) + y.amax(dim=1)",
+                                   (2, 3, 7, 7), "colwise"),  # the conv stage ends before the relu
     "max_channels": (CONV, "torch.amax(self.conv(x), dim=1) - 1.0", (2, 3, 7, 7), "colwise"),
     "logsumexp_channels": (CONV, "torch.relu(torch.logsumexp(self.conv(x) * 2.0, dim=1, keepdim=True))",
                            (2, 3, 7, 7), "colwise"),
@@ -128,8 +131,8 @@ def test_configurations_vary_the_conv_then_the_reduction(tmp_path):
 
 
 @pytest.mark.parametrize("body, forward, shape, reason", [
-    (CONV, "torch.relu(y := self.conv(x)).sum(dim=1) + y.sum(dim=1)", (2, 3, 6, 6),
-     "a convolution whose output is read at more than one point of its epilogue"),
+    ("        self.conv = nn.Conv2d(3, 8, 3)\n        self.gn = nn.GroupNorm(4, 8)",
+     "self.gn(self.conv(x)).mean(dim=(1, 2, 3))", (2, 3, 6, 6), "reductions over different shapes or dimensions"),
     (CONV, "self.conv(x).sum(dim=(1, 3))", (2, 3, 6, 6), "a reduction over non-adjacent dims"),
 ])
 def test_what_is_still_declined_says_why_in_one_line(body, forward, shape, reason, tmp_path):

@@ -43,7 +43,7 @@ from agent.builtin.ir import Leaf, Node, Plan, Problem, Unrecognized
 from agent.builtin.search import unique
 from agent.builtin.templates import Context
 from agent.builtin.variants import SizeClass
-from agent.builtin.window import downstream
+from agent.builtin.window import downstream, upstream
 
 PREFIX = "conv_"  # the conv stage's configuration keys
 INTERMEDIATE = "conv_out"  # the forward's name of the conv stage's output, the reduction stage's leaf
@@ -79,14 +79,25 @@ def split(plan: Plan, n_inputs: int) -> Stages:
         if node.op == "ew" and node.name != "view" and node.shape == shape and all(
                 a[1] in stage for a in node.args if isinstance(a, tuple) and a[0] == "node"):
             stage.add(i)
-    read = {a[1] for i, n in enumerate(nodes) if i not in stage for a in n.args
-            if isinstance(a, tuple) and a[0] == "node" and a[1] in stage}
-    if plan.out in stage or len(read) != 1:
-        raise Unrecognized("a convolution whose output is read at more than one point of its epilogue")
-    (frontier,) = read
+    if plan.out in stage:
+        raise Unrecognized("an output that is the convolution's epilogue, beside reductions")
+    stage, frontier = _frontier(nodes, stage)
     first = _conv_stage(plan, nodes, sorted(stage), frontier)
     second = _reduction_stage(plan, nodes, stage, frontier, n_inputs)
     return Stages(first, second, nodes[frontier].shape)
+
+
+def _frontier(nodes: list[Node], stage: set[int]) -> tuple[set[int], int]:
+    """The conv stage cut where one value leaves it (the latest such node, so the conv kernel's
+    epilogue does the most): what the rest reads of the stage is that node only. Nodes of the
+    stage after it (relu(y) where y is read too) move to the reduction stage."""
+    for f in sorted(stage, reverse=True):
+        mine = {f} | (upstream(nodes, f) & stage)
+        read = {a[1] for i, n in enumerate(nodes) if i not in mine for a in n.args
+                if isinstance(a, tuple) and a[0] == "node" and a[1] in mine}
+        if read == {f}:
+            return mine, f
+    raise Unrecognized("a convolution whose output is read at more than one point of its epilogue")
 
 
 def _conv_stage(plan: Plan, nodes: list[Node], keep: list[int], frontier: int) -> Plan:
