@@ -7,7 +7,8 @@ A plan made of two existing plans, each rendered by its own template:
 
 1. the *conv stage*: the convolution and the elementwise nodes after it that keep its shape and
    read nothing but it and leaves (bias, scaling, activations: the ops between the convolution and
-   the first reduction), drafted by agent.builtin.conv (kernels/conv.py.j2, unchanged); it writes
+   the first reduction), up to the latest node that is all the rest reads of them (`_frontier`),
+   drafted by agent.builtin.conv (kernels/conv.py.j2, unchanged); it writes
    its value - the *intermediate* - into a float32 buffer allocated in forward from the run-time
    shape;
 2. the *reduction stage*: every other node, with the intermediate as a leaf input (read through a
