@@ -1,5 +1,6 @@
 """Shared pieces of the built-in policy's tests: a draft's outputs beside the reference's, the CPU
-settings of an end-to-end run, and the child process that compiles drafts with Triton's real
+settings of an end-to-end run, the end-to-end run itself (optimize, then eval of the kept best on
+the problem and on a resized copy), and the child process that compiles drafts with Triton's real
 compiler (not its interpreter)."""
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import importlib.util
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -67,3 +69,61 @@ def draft_outputs(problem: Path, source: str, tmp_path: Path) -> tuple[Any, Any]
     inputs = ref.get_inputs()
     with torch.no_grad():
         return reference(*inputs), ours(*inputs)
+
+
+# --- end to end: `ratchet optimize --model builtin`, then `ratchet eval` of the kept best ---------
+
+
+def optimize_builtin(problem: Path, tmp_path: Path, capsys: pytest.CaptureFixture, attempts: int = 1
+                     ) -> tuple[str, list[str]]:
+    """Run `ratchet optimize PROBLEM --model builtin` for `attempts` attempts, every one `ok`; the
+    kept best's source and the policy's replies (one per attempt, each naming its configuration)."""
+    from agent.cli import main
+    from agent.workspace import Workspace
+
+    code = main(["optimize", str(problem), "--workspace", str(tmp_path / "ws"), "--json", "--model", "builtin",
+                 "--max-attempts", str(attempts)])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["model"] == "builtin" and summary["verdicts"] == ["ok"] * attempts, summary
+    assert summary["tokens_used"] == 0
+    with Workspace(tmp_path / "ws").open_existing(problem) as repo:
+        best = repo.best_path.read_text()
+        [saved] = repo.trajectories()
+    replies = [m.get("content") for m in json.loads(saved.text)["messages"] if m["role"] == "assistant"]
+    assert len(replies) == attempts
+    return best, replies
+
+
+def resized(problem: Path, directory: Path, sizes: dict[str, int] | None = None,
+            line: tuple[str, str] | None = None) -> Path:
+    """A copy of the problem, in `directory`, at other sizes: its module-level `name = 12` lines set
+    to `sizes`, and/or one line of sizes (`batch_size, length = 5, 70`) replaced by another."""
+    text = problem.read_text()
+    for name, value in (sizes or {}).items():
+        text, count = re.subn(rf"^{name} = \d+$", f"{name} = {value}", text, flags=re.MULTILINE)
+        assert count == 1, name
+    if line is not None:
+        assert text.count(line[0]) == 1, line[0]
+        text = text.replace(*line)
+    directory.mkdir(exist_ok=True)
+    path = directory / problem.name
+    path.write_text(text)
+    return path
+
+
+def evaluates_ok(problem: Path, best: str, tmp_path: Path, capsys: pytest.CaptureFixture, *args: str) -> dict:
+    """`ratchet eval PROBLEM best.py ARGS --json` on the kept best: exit 0, verdict ok, and never
+    refusing the evaluator's held-out sizes (generalizes True, or None where it finds no size of the
+    problem to vary). Returns the record."""
+    from agent.cli import main
+
+    candidate = tmp_path / "best.py"
+    candidate.write_text(best)
+    code = main(["eval", str(problem), str(candidate), *args, "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err or out
+    record = json.loads(out)
+    assert record["verdict"] == "ok" and record["generalizes"] is not False, record
+    return record

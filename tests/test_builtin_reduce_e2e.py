@@ -5,17 +5,13 @@ and the cosine similarity loss (row reductions, then a mean over the rows). The 
 passes `ratchet eval` on its own and on a copy of the problem with another batch size."""
 from __future__ import annotations
 
-import json
-import re
 from pathlib import Path
 
 import pytest
 
-from agent.cli import main
-from helpers_builtin import builtin_cpu_env
+from helpers_builtin import builtin_cpu_env, evaluates_ok, optimize_builtin, resized
 
-HERE = Path(__file__).parent
-PROBLEMS = HERE / "builtin_problems"
+PROBLEMS = Path(__file__).parent / "builtin_problems"
 pytestmark = pytest.mark.timeout(300)
 
 
@@ -31,22 +27,8 @@ def cpu_settings(monkeypatch):
 ], ids=["loss_split", "layernorm_split", "two_levels"])
 def test_builtin_drafts_a_correct_reduction_that_takes_another_batch(name, batch, kernels, tmp_path, capsys):
     problem = PROBLEMS / name
-    code = main(["optimize", str(problem), "--workspace", str(tmp_path / "ws"), "--json", "--model", "builtin",
-                 "--max-attempts", "1"])
-    out, err = capsys.readouterr()
-    assert code == 0, err
-    summary = json.loads(out)
-    assert summary["verdicts"] == ["ok"] and summary["tokens_used"] == 0
-    best = Path(summary["best_path"]).read_text()
+    best, _ = optimize_builtin(problem, tmp_path, capsys)
     assert all(f"{kernel}[" in best for kernel in kernels)
-    candidate = tmp_path / "best.py"
-    candidate.write_text(best)
-    assert main(["eval", str(problem), str(candidate), "--device", "cpu", "--no-timing"]) == 0, capsys.readouterr()
-    capsys.readouterr()
-    other = tmp_path / name  # the same problem with another batch size
-    source, count = re.subn(r"^batch_size = \d+$", f"batch_size = {batch}", problem.read_text(), flags=re.M)
-    assert count == 1
-    other.write_text(source)
-    assert main(["eval", str(other), str(candidate), "--device", "cpu", "--no-timing"]) == 0, capsys.readouterr()
-    out, _ = capsys.readouterr()
-    assert out.splitlines()[0] == f"{candidate.name}: ok"
+    evaluates_ok(problem, best, tmp_path, capsys, "--device", "cpu", "--no-timing")
+    other = resized(problem, tmp_path / "other", {"batch_size": batch})
+    evaluates_ok(other, best, tmp_path, capsys, "--device", "cpu", "--no-timing")

@@ -4,17 +4,13 @@ included) and workspace; then the kept best passes `ratchet eval` on its own and
 at another batch size."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from agent.cli import main
-from agent.workspace import Workspace
-from helpers_builtin import builtin_cpu_env
+from helpers_builtin import builtin_cpu_env, evaluates_ok, optimize_builtin, resized
 
-HERE = Path(__file__).parent
-PROBLEMS = HERE / "builtin_problems"
+PROBLEMS = Path(__file__).parent / "builtin_problems"
 pytestmark = pytest.mark.timeout(300)
 
 
@@ -30,23 +26,7 @@ def cpu_settings(monkeypatch):
 ], ids=["pool", "scan", "argreduce"])
 def test_builtin_optimizes_and_the_best_evaluates_at_another_batch(problem, batch, other, tmp_path, capsys):
     path = PROBLEMS / problem
-    code = main(["optimize", str(path), "--workspace", str(tmp_path / "ws"), "--json", "--model", "builtin",
-                 "--max-attempts", "1"])
-    out, err = capsys.readouterr()
-    assert code == 0, err
-    summary = json.loads(out)
-    assert summary["model"] == "builtin" and summary["verdicts"] == ["ok"]
-    with Workspace(tmp_path / "ws").open_existing(path) as repo:
-        best = repo.best_path.read_text()
-    candidate = tmp_path / "best.py"
-    candidate.write_text(best)
-    code = main(["eval", str(path), str(candidate), "--trials", "2"])
-    out, err = capsys.readouterr()
-    assert code == 0 and out.startswith("best.py: ok"), err
-    source = path.read_text()
-    assert batch in source
-    resized = tmp_path / problem
-    resized.write_text(source.replace(batch, other))
-    assert main(["eval", str(resized), str(candidate), "--trials", "2", "--json"]) == 0, capsys.readouterr().err
-    record = json.loads(capsys.readouterr().out)
-    assert record["verdict"] == "ok" and record["generalizes"] is True  # the held-out sizes ran too
+    best, _ = optimize_builtin(path, tmp_path, capsys)
+    evaluates_ok(path, best, tmp_path, capsys, "--trials", "2")
+    record = evaluates_ok(resized(path, tmp_path / "other", line=(batch, other)), best, tmp_path, capsys, "--trials", "2")
+    assert record["generalizes"] is True  # the held-out sizes ran too
