@@ -76,8 +76,8 @@ def classify(leaves: list[Leaf], nodes: list[Node], out: int, out_glue, out_shap
     a = conv.attrs
     weight = leaves[w[1]].shape
     kernel = "x".join(map(str, weight[2:]))
-    settings = [f"{k} {_text(a[k])}" for k, plain in (("stride", 1), ("padding", 0), ("dilation", 1))
-                if any(v != plain for v in a[k])]
+    settings = [f"{k} {_text(a[k])}" for k, plain in (("stride", 1), ("padding", 0), ("output_padding", 0),
+                                                      ("dilation", 1)) if any(v != plain for v in a.get(k, ()))]
     c_in = leaves[x[1]].shape[1]
     if a["groups"] > 1:
         settings.append("depthwise" if a["groups"] == c_in else f"groups {a['groups']}")
@@ -94,8 +94,11 @@ def _text(values: tuple[int, ...]) -> str:
 
 
 def _gemm(conv: Node, weight: tuple[int, ...]) -> tuple[int, int, int]:
-    """(M, N, K) of the implicit GEMM of one group."""
-    return (conv.shape[0] * math.prod(conv.shape[2:]), weight[0] // conv.attrs["groups"], math.prod(weight[1:]))
+    """(M, N, K) of the implicit GEMM of one group (a transposed weight is [C_in, C_out/groups, K...])."""
+    m, groups = conv.shape[0] * math.prod(conv.shape[2:]), conv.attrs["groups"]
+    if conv.attrs.get("transposed"):
+        return m, weight[1], weight[0] // groups * math.prod(weight[2:])
+    return m, weight[0] // groups, math.prod(weight[1:])
 
 
 def _conv(plan: Plan) -> tuple[int, Node]:
@@ -115,7 +118,8 @@ def render(plan: Plan, problem: Problem, config: dict[str, Any], ctx: Context) -
     value, present = em.gen(("node", plan.out), "full", tuple(plan.nodes[plan.out].shape))
     value = store_value(value, present, len(groups), "[BLOCK_M, BLOCK_N]")
     direct = bool(config.get("direct"))
-    if direct and plan.leaves[w_index].shape[1] != 1:
+    transposed = bool(a.get("transposed"))
+    if direct and (transposed or plan.leaves[w_index].shape[1] != 1):
         raise Unrecognized("the direct kernel for a convolution with more than one input channel per group")
     precision = None
     if plan.leaves[x_index].dtype == "torch.float32":
@@ -123,17 +127,18 @@ def render(plan: Plan, problem: Problem, config: dict[str, Any], ctx: Context) -
         if precision not in PRECISIONS or (direct and precision != "ieee"):  # plain TF32: not float32's accuracy
             raise Unrecognized(f"a float32 convolution with dot precision {precision!r} (ieee or tf32x3 only)")
     names = {k: local_name(f"conv_{k}", problem) for k in ("in_sizes", "out_sizes", "kernel", "stride", "padding",
-                                                             "dilation", "groups", "rows")}
+                                                             "dilation", "groups", "rows", "oc", "cg", "ocg")}
     module = a["module"]
+    keys = ("stride", "padding", "dilation", "groups") + (("output_padding",) if transposed else ())
     if module is not None:
-        settings = {k: f"{module}.{k}" for k in ("stride", "padding", "dilation", "groups")}
+        settings = {k: f"{module}.{k}" for k in keys}
     else:
-        settings = {k: repr(a[k]) for k in ("stride", "padding", "dilation", "groups")}
+        settings = {k: repr(a[k]) for k in keys}
     variables = common_variables(plan, problem, config, ctx)
     variables["offset_limit"] = None  # batch offsets are int64 in the kernel; forward bounds an image's
-    variables["out_alloc"] = f"(in{x_index}.shape[0], in{w_index}.shape[0], *{names['out_sizes']}[{2 - n}:])"
+    variables["out_alloc"] = f"(in{x_index}.shape[0], {names['oc']}, *{names['out_sizes']}[{3 - n}:])"
     return render_template("conv.py.j2", body=em.outer, result=value, x_index=x_index, w_index=w_index, names=names,
-                           settings=settings, precision=precision, direct=direct, **variables)
+                           settings=settings, precision=precision, direct=direct, transposed=transposed, **variables)
 
 
 # --- the search space ----------------------------------------------------------------------------
@@ -165,7 +170,7 @@ def space(plan: Plan) -> list[dict[str, Any]]:
     gemm = _filling_first(configs, programs)
     if weight.dtype == "torch.float32":
         gemm = [{**c, "precision": p} for p in PRECISIONS for c in gemm]
-    if weight.shape[1] != 1:
+    if weight.shape[1] != 1 or conv.attrs.get("transposed"):
         return unique(gemm)
     return unique(_direct_space(plan, m, weight) + gemm)  # depthwise: the direct kernel first
 

@@ -1,0 +1,111 @@
+"""The built-in policy's 3-d and transposed convolutions (agent.builtin.conv): conv3d and
+conv_transpose1d/2d/3d through the implicit GEMM (the transposed ones in gather form), drafted and
+run in Triton's interpreter against the reference on tiny shapes - stride, padding, output_padding,
+dilation (asymmetric too), groups, depthwise, with and without bias, settings from the module or
+written in (F.conv_transpose2d), an elementwise epilogue; the same draft at another batch and
+spatial size; a later configuration of the space; the float32 precision rule. (The 1-d and 2-d
+forward convolutions: tests/test_builtin_conv.py, whose helpers these tests share.)"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from agent.builtin import search
+from agent.builtin.conv import PRECISIONS
+from agent.builtin.recognize import recognize
+from test_builtin_conv import _draft, _problem, _same
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture(autouse=True)
+def interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
+BN3 = ("        self.bn = nn.BatchNorm3d(4)\n        self.bn.running_mean.uniform_(-1.0, 1.0)\n"
+       "        self.bn.running_var.uniform_(0.5, 2.0)\n        self.bn.eval()\n")
+# name -> (constructor body, forward, input shape, pattern in the plan's summary)
+VARIANTS = {
+    "conv3d_stride_padding_dilation": ("        self.conv = nn.Conv3d(3, 5, (3, 2, 3), stride=(2, 1, 1), "
+                                       "padding=(1, 0, 2), dilation=(1, 2, 1))\n", "self.conv(x)", (2, 3, 5, 6, 7),
+                                       "conv3d 3x2x3 (stride 2x1x1, padding 1x0x2, dilation 1x2x1)"),
+    "conv3d_grouped_no_bias": ("        self.conv = nn.Conv3d(4, 6, 3, padding=1, groups=2, bias=False)\n",
+                               "self.conv(x)", (2, 4, 4, 5, 6), "conv3d 3x3x3 (padding 1, groups 2)"),
+    "conv3d_depthwise": ("        self.conv = nn.Conv3d(4, 4, 3, stride=2, padding=1, groups=4)\n", "self.conv(x)",
+                         (2, 4, 5, 6, 7), "conv3d 3x3x3 (stride 2, padding 1, depthwise)"),
+    "conv3d_batch_norm_relu": ("        self.conv = nn.Conv3d(3, 4, 2)\n" + BN3, "torch.relu(self.bn(self.conv(x)))",
+                               (2, 3, 4, 5, 6), "conv3d 2x2x2"),
+    "transpose1d_dilated": ("        self.conv = nn.ConvTranspose1d(3, 4, 3, stride=2, padding=2, dilation=3)\n",
+                            "self.conv(x)", (2, 3, 9), "conv_transpose1d 3 (stride 2, padding 2, dilation 3)"),
+    "transpose2d_output_padding": ("        self.conv = nn.ConvTranspose2d(4, 5, 3, stride=2, padding=1, "
+                                   "output_padding=1)\n", "self.conv(x)", (2, 4, 5, 6),
+                                   "conv_transpose2d 3x3 (stride 2, padding 1, output_padding 1)"),
+    "transpose2d_grouped_asymmetric": ("        self.conv = nn.ConvTranspose2d(4, 6, (3, 2), stride=(2, 3), "
+                                       "padding=(1, 0), output_padding=(0, 1), groups=2, dilation=(1, 2), "
+                                       "bias=False)\n", "self.conv(x)", (2, 4, 5, 6),
+                                       "conv_transpose2d 3x2 (stride 2x3, padding 1x0, output_padding 0x1, "
+                                       "dilation 1x2, groups 2)"),
+    "transpose2d_depthwise": ("        self.conv = nn.ConvTranspose2d(4, 4, 3, stride=2, groups=4)\n",
+                              "self.conv(x)", (2, 4, 5, 6), "conv_transpose2d 3x3 (stride 2, depthwise)"),
+    "transpose2d_functional": ("        self.w = nn.Parameter(torch.randn(3, 2, 3, 3))\n",
+                               "F.conv_transpose2d(x, self.w, None, 2, 1, 1)", (2, 3, 5, 4),
+                               "conv_transpose2d 3x3 (stride 2, padding 1, output_padding 1)"),
+    "transpose3d_scale_relu": ("        self.conv = nn.ConvTranspose3d(3, 4, 3, stride=2, padding=1, output_padding=1)\n"
+                               "        self.scale = 0.5\n", "torch.relu(self.conv(x) * self.scale)", (2, 3, 3, 4, 5),
+                               "conv_transpose3d 3x3x3 (stride 2, padding 1, output_padding 1)"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_each_variant_matches_the_reference(name, tmp_path):
+    body, forward, shape, pattern = VARIANTS[name]
+    problem = _problem(tmp_path, body, forward, shape)
+    candidate, rec = _draft(problem, tmp_path)
+    assert pattern in rec.plan.summary, rec.plan.summary
+    torch.manual_seed(4)
+    _same(problem, candidate, [torch.randn(shape)])
+
+
+@pytest.mark.parametrize("name, others", [
+    ("conv3d_stride_padding_dilation", ((3, 3, 6, 5, 9), (1, 3, 3, 4, 5))),
+    ("transpose2d_grouped_asymmetric", ((3, 4, 7, 3), (1, 4, 2, 9))),
+    ("transpose1d_dilated", ((1, 3, 14),)),
+])
+def test_the_draft_is_general_over_batch_and_spatial_size(name, others, tmp_path):
+    body, forward, shape, _ = VARIANTS[name]
+    problem = _problem(tmp_path, body, forward, shape)
+    candidate, _ = _draft(problem, tmp_path)
+    torch.manual_seed(5)
+    for other in others:
+        _same(problem, candidate, [torch.randn(other)])
+
+
+def test_the_last_configuration_of_a_transposed_3d_conv_is_correct_too(tmp_path):
+    body, forward, shape, _ = VARIANTS["transpose3d_scale_relu"]
+    problem = _problem(tmp_path, body, forward, shape)
+    configs = search.space(recognize(problem).plan)
+    assert configs[-1]["precision"] == "ieee" and not configs[-1].get("direct")
+    candidate, _ = _draft(problem, tmp_path, configs[-1])
+    torch.manual_seed(6)
+    _same(problem, candidate, [torch.randn(shape)])
+
+
+def test_float32_dots_are_ieee_or_tf32x3_and_only_a_forward_depthwise_conv_goes_direct(tmp_path):
+    for name, (body, forward, shape, _) in VARIANTS.items():
+        configs = search.space(recognize(_problem(tmp_path, body, forward, shape)).plan)
+        assert configs and all(c["precision"] in PRECISIONS for c in configs), name
+        assert {c["precision"] for c in configs if not c.get("direct")} == set(PRECISIONS), name
+        assert any(c.get("direct") for c in configs) == (name == "conv3d_depthwise"), name
+
+
+@pytest.mark.parametrize("body, forward, shape, reason", [
+    ("        self.conv = nn.ConvTranspose3d(2, 4, 3)\n", "F.max_pool3d(self.conv(x), 2)", (1, 2, 3, 3, 3),
+     "a max_pool3d with the convolution"),
+    ("        self.conv = nn.Conv3d(2, 4, 3)\n", "torch.softmax(self.conv(x), dim=1)", (1, 2, 4, 4, 4),
+     "a reduction over the convolution's output (softmax) after it"),
+])
+def test_what_is_still_declined_says_why(body, forward, shape, reason, tmp_path):
+    rec = recognize(_problem(tmp_path, body, forward, shape))
+    assert rec.plan is None
+    assert reason in rec.reason and "\n" not in rec.reason
