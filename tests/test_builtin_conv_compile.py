@@ -1,7 +1,7 @@
 """The convolution kernel (agent.builtin.conv) compiled for a Hopper GPU (sm_90) on a machine
 without one, as tests/test_builtin_products_compile.py does for the product kernels: the kernel a
 draft launches goes through Triton's real pipeline to a cubin - float32 with tf32x3 and with ieee
-dots, and float16 with the native dot. Nothing is launched."""
+dots, and float16 with the native dot; a 3-d and a transposed convolution too. Nothing is launched."""
 from __future__ import annotations
 
 import importlib.util
@@ -23,6 +23,9 @@ CASES = {
     "fp32_ieee": ("conv2d_bias_relu.py", "ieee", None),
     "fp16": ("conv2d_bias_relu.py", None, "torch.float16"),
     "depthwise_direct": ("conv1d_depthwise.py", "ieee", None),
+    "conv3d_tf32x3": ("conv3d_grouped_relu.py", "tf32x3", None),
+    "transposed_tf32x3": ("conv_transpose2d_sigmoid.py", "tf32x3", None),
+    "transposed_ieee": ("conv_transpose2d_sigmoid.py", "ieee", None),
 }
 pytestmark = pytest.mark.timeout(300)
 
