@@ -51,8 +51,11 @@ VARIANTS = {
     "transpose2d_functional": ("        self.w = nn.Parameter(torch.randn(3, 2, 3, 3))\n",
                                "F.conv_transpose2d(x, self.w, None, 2, 1, 1)", (2, 3, 5, 4),
                                "conv_transpose2d 3x3 (stride 2, padding 1, output_padding 1)"),
-    "transpose3d_scale_relu": ("        self.conv = nn.ConvTranspose3d(3, 4, 3, stride=2, padding=1, output_padding=1)\n"
-                               "        self.scale = 0.5\n", "torch.relu(self.conv(x) * self.scale)", (2, 3, 3, 4, 5),
+    "transpose2d_output_size": ("        self.conv = nn.ConvTranspose2d(4, 3, 3, stride=2, padding=1)\n",
+                                "self.conv(x, output_size=[10, 12])", (2, 4, 5, 6),
+                                "conv_transpose2d 3x3 (stride 2, padding 1, output_padding 1)"),
+    "transpose3d_scale_relu": ("        self.conv = nn.ConvTranspose3d(3, 4, 3, stride=2, padding=1, "
+                               "output_padding=1)\n        self.scale = 0.5\n", "torch.relu(self.conv(x) * self.scale)", (2, 3, 3, 4, 5),
                                "conv_transpose3d 3x3x3 (stride 2, padding 1, output_padding 1)"),
 }
 

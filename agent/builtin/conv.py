@@ -1,18 +1,23 @@
-"""Convolution (conv1d, conv2d) as an implicit GEMM, with an elementwise epilogue (template
-kernels/conv.py.j2; lowering in agent.builtin.conv_lower). See docs/builtin-conv.md.
+"""Convolution (conv1d/2d/3d and the transposed conv_transpose1d/2d/3d) as an implicit GEMM, with an
+elementwise epilogue (template kernels/conv.py.j2; lowering in agent.builtin.conv_lower). See
+docs/builtin-conv.md.
 
-The product is out[(n, oh, ow), co] = sum over k = (c, kh, kw) of x[n, g*CG + c, ih, iw] * w[co, k]:
-M = N*OH*OW output positions by N = C_out/groups channels, K = C_in/groups * KH * KW. A program
-owns a [BLOCK_M, BLOCK_N] tile of one group (grid axis 2); the K loop gathers the input with
-computed indices (padding and the tile's edges are masked loads of zero) and reads the weight as
-[C_out, K]; float32 accumulation with tl.dot. Every size - batch, channels, spatial sizes, kernel
-size, stride, padding, dilation, groups - reaches the kernel at run time (stride, padding,
-dilation and groups from the model's Conv module when it has exactly one with the traced settings,
-else the traced values written in forward); only the tile sizes, warps and stages are constants.
+The product is out[(n, od, oh, ow), co] = sum over k = (c, kd, kh, kw) of x[n, g*CG + c, id, ih, iw]
+* w[co, k]: M = N*OD*OH*OW output positions by N = C_out/groups channels, K = C_in/groups * KD*KH*KW
+(a 1-d or 2-d convolution is a 3-d one over depth and height of one). A program owns a
+[BLOCK_M, BLOCK_N] tile of one group (grid axis 2); the K loop gathers the input with computed
+indices (padding and the tile's edges are masked loads of zero) and reads the weight as [C_out, K];
+float32 accumulation with tl.dot. A transposed convolution gathers too: its input position is
+i = (o + padding - k*dilation) / stride where that division is exact and in range (else a masked
+zero), and its weight [C_in, C_out/groups, K...] is read accordingly. Every size - batch, channels,
+spatial sizes, kernel size, stride, padding, output_padding, dilation, groups - reaches the kernel
+at run time (the settings from the model's Conv (ConvTranspose) module when it has exactly one with
+the traced settings, else the traced values written in forward); only the tile sizes, warps and
+stages are constants.
 
-A depthwise convolution (one input channel per group) is first drafted as a direct kernel instead
-(configuration "direct"): BLOCK_M positions x BLOCK_N channels per program, a loop over the taps
-with float32 FMAs; the grouped GEMM's configurations come after it.
+A depthwise forward convolution (one input channel per group) is first drafted as a direct kernel
+instead (configuration "direct"): BLOCK_M positions x BLOCK_N channels per program, a loop over the
+taps with float32 FMAs; the grouped GEMM's configurations come after it.
 
 Precision: under float32 the dot is "ieee" or "tf32x3" (three TF32 products, about float32's
 accuracy), never plain TF32; the configuration records it. Half types use the native dot.

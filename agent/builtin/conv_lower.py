@@ -35,7 +35,7 @@ def lower_conv(b: Builder, args, kwargs: dict[str, Any], arg, dtype: str, v) -> 
                  output_padding=_ints(given["output_padding"] or 0, n) if transposed else (0,) * n)
     x = arg(given["input"])
     w = arg(given["weight"])
-    attrs["module"] = _module(b, n, w, transposed)
+    attrs["module"] = _module(b, n, w, transposed, attrs)
     pattern = f"conv_transpose{n}d" if transposed else f"conv{n}d"
     ref = b.add("conv", "conv", [x, w], tuple(v.shape), dtype, pattern=pattern, **attrs)
     if given["bias"] is not None:
@@ -50,11 +50,13 @@ def lower_conv(b: Builder, args, kwargs: dict[str, Any], arg, dtype: str, v) -> 
     return ref
 
 
-def _module(b: Builder, n: int, weight, transposed: bool = False) -> str | None:
+def _module(b: Builder, n: int, weight, transposed: bool, traced: dict[str, Any]) -> str | None:
     """The model's Conv{n}d (ConvTranspose{n}d) module whose weight the convolution reads (`self.conv`): the draft reads
     its stride, padding, dilation, groups (and output_padding) at run time, as its forward does (so a problem traced
     with other channels or groups draws the same code); None when the weight is no such module's
-    (F.conv2d on a parameter of its own): the traced settings are written in."""
+    (F.conv2d on a parameter of its own), or whose settings are not the traced ones (a
+    ConvTranspose called with output_size: its output_padding is computed in forward): the traced
+    settings are written in."""
     if not (isinstance(weight, tuple) and weight[0] == "leaf"):
         return None
     leaf = b.leaves[weight[1]]
@@ -62,7 +64,11 @@ def _module(b: Builder, n: int, weight, transposed: bool = False) -> str | None:
         return None
     expr = b.problem.param_exprs[leaf.ref][: -len(".weight")]
     cls, attrs = b.problem.submodules.get(expr, ("", {}))
-    if cls != f"{'ConvTranspose' if transposed else 'Conv'}{n}d" or isinstance(attrs.get("padding"), str) or attrs.get("padding_mode", "zeros") != "zeros":
+    if cls != f"{'ConvTranspose' if transposed else 'Conv'}{n}d" or isinstance(attrs.get("padding"), str) \
+            or attrs.get("padding_mode", "zeros") != "zeros":
+        return None
+    keys = ("stride", "padding", "dilation") + (("output_padding",) if transposed else ())
+    if any(k in attrs and _ints(attrs[k], n) != traced[k] for k in keys) or attrs.get("groups", 1) != traced["groups"]:
         return None
     return expr
 
