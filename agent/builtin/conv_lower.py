@@ -54,9 +54,8 @@ def _module(b: Builder, n: int, weight, transposed: bool, traced: dict[str, Any]
     """The model's Conv{n}d (ConvTranspose{n}d) module whose weight the convolution reads (`self.conv`): the draft reads
     its stride, padding, dilation, groups (and output_padding) at run time, as its forward does (so a problem traced
     with other channels or groups draws the same code); None when the weight is no such module's
-    (F.conv2d on a parameter of its own), or whose settings are not the traced ones (a
-    ConvTranspose called with output_size: its output_padding is computed in forward): the traced
-    settings are written in."""
+    (F.conv2d on a parameter of its own), or a ConvTranspose whose output_padding is not the traced
+    one (called with output_size, its forward computes another): the traced settings are written in."""
     if not (isinstance(weight, tuple) and weight[0] == "leaf"):
         return None
     leaf = b.leaves[weight[1]]
@@ -67,9 +66,8 @@ def _module(b: Builder, n: int, weight, transposed: bool, traced: dict[str, Any]
     if cls != f"{'ConvTranspose' if transposed else 'Conv'}{n}d" or isinstance(attrs.get("padding"), str) \
             or attrs.get("padding_mode", "zeros") != "zeros":
         return None
-    keys = ("stride", "padding", "dilation") + (("output_padding",) if transposed else ())
-    if any(k in attrs and _ints(attrs[k], n) != traced[k] for k in keys) or attrs.get("groups", 1) != traced["groups"]:
-        return None
+    if transposed and "output_padding" in attrs and _ints(attrs["output_padding"], n) != traced["output_padding"]:
+        return None  # called with output_size (the attributes are the problem's as built, not a variant's)
     return expr
 
 
