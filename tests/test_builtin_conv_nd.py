@@ -2,8 +2,9 @@
 conv_transpose1d/2d/3d through the implicit GEMM (the transposed ones in gather form), drafted and
 run in Triton's interpreter against the reference on tiny shapes - stride, padding, output_padding,
 dilation (asymmetric too), groups, depthwise, with and without bias, settings from the module or
-written in (F.conv_transpose2d), an elementwise epilogue; the same draft at another batch and
-spatial size; a later configuration of the space; the float32 precision rule. (The 1-d and 2-d
+written in (F.conv_transpose2d), an elementwise epilogue, stride phases without a tap; the same
+draft at another batch and spatial size; the stride-phase kernel (a strided transposed
+convolution's first configuration) and the plain gather (its last); the float32 precision rule. (The 1-d and 2-d
 forward convolutions: tests/test_builtin_conv.py, whose helpers these tests share.)"""
 from __future__ import annotations
 
@@ -46,6 +47,9 @@ VARIANTS = {
                                        "bias=False)\n", "self.conv(x)", (2, 4, 5, 6),
                                        "conv_transpose2d 3x2 (stride 2x3, padding 1x0, output_padding 0x1, "
                                        "dilation 1x2, groups 2)"),
+    "transpose2d_phases_without_taps": ("        self.conv = nn.ConvTranspose2d(3, 4, 2, stride=(3, 2), dilation=(1, 2), "
+                                        "output_padding=(2, 1))\n", "self.conv(x)", (2, 3, 4, 3),
+                                        "conv_transpose2d 2x2 (stride 3x2, output_padding 2x1, dilation 1x2)"),
     "transpose2d_depthwise": ("        self.conv = nn.ConvTranspose2d(4, 4, 3, stride=2, groups=4)\n",
                               "self.conv(x)", (2, 4, 5, 6), "conv_transpose2d 3x3 (stride 2, depthwise)"),
     "transpose2d_functional": ("        self.w = nn.Parameter(torch.randn(3, 2, 3, 3))\n",
@@ -94,12 +98,16 @@ def test_the_last_configuration_of_a_transposed_3d_conv_is_correct_too(tmp_path)
     _same(problem, candidate, [torch.randn(shape)])
 
 
-def test_float32_dots_are_ieee_or_tf32x3_and_only_a_forward_depthwise_conv_goes_direct(tmp_path):
+def test_float32_dots_are_ieee_or_tf32x3_and_the_space_starts_with_the_right_kernel(tmp_path):
+    """Only a forward depthwise convolution goes direct; a strided transposed one starts with the
+    stride-phase kernel, the plain gather after it."""
     for name, (body, forward, shape, _) in VARIANTS.items():
         configs = search.space(recognize(_problem(tmp_path, body, forward, shape)).plan)
         assert configs and all(c["precision"] in PRECISIONS for c in configs), name
         assert {c["precision"] for c in configs if not c.get("direct")} == set(PRECISIONS), name
         assert any(c.get("direct") for c in configs) == (name == "conv3d_depthwise"), name
+        transposed = name.startswith("transpose")  # each with a stride above 1
+        assert bool(configs[0].get("phases")) == transposed and any(not c.get("phases") for c in configs), name
 
 
 @pytest.mark.parametrize("body, forward, shape, reason", [

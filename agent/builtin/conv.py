@@ -9,7 +9,9 @@ The product is out[(n, od, oh, ow), co] = sum over k = (c, kd, kh, kw) of x[n, g
 indices (padding and the tile's edges are masked loads of zero) and reads the weight as [C_out, K];
 float32 accumulation with tl.dot. A transposed convolution gathers too: its input position is
 i = (o + padding - k*dilation) / stride where that division is exact and in range (else a masked
-zero), and its weight [C_in, C_out/groups, K...] is read accordingly. Every size - batch, channels,
+zero), and its weight [C_in, C_out/groups, K...] is read accordingly; with a stride above 1 the space
+starts with the stride-phase kernel (configuration "phases"): one phase o = a + q*S per program,
+only the taps that land on an input (a table forward computes). Every size - batch, channels,
 spatial sizes, kernel size, stride, padding, output_padding, dilation, groups - reaches the kernel
 at run time (the settings from the model's Conv (ConvTranspose) module when it has exactly one with
 the traced settings, else the traced values written in forward); only the tile sizes, warps and
@@ -124,6 +126,9 @@ def render(plan: Plan, problem: Problem, config: dict[str, Any], ctx: Context) -
     value = store_value(value, present, len(groups), "[BLOCK_M, BLOCK_N]")
     direct = bool(config.get("direct"))
     transposed = bool(a.get("transposed"))
+    phases = bool(config.get("phases"))
+    if phases and not transposed:
+        raise Unrecognized("stride phases for a forward convolution (a transposed one's decomposition)")
     if direct and (transposed or plan.leaves[w_index].shape[1] != 1):
         raise Unrecognized("the direct kernel for a convolution with more than one input channel per group")
     precision = None
@@ -132,7 +137,7 @@ def render(plan: Plan, problem: Problem, config: dict[str, Any], ctx: Context) -
         if precision not in PRECISIONS or (direct and precision != "ieee"):  # plain TF32: not float32's accuracy
             raise Unrecognized(f"a float32 convolution with dot precision {precision!r} (ieee or tf32x3 only)")
     names = {k: local_name(f"conv_{k}", problem) for k in ("in_sizes", "out_sizes", "kernel", "stride", "padding",
-                                                             "dilation", "groups", "rows", "oc", "cg", "ocg")}
+                                                             "dilation", "groups", "rows", "oc", "cg", "ocg", "phases", "phase_rows")}
     module = a["module"]
     keys = ("stride", "padding", "dilation", "groups") + (("output_padding",) if transposed else ())
     if module is not None:
@@ -143,7 +148,8 @@ def render(plan: Plan, problem: Problem, config: dict[str, Any], ctx: Context) -
     variables["offset_limit"] = None  # batch offsets are int64 in the kernel; forward bounds an image's
     variables["out_alloc"] = f"(in{x_index}.shape[0], {names['oc']}, *{names['out_sizes']}[{3 - n}:])"
     return render_template("conv.py.j2", body=em.outer, result=value, x_index=x_index, w_index=w_index, names=names,
-                           settings=settings, precision=precision, direct=direct, transposed=transposed, **variables)
+                           settings=settings, precision=precision, direct=direct, transposed=transposed, phases=phases,
+                           **variables)
 
 
 # --- the search space ----------------------------------------------------------------------------
@@ -153,12 +159,30 @@ def space(plan: Plan) -> list[dict[str, Any]]:
     """Tiles from the implicit GEMM's M, N, K (BLOCK_N and BLOCK_K no larger than N and K rounded
     up to a power of two, at least 16 for tl.dot); pipelined tiles that fit in shared memory; the
     largest tile that still gives every SM a program first (else the one with the most programs);
-    under float32 each tile with tf32x3, then each with ieee."""
+    under float32 each tile with tf32x3, then each with ieee. A transposed convolution with a
+    stride above 1 starts with the stride-phase kernel's tiles (its M and K divided by the phases),
+    then the plain gather's."""
     index, conv = _conv(plan)
     weight = plan.leaves[conv.args[1][1]]
     m, n, k = _gemm(conv, weight.shape)
     groups = conv.attrs["groups"]
-    size = 4 if weight.dtype == "torch.float32" else 2
+    gemm = _gemm_space(m, n, k, groups, weight.dtype)
+    if conv.attrs.get("transposed"):
+        stride = conv.attrs["stride"]
+        if math.prod(stride) == 1:
+            return gemm
+        taps = math.prod(math.ceil(t / s) for t, s in zip(weight.shape[2:], stride))
+        phases = _gemm_space(math.ceil(m / math.prod(stride)), n, k // math.prod(weight.shape[2:]) * taps,
+                             groups * math.prod(stride), weight.dtype)
+        return unique([{**c, "phases": True} for c in phases] + gemm)
+    if weight.shape[1] != 1:
+        return gemm
+    return unique(_direct_space(plan, m, weight) + gemm)  # depthwise: the direct kernel first
+
+
+def _gemm_space(m: int, n: int, k: int, programs_per_tile: int, dtype: str) -> list[dict[str, Any]]:
+    """The implicit GEMM's tiles for M x N x K (programs_per_tile: groups, times phases)."""
+    size = 4 if dtype == "torch.float32" else 2
     configs = []
     for bm, bn, bk, w, s in TILES:
         bm, bn, bk = min(bm, max(16, pow2(m))), min(bn, max(16, pow2(n))), min(bk, max(16, pow2(k)))
@@ -170,14 +194,12 @@ def space(plan: Plan) -> list[dict[str, Any]]:
     configs = unique(configs)
 
     def programs(c: dict[str, Any]) -> int:
-        return groups * math.ceil(m / c["BLOCK_M"]) * math.ceil(n / c["BLOCK_N"])
+        return programs_per_tile * math.ceil(m / c["BLOCK_M"]) * math.ceil(n / c["BLOCK_N"])
 
     gemm = _filling_first(configs, programs)
-    if weight.dtype == "torch.float32":
+    if dtype == "torch.float32":
         gemm = [{**c, "precision": p} for p in PRECISIONS for c in gemm]
-    if weight.shape[1] != 1 or conv.attrs.get("transposed"):
-        return unique(gemm)
-    return unique(_direct_space(plan, m, weight) + gemm)  # depthwise: the direct kernel first
+    return unique(gemm)
 
 
 def _filling_first(configs: list[dict[str, Any]], programs: Callable[[dict[str, Any]], int]) -> list[dict[str, Any]]:
