@@ -47,8 +47,8 @@ VARIANTS = {
                                        "bias=False)\n", "self.conv(x)", (2, 4, 5, 6),
                                        "conv_transpose2d 3x2 (stride 2x3, padding 1x0, output_padding 0x1, "
                                        "dilation 1x2, groups 2)"),
-    "transpose2d_phases_without_taps": ("        self.conv = nn.ConvTranspose2d(3, 4, 2, stride=(3, 2), dilation=(1, 2), "
-                                        "output_padding=(2, 1))\n", "self.conv(x)", (2, 3, 4, 3),
+    "transpose2d_phases_without_taps": ("        self.conv = nn.ConvTranspose2d(3, 4, 2, stride=(3, 2), "
+                                        "dilation=(1, 2), output_padding=(2, 1))\n", "self.conv(x)", (2, 3, 4, 3),
                                         "conv_transpose2d 2x2 (stride 3x2, output_padding 2x1, dilation 1x2)"),
     "transpose2d_depthwise": ("        self.conv = nn.ConvTranspose2d(4, 4, 3, stride=2, groups=4)\n",
                               "self.conv(x)", (2, 4, 5, 6), "conv_transpose2d 3x3 (stride 2, depthwise)"),
@@ -59,7 +59,8 @@ VARIANTS = {
                                 "self.conv(x, output_size=[10, 12])", (2, 4, 5, 6),
                                 "conv_transpose2d 3x3 (stride 2, padding 1, output_padding 1)"),
     "transpose3d_scale_relu": ("        self.conv = nn.ConvTranspose3d(3, 4, 3, stride=2, padding=1, "
-                               "output_padding=1)\n        self.scale = 0.5\n", "torch.relu(self.conv(x) * self.scale)", (2, 3, 3, 4, 5),
+                               "output_padding=1)\n        self.scale = 0.5\n",
+                               "torch.relu(self.conv(x) * self.scale)", (2, 3, 3, 4, 5),
                                "conv_transpose3d 3x3x3 (stride 2, padding 1, output_padding 1)"),
 }
 

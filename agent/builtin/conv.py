@@ -137,7 +137,8 @@ def render(plan: Plan, problem: Problem, config: dict[str, Any], ctx: Context) -
         if precision not in PRECISIONS or (direct and precision != "ieee"):  # plain TF32: not float32's accuracy
             raise Unrecognized(f"a float32 convolution with dot precision {precision!r} (ieee or tf32x3 only)")
     names = {k: local_name(f"conv_{k}", problem) for k in ("in_sizes", "out_sizes", "kernel", "stride", "padding",
-                                                             "dilation", "groups", "rows", "oc", "cg", "ocg", "phases", "phase_rows")}
+                                                             "dilation", "groups", "rows", "oc", "cg", "ocg",
+                                                             "phases", "phase_rows")}
     module = a["module"]
     keys = ("stride", "padding", "dilation", "groups") + (("output_padding",) if transposed else ())
     if module is not None:
