@@ -150,7 +150,7 @@ def render(plan: Plan, problem: Problem, config: dict[str, Any], ctx: Context) -
     variables["out_alloc"] = f"(in{x_index}.shape[0], {names['oc']}, *{names['out_sizes']}[{3 - n}:])"
     return render_template("conv.py.j2", body=em.outer, result=value, x_index=x_index, w_index=w_index, names=names,
                            settings=settings, precision=precision, direct=direct, transposed=transposed, phases=phases,
-                           **variables)
+                           dims=n, **variables)
 
 
 # --- the search space ----------------------------------------------------------------------------
