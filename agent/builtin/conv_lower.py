@@ -51,11 +51,12 @@ def lower_conv(b: Builder, args, kwargs: dict[str, Any], arg, dtype: str, v) -> 
 
 
 def _module(b: Builder, n: int, weight, transposed: bool, traced: dict[str, Any]) -> str | None:
-    """The model's Conv{n}d (ConvTranspose{n}d) module whose weight the convolution reads (`self.conv`): the draft reads
-    its stride, padding, dilation, groups (and output_padding) at run time, as its forward does (so a problem traced
-    with other channels or groups draws the same code); None when the weight is no such module's
-    (F.conv2d on a parameter of its own), or a ConvTranspose whose output_padding is not the traced
-    one (called with output_size, its forward computes another): the traced settings are written in."""
+    """The model's Conv{n}d (ConvTranspose{n}d) module whose weight the convolution reads
+    (`self.conv`): the draft reads its stride, padding, dilation, groups (and output_padding) at run
+    time, as its forward does (so a problem traced with other channels or groups draws the same
+    code); None when the weight is no such module's (F.conv2d on a parameter of its own), or a
+    ConvTranspose whose output_padding is not the traced one (called with output_size, its forward
+    computes another): the traced settings are written in."""
     if not (isinstance(weight, tuple) and weight[0] == "leaf"):
         return None
     leaf = b.leaves[weight[1]]
