@@ -4,9 +4,12 @@ run in Triton's interpreter against the reference on tiny shapes - stride, paddi
 dilation (asymmetric too), groups, depthwise, with and without bias, settings from the module or
 written in (F.conv_transpose2d), an elementwise epilogue, stride phases without a tap; the same
 draft at another batch and spatial size; the stride-phase kernel (a strided transposed
-convolution's first configuration) and the plain gather (its last); the float32 precision rule. (The 1-d and 2-d
+convolution's first configuration) and the plain gather (its last); the float32 precision rule;
+float16 with the native dot. (The 1-d and 2-d
 forward convolutions: tests/test_builtin_conv.py, whose helpers these tests share.)"""
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,6 +17,7 @@ import torch
 from agent.builtin import search
 from agent.builtin.conv import PRECISIONS
 from agent.builtin.recognize import recognize
+from helpers_builtin import load_module
 from test_builtin_conv import _draft, _problem, _same
 
 pytestmark = pytest.mark.timeout(240)
@@ -51,7 +55,7 @@ VARIANTS = {
                                         "dilation=(1, 2), output_padding=(2, 1))\n", "self.conv(x)", (2, 3, 4, 3),
                                         "conv_transpose2d 2x2 (stride 3x2, output_padding 2x1, dilation 1x2)"),
     "transpose2d_depthwise": ("        self.conv = nn.ConvTranspose2d(4, 4, 3, stride=2, groups=4)\n",
-                              "self.conv(x)", (2, 4, 5, 6), "conv_transpose2d 3x3 (stride 2, depthwise)"),
+                              "self.conv(x)", (1, 4, 3, 4), "conv_transpose2d 3x3 (stride 2, depthwise)"),
     "transpose2d_functional": ("        self.w = nn.Parameter(torch.randn(3, 2, 3, 3))\n",
                                "F.conv_transpose2d(x, self.w, None, 2, 1, 1)", (2, 3, 5, 4),
                                "conv_transpose2d 3x3 (stride 2, padding 1, output_padding 1)"),
@@ -77,7 +81,7 @@ def test_each_variant_matches_the_reference(name, tmp_path):
 
 @pytest.mark.parametrize("name, others", [
     ("conv3d_stride_padding_dilation", ((3, 3, 6, 5, 9), (1, 3, 3, 4, 5))),
-    ("transpose2d_grouped_asymmetric", ((3, 4, 7, 3), (1, 4, 2, 9))),
+    ("transpose2d_grouped_asymmetric", ((3, 4, 4, 3), (1, 4, 2, 7))),
     ("transpose1d_dilated", ((1, 3, 14),)),
 ])
 def test_the_draft_is_general_over_batch_and_spatial_size(name, others, tmp_path):
@@ -121,3 +125,26 @@ def test_what_is_still_declined_says_why(body, forward, shape, reason, tmp_path)
     rec = recognize(_problem(tmp_path, body, forward, shape))
     assert rec.plan is None
     assert reason in rec.reason and "\n" not in rec.reason
+
+
+@pytest.mark.parametrize("body, shape", [
+    ("        self.conv = nn.ConvTranspose2d(8, 16, 3, stride=2, padding=1, output_padding=1)", (1, 8, 3, 4)),
+    ("        self.conv = nn.Conv3d(8, 16, 3, stride=(1, 2, 1), padding=1)", (2, 8, 3, 4, 5)),
+], ids=["conv_transpose2d", "conv3d"])
+def test_a_float16_draft_uses_the_native_dot(body, shape, tmp_path):
+    problem = _problem(tmp_path, body + ".half()\n", "torch.relu(self.conv(x))", shape)
+    problem.write_text(problem.read_text().replace(f"torch.randn{shape!r}", f"torch.randn{shape!r}.half()"))
+    candidate, rec = _draft(problem, tmp_path)
+    source = Path(candidate.__file__).read_text()
+    assert "input_precision" not in source and "precision" not in search.space(rec.plan)[0]
+    ref = load_module(problem)
+    torch.manual_seed(3)
+    reference = ref.Model()
+    torch.manual_seed(3)
+    ours = candidate.ModelNew()
+    torch.manual_seed(8)
+    x = torch.randn(shape).half()
+    with torch.no_grad():
+        expected, got = reference(x), ours(x)
+    assert got.dtype == torch.float16 and got.shape == expected.shape
+    torch.testing.assert_close(got, expected, rtol=2e-3, atol=2e-3)  # float16 output, float32 accumulation
