@@ -19,6 +19,7 @@ from agent.builtin.conv import PRECISIONS
 from agent.builtin.recognize import recognize
 from helpers_builtin import load_module
 from test_builtin_conv import _draft, _problem, _same
+from test_builtin_conv_reduce import _draft as _draft_reduced
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -118,8 +119,8 @@ def test_float32_dots_are_ieee_or_tf32x3_and_the_space_starts_with_the_right_ker
 @pytest.mark.parametrize("body, forward, shape, reason", [
     ("        self.conv = nn.ConvTranspose3d(2, 4, 3)\n", "F.max_pool3d(self.conv(x), 2)", (1, 2, 3, 3, 3),
      "a max_pool3d with the convolution"),
-    ("        self.conv = nn.Conv3d(2, 4, 3)\n", "torch.softmax(self.conv(x), dim=1)", (1, 2, 4, 4, 4),
-     "a reduction over the convolution's output (softmax) after it"),
+    ("        self.conv = nn.Conv3d(2, 4, 3)\n        self.up = nn.ConvTranspose3d(4, 2, 2, stride=2)\n",
+     "self.up(self.conv(x))", (1, 2, 4, 4, 4), "2 convolutions in one forward"),
 ])
 def test_what_is_still_declined_says_why(body, forward, shape, reason, tmp_path):
     rec = recognize(_problem(tmp_path, body, forward, shape))
@@ -148,3 +149,16 @@ def test_a_float16_draft_uses_the_native_dot(body, shape, tmp_path):
         expected, got = reference(x), ours(x)
     assert got.dtype == torch.float16 and got.shape == expected.shape
     torch.testing.assert_close(got, expected, rtol=2e-3, atol=2e-3)  # float16 output, float32 accumulation
+
+
+@pytest.mark.parametrize("body, forward, shape, kind", [
+    ("        self.conv = nn.Conv3d(2, 4, 3, padding=1)\n", "torch.softmax(self.conv(x), dim=1)", (2, 2, 3, 4, 5),
+     "colwise"),
+    ("        self.conv = nn.ConvTranspose3d(3, 4, 3, stride=2, padding=1)\n        self.norm = nn.GroupNorm(2, 4)\n",
+     "self.norm(self.conv(x))", (1, 3, 2, 3, 3), "rowwise"),
+], ids=["conv3d_softmax", "conv_transpose3d_group_norm"])
+def test_a_reduction_after_a_3d_or_transposed_conv_goes_through_conv_reduce(body, forward, shape, kind, tmp_path):
+    problem = _problem(tmp_path, body, forward, shape)
+    candidate = _draft_reduced(problem, tmp_path, kind)
+    torch.manual_seed(9)
+    _same(problem, candidate, [torch.randn(shape)])

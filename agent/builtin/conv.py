@@ -26,8 +26,9 @@ accuracy), never plain TF32; the configuration records it. Half types use the na
 
 The epilogue is any elementwise chain on the convolution's output (bias, scaling, clamps,
 activations, batch norm in inference mode, which lowers to a per-channel scale and shift).
-Declined: a reduction over the output after it (group/instance norm, softmax over channels: a
-reduction across programs), a second convolution, a pooling after it, elementwise work before it.
+Reductions over the output after it (group/instance norm, softmax over channels, a global mean: a
+reduction across programs) are a second kernel: agent.builtin.conv_reduce (classify hands them
+over). Declined: a second convolution, a pooling after it, elementwise work before it.
 """
 from __future__ import annotations
 
@@ -61,10 +62,10 @@ def classify(leaves: list[Leaf], nodes: list[Node], out: int, out_glue, out_shap
     conv = nodes[index]
     after = downstream(nodes, index)
     reductions = sorted(i for i in after if nodes[i].op == "reduce")
-    if reductions:
-        patterns = [p for i in reductions if (p := nodes[i].attrs.get("pattern")) not in (None, "reduction")]
-        what = patterns[0] if patterns else nodes[reductions[0]].name  # group_norm, softmax; else sum / max
-        raise Unrecognized(f"a reduction over the convolution's output ({what}) after it")
+    if reductions:  # a second kernel reduces the convolution's output (agent.builtin.conv_reduce)
+        from agent.builtin import conv_reduce
+
+        return conv_reduce.classify(leaves, nodes, out, out_glue, out_shape, out_dtype)
     other = sorted({n.attrs.get("pattern") or n.op for i, n in enumerate(nodes) if i != index and n.op != "ew"})
     if other:
         raise Unrecognized(f"a {other[0]} with the convolution (one kernel convolves, then works elementwise)")

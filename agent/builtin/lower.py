@@ -37,6 +37,11 @@ def build_plan(traced, problem: Problem) -> Plan:
     """The plan for a traced forward (what agent.builtin.load.trace returns)."""
     import torch
 
+    from agent.builtin.attention_match import match as match_attention
+
+    attention = match_attention(traced)  # softmax(q kᵀ) v: one fused kernel (agent.builtin.attention)
+    if attention is not None:
+        return attention
     graph, param_names, n_inputs = traced
     b = Builder(problem)
     env: dict[Any, Any] = {}  # fx node -> ref | ("leafsrc", kind, ref, glue) | tuple of refs

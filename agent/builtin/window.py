@@ -15,9 +15,10 @@ STRAY = {"flip": "aten.flip outside a scan", "pad": "torch.cat with zeros outsid
 
 
 def kinds() -> dict[str, ModuleType]:
-    from agent.builtin import argreduce, conv, pooling, scans
+    from agent.builtin import argreduce, attention, conv, conv_reduce, pooling, scans
 
-    return {"pool": pooling, "scan": scans, "argreduce": argreduce, "conv": conv}
+    return {"pool": pooling, "scan": scans, "argreduce": argreduce, "conv": conv, "conv_reduce": conv_reduce,
+            "attention": attention}
 
 
 def classify_window(leaves: list[Leaf], nodes: list[Node], out: int, out_glue, out_shape, out_dtype) -> Plan | None:

@@ -1,4 +1,4 @@
-"""Level-2 chain with a reduction over the convolution's output: 3x3 convolution, GroupNorm (declined)."""
+"""Level-2 chain: 3x3 convolution, GroupNorm (a reduction over its output: agent/builtin/conv_reduce.py)."""
 import torch
 import torch.nn as nn
 import torch.nn.functional as F

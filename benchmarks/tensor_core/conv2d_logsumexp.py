@@ -1,0 +1,29 @@
+"""Level-2 chain: 3x3 convolution scaled by a constant, log-sum-exp over the channels."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+batch_size = 128
+in_channels = 3
+out_channels = 16
+height = width = 32
+scale = 0.5
+
+
+class Model(nn.Module):
+    def __init__(self, in_ch: int, out_ch: int, s: float):
+        super().__init__()
+        self.conv = nn.Conv2d(in_ch, out_ch, 3, padding=1)
+        self.scale = s
+
+    def forward(self, x):
+        x = self.conv(x) * self.scale
+        return torch.logsumexp(x, dim=1, keepdim=True)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, in_channels, height, width)]
+
+
+def get_init_inputs():
+    return [in_channels, out_channels, scale]

@@ -1,0 +1,27 @@
+"""Level-2 chain: 3x3 convolution, ReLU, a global average over the spatial dims (one value per channel)."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+batch_size = 128
+in_channels = 3
+out_channels = 64
+height = width = 32
+
+
+class Model(nn.Module):
+    def __init__(self, in_ch: int, out_ch: int):
+        super().__init__()
+        self.conv = nn.Conv2d(in_ch, out_ch, 3)
+
+    def forward(self, x):
+        x = torch.relu(self.conv(x))
+        return torch.mean(x, dim=[2, 3], keepdim=True)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, in_channels, height, width)]
+
+
+def get_init_inputs():
+    return [in_channels, out_channels]

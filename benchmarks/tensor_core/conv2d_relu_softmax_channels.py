@@ -1,0 +1,29 @@
+"""Level-2 chain: 3x3 convolution, ReLU, softmax over the channels, a learned per-channel bias."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+batch_size = 128
+in_channels = 3
+out_channels = 16
+height = width = 32
+
+
+class Model(nn.Module):
+    def __init__(self, in_ch: int, out_ch: int):
+        super().__init__()
+        self.conv = nn.Conv2d(in_ch, out_ch, 3, padding=1)
+        self.bias = nn.Parameter(torch.randn(out_ch, 1, 1) * 0.02)
+
+    def forward(self, x):
+        x = torch.relu(self.conv(x))
+        x = torch.softmax(x, dim=1)
+        return x + self.bias
+
+
+def get_inputs():
+    return [torch.randn(batch_size, in_channels, height, width)]
+
+
+def get_init_inputs():
+    return [in_channels, out_channels]
