@@ -1,7 +1,8 @@
 """The convolution kernel (agent.builtin.conv) compiled for a Hopper GPU (sm_90) on a machine
 without one, as tests/test_builtin_products_compile.py does for the product kernels: the kernel a
 draft launches goes through Triton's real pipeline to a cubin - float32 with tf32x3 and with ieee
-dots, and float16 with the native dot. Nothing is launched."""
+dots, and float16 with the native dot; a 3-d convolution, and a transposed one by stride phases and
+by the plain gather. Nothing is launched."""
 from __future__ import annotations
 
 import importlib.util
@@ -23,11 +24,15 @@ CASES = {
     "fp32_ieee": ("conv2d_bias_relu.py", "ieee", None),
     "fp16": ("conv2d_bias_relu.py", None, "torch.float16"),
     "depthwise_direct": ("conv1d_depthwise.py", "ieee", None),
+    "conv3d_tf32x3": ("conv3d_grouped_relu.py", "tf32x3", None),
+    "transposed_phases_tf32x3": ("conv_transpose2d_sigmoid.py", "tf32x3", None),  # the stride-phase kernel
+    "transposed_gather_ieee": ("conv_transpose2d_sigmoid.py", "ieee", None, False),  # the plain gather
 }
 pytestmark = pytest.mark.timeout(300)
 
 
-def compile_case(problem: Path, precision: str | None, dtype: str | None, workdir: Path):
+def compile_case(problem: Path, precision: str | None, dtype: str | None, workdir: Path,
+                 phases: bool | None = None):
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -46,17 +51,21 @@ def compile_case(problem: Path, precision: str | None, dtype: str | None, workdi
     assert rec.plan is not None, rec.reason
     config = search.space(rec.plan)[0]  # a depthwise convolution's: the direct kernel
     if not config.get("direct"):
-        config = next(c for c in search.space(rec.plan) if c.get("precision") == precision)
+        config = next(c for c in search.space(rec.plan) if c.get("precision") == precision
+                      and phases in (None, bool(c.get("phases"))))
     source = codegen.draft(rec.plan, rec.problem, config)
     path = workdir / f"{problem.stem}_{precision}.py"
     path.write_text(source)
     spec = importlib.util.spec_from_file_location(f"compiled_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    fn = module.conv_direct_kernel if config.get("direct") else module.conv_igemm_kernel
+    fn = module.conv_direct_kernel if config.get("direct") else \
+        module.conv_phase_kernel if config.get("phases") else module.conv_igemm_kernel
     signature, constexprs, attrs = {}, {}, {}
     for i, name in enumerate(fn.arg_names):
-        if name.endswith("_ptr"):
+        if name == "tab_ptr":  # the stride phases' table
+            signature[name] = "*i32"
+        elif name.endswith("_ptr"):
             signature[name] = PTR[rec.plan.leaves[int(name[2:-4])].dtype] if name.startswith("in") else \
                 PTR[rec.plan.out_dtype]
             attrs[(i,)] = [["tt.divisibility", 16]]
@@ -75,13 +84,14 @@ def compile_case(problem: Path, precision: str | None, dtype: str | None, workdi
 def _child(workdir: str) -> None:
     """Compile every case; print one JSON object: case -> {"ok", "mma", "error"}."""
     out = {}
-    for case, (problem, precision, dtype) in CASES.items():
+    for case, (problem, precision, dtype, *phases) in CASES.items():
         try:
-            kernel, source, config = compile_case(PROBLEMS / problem, precision, dtype, Path(workdir))
+            kernel, source, config = compile_case(PROBLEMS / problem, precision, dtype, Path(workdir), *phases)
             ptx = kernel.asm["ptx"]
             out[case] = {"ok": bool(kernel.asm.get("cubin")), "tensor_core": bool(re.search(r"\b(mma|wgmma)\b", ptx)),
                          "tf32": bool(re.search(r"\.tf32", ptx)),
-                         "precision": re.findall(r'input_precision="(\w+)"', source), "direct": "direct" in config}
+                         "precision": re.findall(r'input_precision="(\w+)"', source), "direct": "direct" in config,
+                         "phases": bool(config.get("phases"))}
         except Exception as exc:  # reported to the parent test, which fails with it
             out[case] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:2000]}
     print(json.dumps(out))
@@ -103,6 +113,7 @@ def test_the_conv_kernel_compiles_for_sm90(case, compiled):
         assert result["direct"] and result["precision"] == [] and not result["tf32"]
         return
     assert result["precision"] == ([precision] if precision else [])
+    assert result["phases"] == (case == "transposed_phases_tf32x3")
     if precision == "ieee":
         assert not result["tf32"]  # IEEE float32: no TF32 instruction at all
     else:

@@ -1,18 +1,25 @@
-"""Convolution (conv1d, conv2d) as an implicit GEMM, with an elementwise epilogue (template
-kernels/conv.py.j2; lowering in agent.builtin.conv_lower). See docs/builtin-conv.md.
+"""Convolution (conv1d/2d/3d and the transposed conv_transpose1d/2d/3d) as an implicit GEMM, with an
+elementwise epilogue (template kernels/conv.py.j2; lowering in agent.builtin.conv_lower). See
+docs/builtin-conv.md.
 
-The product is out[(n, oh, ow), co] = sum over k = (c, kh, kw) of x[n, g*CG + c, ih, iw] * w[co, k]:
-M = N*OH*OW output positions by N = C_out/groups channels, K = C_in/groups * KH * KW. A program
-owns a [BLOCK_M, BLOCK_N] tile of one group (grid axis 2); the K loop gathers the input with
-computed indices (padding and the tile's edges are masked loads of zero) and reads the weight as
-[C_out, K]; float32 accumulation with tl.dot. Every size - batch, channels, spatial sizes, kernel
-size, stride, padding, dilation, groups - reaches the kernel at run time (stride, padding,
-dilation and groups from the model's Conv module when it has exactly one with the traced settings,
-else the traced values written in forward); only the tile sizes, warps and stages are constants.
+The product is out[(n, od, oh, ow), co] = sum over k = (c, kd, kh, kw) of x[n, g*CG + c, id, ih, iw]
+* w[co, k]: M = N*OD*OH*OW output positions by N = C_out/groups channels, K = C_in/groups * KD*KH*KW
+(a 1-d or 2-d convolution is a 3-d one over depth and height of one). A program owns a
+[BLOCK_M, BLOCK_N] tile of one group (grid axis 2); the K loop gathers the input with computed
+indices (padding and the tile's edges are masked loads of zero) and reads the weight as [C_out, K];
+float32 accumulation with tl.dot. A transposed convolution gathers too: its input position is
+i = (o + padding - k*dilation) / stride where that division is exact and in range (else a masked
+zero), and its weight [C_in, C_out/groups, K...] is read accordingly; with a stride above 1 the space
+starts with the stride-phase kernel (configuration "phases"): one phase o = a + q*S per program,
+only the taps that land on an input (a table forward computes). Every size - batch, channels,
+spatial sizes, kernel size, stride, padding, output_padding, dilation, groups - reaches the kernel
+at run time (the settings from the model's Conv (ConvTranspose) module when it has exactly one with
+the traced settings, else the traced values written in forward); only the tile sizes, warps and
+stages are constants.
 
-A depthwise convolution (one input channel per group) is first drafted as a direct kernel instead
-(configuration "direct"): BLOCK_M positions x BLOCK_N channels per program, a loop over the taps
-with float32 FMAs; the grouped GEMM's configurations come after it.
+A depthwise forward convolution (one input channel per group) is first drafted as a direct kernel
+instead (configuration "direct"): BLOCK_M positions x BLOCK_N channels per program, a loop over the
+taps with float32 FMAs; the grouped GEMM's configurations come after it.
 
 Precision: under float32 the dot is "ieee" or "tf32x3" (three TF32 products, about float32's
 accuracy), never plain TF32; the configuration records it. Half types use the native dot.
@@ -77,8 +84,8 @@ def classify(leaves: list[Leaf], nodes: list[Node], out: int, out_glue, out_shap
     a = conv.attrs
     weight = leaves[w[1]].shape
     kernel = "x".join(map(str, weight[2:]))
-    settings = [f"{k} {_text(a[k])}" for k, plain in (("stride", 1), ("padding", 0), ("dilation", 1))
-                if any(v != plain for v in a[k])]
+    settings = [f"{k} {_text(a[k])}" for k, plain in (("stride", 1), ("padding", 0), ("output_padding", 0),
+                                                      ("dilation", 1)) if any(v != plain for v in a.get(k, ()))]
     c_in = leaves[x[1]].shape[1]
     if a["groups"] > 1:
         settings.append("depthwise" if a["groups"] == c_in else f"groups {a['groups']}")
@@ -95,8 +102,11 @@ def _text(values: tuple[int, ...]) -> str:
 
 
 def _gemm(conv: Node, weight: tuple[int, ...]) -> tuple[int, int, int]:
-    """(M, N, K) of the implicit GEMM of one group."""
-    return (conv.shape[0] * math.prod(conv.shape[2:]), weight[0] // conv.attrs["groups"], math.prod(weight[1:]))
+    """(M, N, K) of the implicit GEMM of one group (a transposed weight is [C_in, C_out/groups, K...])."""
+    m, groups = conv.shape[0] * math.prod(conv.shape[2:]), conv.attrs["groups"]
+    if conv.attrs.get("transposed"):
+        return m, weight[1], weight[0] // groups * math.prod(weight[2:])
+    return m, weight[0] // groups, math.prod(weight[1:])
 
 
 def _conv(plan: Plan) -> tuple[int, Node]:
@@ -116,7 +126,11 @@ def render(plan: Plan, problem: Problem, config: dict[str, Any], ctx: Context) -
     value, present = em.gen(("node", plan.out), "full", tuple(plan.nodes[plan.out].shape))
     value = store_value(value, present, len(groups), "[BLOCK_M, BLOCK_N]")
     direct = bool(config.get("direct"))
-    if direct and plan.leaves[w_index].shape[1] != 1:
+    transposed = bool(a.get("transposed"))
+    phases = bool(config.get("phases"))
+    if phases and not transposed:
+        raise Unrecognized("stride phases for a forward convolution (a transposed one's decomposition)")
+    if direct and (transposed or plan.leaves[w_index].shape[1] != 1):
         raise Unrecognized("the direct kernel for a convolution with more than one input channel per group")
     precision = None
     if plan.leaves[x_index].dtype == "torch.float32":
@@ -124,17 +138,20 @@ def render(plan: Plan, problem: Problem, config: dict[str, Any], ctx: Context) -
         if precision not in PRECISIONS or (direct and precision != "ieee"):  # plain TF32: not float32's accuracy
             raise Unrecognized(f"a float32 convolution with dot precision {precision!r} (ieee or tf32x3 only)")
     names = {k: local_name(f"conv_{k}", problem) for k in ("in_sizes", "out_sizes", "kernel", "stride", "padding",
-                                                             "dilation", "groups", "rows")}
+                                                             "dilation", "groups", "rows", "oc", "cg", "ocg",
+                                                             "phases", "phase_rows")}
     module = a["module"]
+    keys = ("stride", "padding", "dilation", "groups") + (("output_padding",) if transposed else ())
     if module is not None:
-        settings = {k: f"{module}.{k}" for k in ("stride", "padding", "dilation", "groups")}
+        settings = {k: f"{module}.{k}" for k in keys}
     else:
-        settings = {k: repr(a[k]) for k in ("stride", "padding", "dilation", "groups")}
+        settings = {k: repr(a[k]) for k in keys}
     variables = common_variables(plan, problem, config, ctx)
     variables["offset_limit"] = None  # batch offsets are int64 in the kernel; forward bounds an image's
-    variables["out_alloc"] = f"(in{x_index}.shape[0], in{w_index}.shape[0], *{names['out_sizes']}[{2 - n}:])"
+    variables["out_alloc"] = f"(in{x_index}.shape[0], {names['oc']}, *{names['out_sizes']}[{3 - n}:])"
     return render_template("conv.py.j2", body=em.outer, result=value, x_index=x_index, w_index=w_index, names=names,
-                           settings=settings, precision=precision, direct=direct, **variables)
+                           settings=settings, precision=precision, direct=direct, transposed=transposed, phases=phases,
+                           dims=n, **variables)
 
 
 # --- the search space ----------------------------------------------------------------------------
@@ -144,12 +161,30 @@ def space(plan: Plan) -> list[dict[str, Any]]:
     """Tiles from the implicit GEMM's M, N, K (BLOCK_N and BLOCK_K no larger than N and K rounded
     up to a power of two, at least 16 for tl.dot); pipelined tiles that fit in shared memory; the
     largest tile that still gives every SM a program first (else the one with the most programs);
-    under float32 each tile with tf32x3, then each with ieee."""
+    under float32 each tile with tf32x3, then each with ieee. A transposed convolution with a
+    stride above 1 starts with the stride-phase kernel's tiles (its M and K divided by the phases),
+    then the plain gather's."""
     index, conv = _conv(plan)
     weight = plan.leaves[conv.args[1][1]]
     m, n, k = _gemm(conv, weight.shape)
     groups = conv.attrs["groups"]
-    size = 4 if weight.dtype == "torch.float32" else 2
+    gemm = _gemm_space(m, n, k, groups, weight.dtype)
+    if conv.attrs.get("transposed"):
+        stride = conv.attrs["stride"]
+        if math.prod(stride) == 1:
+            return gemm
+        taps = math.prod(math.ceil(t / s) for t, s in zip(weight.shape[2:], stride))
+        phases = _gemm_space(math.ceil(m / math.prod(stride)), n, k // math.prod(weight.shape[2:]) * taps,
+                             groups * math.prod(stride), weight.dtype)
+        return unique([{**c, "phases": True} for c in phases] + gemm)
+    if weight.shape[1] != 1:
+        return gemm
+    return unique(_direct_space(plan, m, weight) + gemm)  # depthwise: the direct kernel first
+
+
+def _gemm_space(m: int, n: int, k: int, programs_per_tile: int, dtype: str) -> list[dict[str, Any]]:
+    """The implicit GEMM's tiles for M x N x K (programs_per_tile: groups, times phases)."""
+    size = 4 if dtype == "torch.float32" else 2
     configs = []
     for bm, bn, bk, w, s in TILES:
         bm, bn, bk = min(bm, max(16, pow2(m))), min(bn, max(16, pow2(n))), min(bk, max(16, pow2(k)))
@@ -161,14 +196,12 @@ def space(plan: Plan) -> list[dict[str, Any]]:
     configs = unique(configs)
 
     def programs(c: dict[str, Any]) -> int:
-        return groups * math.ceil(m / c["BLOCK_M"]) * math.ceil(n / c["BLOCK_N"])
+        return programs_per_tile * math.ceil(m / c["BLOCK_M"]) * math.ceil(n / c["BLOCK_N"])
 
     gemm = _filling_first(configs, programs)
-    if weight.dtype == "torch.float32":
+    if dtype == "torch.float32":
         gemm = [{**c, "precision": p} for p in PRECISIONS for c in gemm]
-    if weight.shape[1] != 1:
-        return unique(gemm)
-    return unique(_direct_space(plan, m, weight) + gemm)  # depthwise: the direct kernel first
+    return unique(gemm)
 
 
 def _filling_first(configs: list[dict[str, Any]], programs: Callable[[dict[str, Any]], int]) -> list[dict[str, Any]]:

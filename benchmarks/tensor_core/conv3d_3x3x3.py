@@ -1,4 +1,4 @@
-"""3-d convolution: 3x3x3 over 16x64x64 volumes (declined: conv1d/conv2d only)."""
+"""3-d convolution: 3x3x3, 3 -> 64 channels over 64x64x64 volumes, batch 16."""
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -6,7 +6,7 @@ import torch.nn.functional as F
 batch_size = 16
 in_channels = 3
 out_channels = 64
-depth = 16
+depth = 64
 height = width = 64
 
 

@@ -1,4 +1,4 @@
-"""Transposed 2-d convolution: 3x3, stride 2 (declined: forward convolutions only)."""
+"""Transposed 2-d convolution: 3x3, stride 2, padding 1, 64 -> 32 channels, 64x64 to 127x127."""
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
