@@ -1,13 +1,16 @@
 """Standard 2-d convolution: a 3x3 kernel over square 256x256 images, 3 channels in, 64 out."""
+import os
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-batch_size = 16
+SMALL = os.environ.get("SUITE_SCALE") == "small"  # a CPU test size
+batch_size = 2 if SMALL else 16
 in_channels = 3
 out_channels = 64
 kernel_size = 3
-height = width = 256
+height = width = 10 if SMALL else 256
 
 
 class Model(nn.Module):

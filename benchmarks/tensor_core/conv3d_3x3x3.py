@@ -1,13 +1,16 @@
 """3-d convolution: 3x3x3, 3 -> 64 channels over 64x64x64 volumes, batch 16."""
+import os
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-batch_size = 16
+SMALL = os.environ.get("SUITE_SCALE") == "small"  # a CPU test size
+batch_size = 2 if SMALL else 16
 in_channels = 3
 out_channels = 64
-depth = 64
-height = width = 64
+depth = 6 if SMALL else 64
+height = width = 10 if SMALL else 64
 
 
 class Model(nn.Module):

@@ -1,13 +1,16 @@
 """Level-2 chain: transposed 3-d convolution (3x3x3, stride 2, padding 1), times a scale, ReLU."""
+import os
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-batch_size = 64
+SMALL = os.environ.get("SUITE_SCALE") == "small"  # a CPU test size
+batch_size = 2 if SMALL else 64
 in_channels = 3
 out_channels = 16
-depth = 16
-height = width = 32
+depth = 6 if SMALL else 16
+height = width = 10 if SMALL else 32
 scale = 0.5
 
 
