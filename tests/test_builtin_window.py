@@ -167,8 +167,11 @@ def test_scans_in_half_precision_and_the_exclusive_form_by_subtraction(tmp_path)
     ("torch.cat((x, x), dim=1)", "torch.cat of several computed tensors"),
     ("x.flip(1) * 2.0", "aten.flip outside a scan"),
     ("F.adaptive_avg_pool2d(x, 2)", "aten._adaptive_avg_pool2d.default has no built-in template"),
+    # every op without a template is named, each once, in the forward's order (what depends on one is not looked at)
+    ("torch.sort(x, 3).values + F.adaptive_avg_pool2d(x, 8) + torch.sort(x * 2.0, 3).values",
+     "aten.sort.default and aten._adaptive_avg_pool2d.default have no built-in template"),
 ], ids=["argmax_all", "after_argmax", "pool_prologue", "lone_flip", "two_scans", "scan_reduce", "cat", "flip",
-        "adaptive"])
+        "adaptive", "every_missing_op"])
 def test_what_the_window_kinds_decline_is_named(forward, words, tmp_path):
     rec = recognize(_problem(tmp_path, "declined", forward, "torch.randn(2, 3, 8, 8)"))
     assert rec.plan is None and words in rec.reason, rec.reason

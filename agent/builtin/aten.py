@@ -8,7 +8,7 @@ import math
 
 from agent.builtin.builder import Builder, Unusable
 from agent.builtin.conv_lower import CONV_OPS, lower_conv
-from agent.builtin.ir import Unrecognized
+from agent.builtin.ir import NoTemplate, Unrecognized
 from agent.builtin.losses import LOSSES, lower_loss
 from agent.builtin.norms import NORMS, all_dims, lower_norm
 from agent.builtin.window_lower import argreduce, lower_window_op
@@ -205,7 +205,7 @@ def lower_op(b: Builder, name: str, overload: str, node, args, kwargs, arg, dtyp
     window = lower_window_op(b, name, node, args, kwargs, arg, dtype, v)  # pooling, scans, arg-reductions
     if window is not None:
         return window
-    raise Unrecognized(f"aten.{name}.{overload} has no built-in template")
+    raise NoTemplate(f"aten.{name}.{overload}")
 
 
 def torch_node_type():

@@ -25,6 +25,24 @@ class Unrecognized(Exception):
     """The forward holds something the built-in policy has no template for; str() says what."""
 
 
+class NoTemplate(Unrecognized):
+    """An aten op that no lowering knows (`op`: `aten.sort.default`). The walk goes on past it, so
+    that the one line names every such op of the forward, not only the first."""
+
+    def __init__(self, op: str) -> None:
+        super().__init__(f"{op} has no built-in template")
+        self.op = op
+
+
+def no_template(ops: list[str]) -> Unrecognized:
+    """The one line for the ops without a template, each named once, in the forward's order."""
+    names = list(dict.fromkeys(ops))
+    if len(names) == 1:
+        return NoTemplate(names[0])
+    listed = ", ".join(names[:-1]) + f" and {names[-1]}"
+    return Unrecognized(f"{listed} have no built-in template")
+
+
 class Runtime(float):
     """A scalar of the forward that comes from the module (a constructor argument stored on
     `self`): its traced value, and the kernel parameter it reaches the kernel as, so the kernel

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent.builtin.builder import Builder
-from agent.builtin.ir import Unrecognized
+from agent.builtin.ir import NoTemplate, Unrecognized
 
 LOSSES = {"mse_loss", "smooth_l1_loss", "huber_loss", "binary_cross_entropy"}
 REDUCTIONS = {0: "none", 1: "mean", 2: "sum"}
@@ -68,4 +68,4 @@ def lower_loss(b: Builder, name: str, args, kwargs: dict[str, Any], arg, dtype: 
         large = b.ew("mul", [b.ew("sub", [size, b.ew("mul", [delta, 0.5], dtype)], dtype), delta], dtype)
         terms = b.ew("where", [b.ew("lt", [size, delta], dtype), small, large], dtype)
         return reduced(b, terms, reduction, dtype, name)
-    raise Unrecognized(f"aten.{name} has no built-in template")
+    raise NoTemplate(f"aten.{name}")

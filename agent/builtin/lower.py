@@ -11,7 +11,7 @@ from typing import Any
 from agent.builtin.aten import lower_op
 from agent.builtin.builder import Builder, Unusable
 from agent.builtin.classify import classify
-from agent.builtin.ir import FLOAT_DTYPES, LEAF_DTYPES, Leaf, Plan, Problem, Unrecognized
+from agent.builtin.ir import FLOAT_DTYPES, LEAF_DTYPES, Leaf, NoTemplate, Plan, Problem, Unrecognized, no_template
 
 # aten glue ops replayed in torch on a leaf (views and copies; see tools.ops.GLUE_OPS)
 LEAF_GLUE = {"view", "_unsafe_view", "reshape", "t", "transpose", "permute", "expand", "unsqueeze", "squeeze",
@@ -33,6 +33,25 @@ def _overload(target) -> str:
     return getattr(target, "_overloadname", "default")
 
 
+class _Missing:
+    """The value of an op without a template, and of everything computed from it."""
+
+
+def _reads_missing(node, env: dict[Any, Any]) -> bool:
+    import torch
+
+    found = False
+
+    def look(x):
+        nonlocal found
+        if isinstance(x, torch.fx.Node) and isinstance(env.get(x), _Missing):
+            found = True
+        return x
+
+    torch.fx.node.map_aggregate((node.args, node.kwargs), look)
+    return found
+
+
 def build_plan(traced, problem: Problem) -> Plan:
     """The plan for a traced forward (what agent.builtin.load.trace returns)."""
     import torch
@@ -52,6 +71,7 @@ def build_plan(traced, problem: Problem) -> Plan:
         else:
             env[node] = ("src", "input", index - len(param_names), [])
     output_ref = None
+    missing: list[str] = []  # the ops without a template, in the forward's order
     out_glue: list[tuple[str, list[Any]]] = []
     views: dict[Any, Any] = {}
 
@@ -98,6 +118,8 @@ def build_plan(traced, problem: Problem) -> Plan:
             if len(outs) != 1 or not isinstance(outs[0], torch.fx.Node):
                 raise Unrecognized(f"forward returns {len(outs)} values; the built-in kernels write one tensor")
             value = env[outs[0]]
+            if isinstance(value, _Missing):
+                continue
             if isinstance(value, tuple) and value and value[0] == "view":
                 output_ref, out_glue = value[1], value[2]
             elif isinstance(value, tuple) and value and value[0] == "node":
@@ -114,6 +136,9 @@ def build_plan(traced, problem: Problem) -> Plan:
         v = val(node)
         base = name.rstrip("_") if name.endswith("_") and not name.startswith("_") else name  # in-place forms
 
+        if _reads_missing(node, env):  # computed from an op without a template: named at the end
+            env[node] = _Missing()
+            continue
         if name == "getitem":
             source = env[args[0]]
             if isinstance(source, list):
@@ -165,8 +190,14 @@ def build_plan(traced, problem: Problem) -> Plan:
         if base in ("detach", "alias", "clone", "contiguous"):
             env[node] = env[args[0]]
             continue
-        env[node] = lower_op(b, base, overload, node, args, kwargs, arg, dtype, v)
+        try:
+            env[node] = lower_op(b, base, overload, node, args, kwargs, arg, dtype, v)
+        except NoTemplate as exc:
+            missing.append(exc.op)
+            env[node] = _Missing()
 
+    if missing:
+        raise no_template(missing)
     if output_ref is None:
         raise Unrecognized("forward returns nothing the built-in kernels can write")
     out_node = b.nodes[output_ref[1]]
