@@ -38,18 +38,7 @@ class _Missing:
 
 
 def _reads_missing(node, env: dict[Any, Any]) -> bool:
-    import torch
-
-    found = False
-
-    def look(x):
-        nonlocal found
-        if isinstance(x, torch.fx.Node) and isinstance(env.get(x), _Missing):
-            found = True
-        return x
-
-    torch.fx.node.map_aggregate((node.args, node.kwargs), look)
-    return found
+    return any(isinstance(env.get(x), _Missing) for x in node.all_input_nodes)
 
 
 def build_plan(traced, problem: Problem) -> Plan:
