@@ -5,6 +5,7 @@ roofline, so the roofline cannot catch a forged time), and, for both kernels, on
 reports its times divided by a factor.
 
     python benchmarks/two_clocks.py [--sizes 14,18,22,26,28] [--factor 1.5] [--json OUT]
+                                    [--candidates honest,slow_forged] [--repeat N]
 
 It prints, per size and candidate, the worker's median, the parent's time per call back to back,
 their ratio, the request overhead the eager arm showed, and the verdict under the rule in force
@@ -156,7 +157,14 @@ def main() -> None:
     ap.add_argument("--sizes", default="12,14,16,18,20,22,24,26,28", help="log2 of the element counts")
     ap.add_argument("--factor", type=float, default=1.5)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--candidates", default=",".join(CANDIDATES), help="comma-separated, of: " + ", ".join(CANDIDATES))
+    ap.add_argument("--repeat", type=int, default=1, help="evaluators opened per size, one after another "
+                    "(each as a batch run's fresh process per problem opens one)")
     args = ap.parse_args()
+    names = [n for n in args.candidates.split(",") if n]
+    unknown = sorted(set(names) - set(CANDIDATES))
+    if unknown:
+        ap.error(f"--candidates: unknown {', '.join(unknown)}")
     from tools import clocks
     from tools.evaluate import EvalOptions, Evaluator
 
@@ -166,11 +174,12 @@ def main() -> None:
         path = work / f"scale_add_{log2}.py"
         path.write_text(PROBLEM.format(n=1 << log2))
         options = EvalOptions(device="cuda:0", cache_dir=work / "cache", disabled_rules=OPEN, spares=1)
-        with Evaluator(path, options) as ev:
-            for name, source in CANDIDATES.items():
-                r = ev.evaluate(source.replace("{factor}", repr(args.factor)))
-                rows.append(row(log2, name, r))
-                print(json.dumps(rows[-1]), flush=True)
+        for _ in range(args.repeat):
+            with Evaluator(path, options) as ev:
+                for name in names:
+                    r = ev.evaluate(CANDIDATES[name].replace("{factor}", repr(args.factor)))
+                    rows.append(row(log2, name, r))
+                    print(json.dumps(rows[-1]), flush=True)
     print(f"\nrule: parent <= {clocks.RATIO} x worker + {clocks.HOST_ALLOWANCE_MS} ms + noise")
     print(f"{'size':>6} {'candidate':>11} {'worker ms':>10} {'parent ms':>10} {'ratio':>6} {'overhead':>9}  verdict")
     for x in rows:

@@ -34,7 +34,7 @@ come from and the smallest kernel time at which a forged 1.5x is caught.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tools.feed import feed
@@ -74,13 +74,15 @@ class Passes:
     copy: float = 0.0  # ms charged for the copies of the last k-call pass (inputs in, outputs out)
     copy_timed: float = 0.0  # ... what those copies took by the parent's events
     handover: float = 0.0  # ms charged per call for the worker's hand-over of its outputs
+    copies: list[str] = field(default_factory=list)  # per pass: "in+out timed/predicted" (for the record)
 
     def describe(self) -> str:
         def ms(xs: list[float]) -> str:
             return "/".join(f"{x:.3g}" for x in xs) or "-"
         return (f"passes in ms: candidate {ms(self.candidate)}, candidate x1 {ms(self.candidate_one)}, "
                 f"eager x1 {ms(self.eager_one)}, eager {ms(self.eager_k)}; copies charged {self.copy:.3g} "
-                f"(timed {self.copy_timed:.3g}), hand-over {self.handover:.3g} per call")
+                f"(timed {self.copy_timed:.3g}), hand-over {self.handover:.3g} per call; copies per pass, "
+                f"in+out timed/predicted: {', '.join(self.copies) or '-'}")
 
     def per_call(self, k: int, eager_median_ms: float) -> tuple[float, float]:
         """(candidate's time per call by the parent's clock, the request overhead subtracted).
@@ -123,6 +125,7 @@ def check(ev: "Evaluator", worker: WorkerProcess, plan: "TimingPlan", result: Re
 def _check(ev: "Evaluator", worker: WorkerProcess, plan: "TimingPlan", result: Result) -> bool:
     k = burst_size(ev.problem.input_bytes, ev.problem.output_bytes, plan.pool, result.candidate_time.median_ms or 0.0)
     passes = Passes([], [], [], [], handover=copy_ms(ev, ev.problem.output_bytes))
+    room = _output_room(ev, k)  # the parent's copy of the outputs: allocated before any clock starts
     for rep in range(REPS):
         calls = [plan.call(FIRST_CALL + rep * k + i) for i in range(k)]
         stamps: dict[str, float] = {}
@@ -132,7 +135,7 @@ def _check(ev: "Evaluator", worker: WorkerProcess, plan: "TimingPlan", result: R
         if cand is None:
             return False
         try:
-            outs, taken = _take_outputs(ev, worker, cand)
+            outs, taken = _take_outputs(ev, worker, cand, room)
         except (TransportError, KeyError, TypeError, ValueError) as exc:
             return fail(result, Verdict.REJECTED, "timing:two-clocks", f"malformed outputs of back-to-back calls: {exc}")
         end = time.perf_counter()
@@ -140,6 +143,7 @@ def _check(ev: "Evaluator", worker: WorkerProcess, plan: "TimingPlan", result: R
         timed = stamps.get("copy_ms", 0.0) + taken.get("copy_ms", 0.0)
         predicted = copy_ms(ev, copied + taken.get("copied", 0.0))
         passes.copy, passes.copy_timed = min(timed, COPY_SLACK * predicted) if timed else predicted, timed
+        passes.copies.append(f"{stamps.get('copy_ms', 0.0):.3g}+{taken.get('copy_ms', 0.0):.3g}/{predicted:.3g}")
         passes.candidate.append((end - start) * 1e3 - passes.copy - k * passes.handover)
         one = _request(ev, ev.reference, {"calls": calls[:1]}, result) if k > 1 else None
         eager = _request(ev, ev.reference, {"calls": calls}, result)
@@ -197,10 +201,28 @@ def _request(ev: "Evaluator", proc: WorkerProcess, fields: dict[str, Any],
     return header, payload, done, (done - sent) * 1e3
 
 
-def _take_outputs(ev: "Evaluator", worker: WorkerProcess, cand: tuple[Any, ...]) -> tuple[Any, dict[str, float]]:
+def _output_room(ev: "Evaluator", k: int) -> Any:
+    """A buffer for the parent's copy of k calls' outputs (with the arena's alignment per tensor),
+    or None on the CPU. Taken before the passes: allocating it inside a pass would put the
+    allocator's time (cudaMalloc of up to KEEP_BYTES) inside the parent's clock and inside the
+    copy's events, both charged to an honest candidate (measured: copies timed at 1.1-2x the
+    bandwidth's prediction, rejecting honest kernels; docs/integrity.md)."""
+    if not ev.device.startswith("cuda"):
+        return None
+    import torch
+
+    from tools.transport import ALIGN
+
+    tensors = max(len(ev.problem.outputs), 1)
+    return torch.empty(k * (ev.problem.output_bytes + 2 * ALIGN * tensors), dtype=torch.uint8, device=ev.device)
+
+
+def _take_outputs(ev: "Evaluator", worker: WorkerProcess, cand: tuple[Any, ...],
+                  room: Any = None) -> tuple[Any, dict[str, float]]:
     """The parent's own copy of a burst's outputs, taken on its own stream right after the reply
     and synchronized: the values checked are those the outputs held when the clock stopped.
-    Returns the outputs (views into the copy) and what the copy moved and took."""
+    Returns the outputs (views into the copy, in `room` when it is large enough) and what the
+    copy moved and took."""
     from tools.feed import arena_used
     from tools.transport import decode
 
@@ -208,17 +230,22 @@ def _take_outputs(ev: "Evaluator", worker: WorkerProcess, cand: tuple[Any, ...])
     if arena is None or not ev.device.startswith("cuda"):  # CPU: the payload is already ours
         return worker.outputs(cand[0], cand[1]), {}
     used = min(arena_used(cand[0]["tree"]), arena.numel())
-    copy, ms = timed_copy(arena[:used], ev.device)
+    target = room[:used] if room is not None and room.numel() >= used else None
+    copy, ms = timed_copy(arena[:used], ev.device, target)
     return decode(cand[0]["tree"], cand[1], copy), {"copied": float(used), "copy_ms": ms}
 
 
-def timed_copy(source: Any, device: str) -> tuple[Any, float]:
-    """A synchronized copy of `source` on the parent's stream, and its duration by CUDA events (ms)."""
+def timed_copy(source: Any, device: str, target: Any = None) -> tuple[Any, float]:
+    """A synchronized copy of `source` on the parent's stream (into `target` when given, else a
+    new tensor), and its duration by CUDA events (ms)."""
     import torch
 
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
-    copy = source.clone()
+    if target is None:
+        copy = source.clone()
+    else:
+        copy = target.copy_(source)
     end.record()
     end.synchronize()
     return copy, start.elapsed_time(end)
