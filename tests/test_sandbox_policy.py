@@ -22,6 +22,7 @@ from tools.worker.candidate import install_files
 from tools.worker.cuda_build import BuildError, checked_options, shell_safe
 
 NO_BWRAP = "/nonexistent/bwrap"
+CACHE_RULES = frozenset({"import", "file-io", "threads-processes"})  # the guard's filters; the OS is under test
 
 
 @pytest.fixture
@@ -47,6 +48,15 @@ def test_ratchet_eval_exits_with_the_sandbox_code(tmp_path):
     assert done.returncode == EXIT_SANDBOX, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("ratchet eval: the OS sandbox is required but bubblewrap"), done.stderr
+
+
+def test_a_worker_may_move_files_between_its_own_directories(tmp_path):
+    """Triton fills its caches by renaming a file from a temporary directory into place: under
+    every landlock layer (the signal scope's included) that must work, or nothing compiles on a
+    GPU (it failed there with EXDEV before the scope layer allowed it)."""
+    with Evaluator(PROBLEMS / "elementwise.py", options(tmp_path, disabled_rules=CACHE_RULES)) as ev:
+        result = ev.evaluate(source("cache_rename_ok"))
+    assert_ok(result)
 
 
 def test_best_effort_runs_and_records_what_was_missing(without_bwrap, tmp_path):
