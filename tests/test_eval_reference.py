@@ -60,3 +60,15 @@ def test_a_reference_dying_during_an_evaluation_is_not_the_candidates_fault(tmp_
         assert "reference worker" in reference_check(result) and "evaluated again" in reference_check(result)
         wrong = ev.evaluate(source("elementwise_ok").replace("* scale", "* scale + 1.0"))
         assert wrong.verdict is Verdict.INCORRECT  # the restarted reference still judges
+
+
+def test_reference_outputs_larger_than_the_cache_are_not_kept(tmp_path):
+    """A trial's reference outputs and inputs larger than reference_cache_mb are used and let go:
+    kept by the parent, a multi-GB set took the room the timing needs on an 80 GiB GPU."""
+    with Evaluator(PROBLEMS / "elementwise.py", options(tmp_path / "cache", trials=2, reference_cache_mb=0)) as ev:
+        assert ev.evaluate(source("elementwise_ok")).verdict is Verdict.OK
+        assert ev.reference.cache == {}
+        assert ev.evaluate(source("elementwise_ok").replace("* scale", "* scale + 1.0")).verdict is Verdict.INCORRECT
+    with Evaluator(PROBLEMS / "elementwise.py", options(tmp_path / "cache", trials=2)) as ev:
+        assert ev.evaluate(source("elementwise_ok")).verdict is Verdict.OK
+        assert len(ev.reference.cache) >= 2  # small sets are kept for the next candidate
