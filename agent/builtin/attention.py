@@ -88,9 +88,15 @@ def render(plan: Plan, problem: Problem, config: dict[str, Any], ctx: Context) -
     mask = node.attrs.get("mask")
     mask_code = {None: 0, "keep_nonzero": 1, "keep_zero": 2, "add": 3}[mask]
     mask_scale = repr(float(node.attrs.get("mask_factor", 1.0)) * math.log2(math.e))
+    # the tile was chosen at this problem's head dims; wider heads (another model's) shrink it at
+    # run time until it holds no more elements in shared memory than here, where it compiled
+    q_parts = 2 if q.dtype == "torch.float32" else 1  # as _smem counts them: 3xTF32's two parts of q
+    tuned_elems = _smem(config["BLOCK_M"], config["BLOCK_N"], max(16, pow2(q.shape[-1])), max(16, pow2(v.shape[-1])),
+                        1, config["num_stages"], split=q_parts == 2)
     return render_template("attention.py.j2", dot=dot, precision_note=note, causal=bool(node.attrs["causal"]),
                            qk_scale=qk_scale, mask=mask is not None, mask_code=mask_code, mask_scale=mask_scale,
-                           safe=bool(node.attrs.get("safe", True)), **variables)
+                           safe=bool(node.attrs.get("safe", True)), tuned_elems=tuned_elems, q_parts=q_parts,
+                           **variables)
 
 
 # --- the search space ----------------------------------------------------------------------------
@@ -100,7 +106,8 @@ def space(plan: Plan) -> list[dict[str, Any]]:
     """Tiles by head dim (clipped to the sequence lengths, within shared memory), then the first
     one shrunk along BLOCK_M until every SM has a program; float32 spaces list each tile with
     tf32x3, then again with ieee."""
-    _, q, k, v = _attention(plan)
+    node, q, k, v = _attention(plan)
+    masked = node.attrs.get("mask") is not None
     batch = math.prod(q.shape[:-2])
     seq_q, d = q.shape[-2], q.shape[-1]
     seq_k, dv = k.shape[-2], v.shape[-1]
@@ -114,9 +121,9 @@ def space(plan: Plan) -> list[dict[str, Any]]:
         bm, bn = min(bm, max(16, pow2(seq_q))), min(bn, max(16, pow2(seq_k)))
         if fp32 and bm * bn >= 128 * 64 and widest >= 128:
             bn = min(bn, 32)  # float32 tiles take twice the shared memory and registers
-        while bm > 16 and _smem(bm, bn, block_d, block_dv, size, s) > SMEM_BYTES:
+        while bm > 16 and _smem(bm, bn, block_d, block_dv, size, s, fp32, masked) > SMEM_BYTES:
             bm //= 2
-        if _smem(bm, bn, block_d, block_dv, size, s) > SMEM_BYTES:
+        if _smem(bm, bn, block_d, block_dv, size, s, fp32, masked) > SMEM_BYTES:
             continue
         if fp32 and bm * widest >= 128 * 64:
             w = max(w, 8)  # float32 q and accumulator tiles take twice the registers
@@ -134,6 +141,11 @@ def space(plan: Plan) -> list[dict[str, Any]]:
     return [{**c, "precision": p} for p in FP32_PRECISIONS for c in ordered]
 
 
-def _smem(bm: int, bn: int, block_d: int, block_dv: int, size: int, stages: int) -> int:
-    """Shared memory of one program: the q block once, k and v blocks per pipeline stage."""
-    return (bm * block_d + stages * bn * (block_d + block_dv)) * size
+def _smem(bm: int, bn: int, block_d: int, block_dv: int, size: int, stages: int, split: bool = False,
+          masked: bool = False) -> int:
+    """Shared memory of one program: the q block once, k and v blocks per pipeline stage; with
+    `split` (float32 data: 3xTF32 keeps q's high and low parts) the q block twice, and with a
+    mask tensor one [BLOCK_M, BLOCK_N] tile of it. Calibrated on Triton's sm_90 compiles
+    (tests/test_builtin_attention_compile.py): without the last two, fp32 tiles asked for up to
+    262144 bytes where an H100 has 232448."""
+    return (bm * block_d * (2 if split else 1) + stages * bn * (block_d + block_dv)) * size + (bm * bn * 4 if masked else 0)
