@@ -39,7 +39,7 @@ from typing import Any
 
 from agent.builtin import conv
 from agent.builtin.builder import Builder
-from agent.builtin.general import _boundary, _expression, _fit, _substitute
+from agent.builtin.general import fit_sizes
 from agent.builtin.ir import Leaf, Node, Plan, Problem, Unrecognized
 from agent.builtin.search import unique
 from agent.builtin.templates import Context
@@ -271,37 +271,15 @@ def _free_reduction(stages: Stages, others: list[tuple[SizeClass, Stages]],
     written from it (agent.builtin.general's fit, over the intermediate's dims rather than the
     inputs': the convolution's output sizes are no monomials of its input sizes); and the groups
     of the intermediate's dims that it reads as one (forward checks that they are equal)."""
-    free = [c for c, _ in others]
     plans = {c.name: o.reduce for c, o in others}
     dims = {c.name: tuple(d for d, (a, b) in enumerate(zip(stages.shape, o.shape)) if a != b) for c, o in others}
-    sizes: list[tuple[str, str]] = []
-    for attempt in itertools.count():
-        if attempt > 2 * len(others) + 4:  # never expected: the fit does not settle
-            free, sizes = [], []
-        base = render_reduction(stages.reduce, sizes, True)
-        rendered: dict[str, str] = {}
-        dropped = None
-        for c in free:
-            try:
-                rendered[c.name] = render_reduction(plans[c.name], sizes, False)
-            except Unrecognized:
-                dropped = c
-                break
-        fitted = _fit(base, rendered, free) if dropped is None else dropped
-        if isinstance(fitted, SizeClass):
-            free, sizes = [c for c in free if c is not fitted], []
-            continue
-        boundary = _boundary(base)
-        wanted = list(dict.fromkeys(_expression(*fitted[i]) for i in sorted(fitted) if i < boundary))
-        if wanted != [expr for _, expr in sizes]:
-            sizes = [(f"{PREFIX}size_{k}", expr) for k, expr in enumerate(wanted)]
-            continue
-        names = {expr: name for name, expr in sizes}
-        source = _substitute(base, {i: names[_expression(*f)] if i < boundary else _expression(*f)
-                                    for i, f in fitted.items()})
-        used = {name for f in fitted.values() for name in f[1]}
-        return source, [dims[c.name] for c in free if c.name in used and len(dims[c.name]) > 1]
-    raise AssertionError("unreachable")
+
+    def one(c: SizeClass | None, free: list[SizeClass], sizes: list[tuple[str, str]]) -> str:
+        return render_reduction(stages.reduce if c is None else plans[c.name], sizes, c is None)
+
+    source, fitted, free = fit_sizes([c for c, _ in others], one, prefix=PREFIX)
+    used = {name for f in fitted.values() for name in f[1]}
+    return source, [dims[c.name] for c in free if c.name in used and len(dims[c.name]) > 1]
 
 
 def _stitch(first: str, second: str, stages: Stages, n_guards: int, config: dict[str, Any],

@@ -42,21 +42,46 @@ def draft_general(plan: Plan, problem: Problem, config: dict[str, Any], render: 
     if variants is None:
         raise Unrecognized("the problem was not traced at other sizes (agent.builtin.variants)")
     i64 = needs_int64(plan)
-    free = [c for c in variants.classes if c.plan is not None]
-    sizes: list[tuple[str, str]] = []  # the kernel's size parameters, as the last fit asked
-    for attempt in itertools.count():
-        if attempt > 2 * len(variants.classes) + 4:  # never expected: the fit does not settle, fix every size
-            free, sizes = [], []
-        def rendered(p: Plan, shapes: list[tuple[int, ...]], strict: bool = False) -> str:
-            ctx = Context(guards=guard_lines(problem, variants, shapes, free), i64=i64, general=bool(free),
-                          strict=strict, notes=notes(problem, variants, free), sizes=sizes)
-            return render(p, problem, config, ctx)
 
-        base = rendered(plan, variants.shapes, strict=True)
+    def rendered(p: Plan, shapes: list[tuple[int, ...]], free: list[SizeClass], sizes: list[tuple[str, str]],
+                 strict: bool = False) -> str:
+        ctx = Context(guards=guard_lines(problem, variants, shapes, free), i64=i64, general=bool(free),
+                      strict=strict, notes=notes(problem, variants, free), sizes=sizes)
+        return render(p, problem, config, ctx)
+
+    def one(c: SizeClass | None, free: list[SizeClass], sizes: list[tuple[str, str]]) -> str:
+        if c is None:
+            return rendered(plan, variants.shapes, free, sizes, strict=True)
+        return rendered(c.plan, c.shapes, free, sizes)
+
+    def joint(free: list[SizeClass], sizes: list[tuple[str, str]], fitted: Fitted, base: str) -> bool:
+        return _joint_holds(variants, free, fitted, lambda p, shapes: rendered(p, shapes, free, sizes), base)
+
+    source, _, free = fit_sizes([c for c in variants.classes if c.plan is not None], one, joint=joint)
+    return _without_trivial_checks(source, problem, variants, free)
+
+
+Joint = Callable[[list[SizeClass], list[tuple[str, str]], "Fitted", str], bool]
+
+
+def fit_sizes(free: list[SizeClass], render: Callable[[SizeClass | None, list[SizeClass], list[tuple[str, str]]], str],
+              prefix: str = "", joint: Joint | None = None) -> tuple[str, "Fitted", list[SizeClass]]:
+    """The base rendering (`render(None, free, sizes)`) with every number that changes in the
+    renderings of the free classes (`render(c, free, sizes)`) written as its fitted expression: in
+    the kernel as a parameter (`{prefix}size_k`, rendered again with those parameters), after it as
+    the expression itself. A class whose rendering fails or does not fit is fixed (dropped from
+    `free`) and the fit starts over; so is every class when `joint` (every free class changed at
+    once) does not hold. Returns (source, the fit, the classes left free)."""
+    sizes: list[tuple[str, str]] = []  # the kernel's size parameters, as the last fit asked
+    limit = 2 * len(free) + 4
+    for attempt in itertools.count():
+        if attempt > limit:  # never expected: the fit does not settle, fix every size
+            free, sizes = [], []
+        base = render(None, free, sizes)
         others, dropped = {}, None
         for c in free:
             try:
-                others[c.name] = rendered(c.plan, c.shapes)
+                others[c.name] = render(c, free, sizes)
             except Unrecognized:
                 dropped = c
                 break
@@ -67,15 +92,16 @@ def draft_general(plan: Plan, problem: Problem, config: dict[str, Any], render: 
         boundary = _boundary(base)
         wanted = list(dict.fromkeys(_expression(*fitted[i]) for i in sorted(fitted) if i < boundary))
         if wanted != [expr for _, expr in sizes]:
-            sizes = [(f"size_{k}", expr) for k, expr in enumerate(wanted)]
+            sizes = [(f"{prefix}size_{k}", expr) for k, expr in enumerate(wanted)]
             continue  # render again with the kernel's new parameters
-        if free and not _joint_holds(variants, free, fitted, rendered, base):
+        if free and joint is not None and not joint(free, sizes, fitted, base):
             free, sizes = [], []
             continue
         names = {expr: name for name, expr in sizes}
         source = _substitute(base, {i: names[_expression(*f)] if i < boundary else _expression(*f)
                                     for i, f in fitted.items()})
-        return _without_trivial_checks(source, problem, variants, free)
+        return source, fitted, free
+    raise AssertionError("unreachable")
 
 
 def guard_lines(problem: Problem, variants: Variants, shapes: list[tuple[int, ...]],
