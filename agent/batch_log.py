@@ -14,9 +14,9 @@ from typing import Any
 RESULTS = "results.jsonl"
 RUN_META = "run.json"
 LOGS = "logs"
-# Row statuses. A problem whose latest row has one of FINAL is done; --resume retries the others.
+# Row statuses. A problem whose latest row has one of FINAL is done; --resume retries the others
+# ("stopped", "model_error", "error", "crashed").
 FINAL = frozenset({"finished", "invalid_problem", "unrecognized"})  # unrecognized: by the built-in policy
-RETRY = frozenset({"stopped", "model_error", "error", "crashed"})
 
 
 class RunLog:

@@ -50,7 +50,6 @@ from agent.suite_duplicates import DEFAULT_SIMILARITY, near_duplicates
 
 PROBE_SEEDS = (0x5EED01, 0x5EED02, 0x5EED03)  # fixed: curation needs reproducible draws, not secrecy
 DEFAULT_MIN_EAGER_MS = 0.02
-SEVERITIES = ("error", "warning", "info")
 
 
 @dataclass

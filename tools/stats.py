@@ -202,28 +202,7 @@ def speedup(baseline: TimeStats, candidate: TimeStats) -> float:
     return b.median_ms / c.median_ms  # type: ignore[operator]
 
 
-def speedup_interval(baseline: TimeStats, candidate: TimeStats) -> tuple[float, float]:
-    """Conservative (low, high) bounds of the speedup from the two intervals' extremes."""
-    b, c = _checked(baseline, "baseline"), _checked(candidate, "candidate")
-    b_low = b.ci_low_ms if b.ci_low_ms is not None else b.median_ms
-    b_high = b.ci_high_ms if b.ci_high_ms is not None else b.median_ms
-    c_low = c.ci_low_ms if c.ci_low_ms is not None else c.median_ms
-    c_high = c.ci_high_ms if c.ci_high_ms is not None else c.median_ms
-    low = b_low / c_high  # type: ignore[operator]
-    high = b_high / c_low if c_low else math.inf  # type: ignore[operator]
-    return low, high
-
-
 def below_beyond_offset(high_ms: float, low_ms: float) -> bool:
     """Whether an interval ending at `high_ms` lies below one starting at `low_ms` by more than a
     fresh process's own offset: the one rule for "faster beyond noise" (NaN: never)."""
     return high_ms + PROCESS_OFFSET_MS < low_ms
-
-
-def faster_beyond_noise(a: TimeStats, b: TimeStats) -> bool:
-    """True when `a` is faster than `b` beyond noise: a's high end below b's low end by more
-    than a fresh process's own offset (the rule the workspace's best follows)."""
-    a, b = _checked(a, "first"), _checked(b, "second")
-    if a.ci_high_ms is None or b.ci_low_ms is None:
-        return False
-    return below_beyond_offset(a.ci_high_ms, b.ci_low_ms)

@@ -24,7 +24,6 @@ SUBMIT_KERNEL = "submit_kernel"
 GET_BEST = "get_best"
 DIFF_AGAINST_BEST = "diff_against_best"
 GET_PROFILE = "get_profile"
-AUX_TOOLS = (GET_BEST, DIFF_AGAINST_BEST, GET_PROFILE)
 CANDIDATE_CLASS = "ModelNew"
 MAX_SOURCE_CHARS = 200_000
 

@@ -16,7 +16,6 @@ from agent.builtin.window_lower import argreduce, lower_window_op
 UNARY = {"relu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "abs", "neg", "reciprocal", "silu", "erf",
          "sin", "cos", "floor", "ceil", "square", "exp2", "log2", "log1p", "expm1", "mish", "hardswish",
          "hardsigmoid", "relu6", "selu", "sign", "logsigmoid"}
-BINARY = {"add", "sub", "mul", "div", "maximum", "minimum", "rsub", "gt", "lt", "ge", "le", "eq", "ne", "pow"}
 
 
 def lower_op(b: Builder, name: str, overload: str, node, args, kwargs, arg, dtype: str, v):
