@@ -93,7 +93,7 @@ def agent_row(spec: dict[str, Any], log: Callable[[str], None], *, problem: Path
     warm pools (tools.warm.WarmPools); a local one passes none of them: the spec's problem file, the
     workspace of its settings, a fresh evaluator."""
     from agent.batch_channel import Fenced
-    from agent.cmd_optimize import model_client
+    from agent.model_choice import model_client
     from agent.config import load_config
     from agent.runner import NothingToResume, optimize
     from agent.workspace import WorkspaceError

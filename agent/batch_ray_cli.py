@@ -24,7 +24,7 @@ from agent.batch_local import Slot
 from agent.batch_log import LOGS, RESULTS, RunLog
 from agent.batch_problem import make_spec, problem_key
 from agent.batch_scale import SCALE_VAR
-from agent.cli import UsageError
+from agent.cli_checks import UsageError
 from tools.exit_codes import EXIT_CLUSTER, EXIT_INTERRUPTED
 
 

@@ -15,16 +15,13 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from agent.cli_checks import UsageError
 from tools.exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 
 # Each module defines register(subparsers) -> None, which adds its subcommand(s) and sets
 # `func` on them: func(args) -> int (the exit code).
 COMMAND_MODULES = ("agent.cmd_eval", "agent.cmd_workspace", "agent.cmd_optimize", "agent.cmd_batch", "agent.cmd_report",
                    "agent.cmd_export", "agent.cmd_suite")
-
-
-class UsageError(Exception):
-    """A mistake on the command line or in a named file; printed as one line, exit EXIT_USAGE."""
 
 
 class Parser(argparse.ArgumentParser):

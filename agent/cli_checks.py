@@ -11,7 +11,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from agent.cli import UsageError
+
+
+class UsageError(Exception):
+    """A mistake on the command line or in a named file; printed as one line, exit EXIT_USAGE.
+    Every command raises it; agent.cli prints it (here so that the commands need not import the
+    CLI that loads them)."""
 
 
 def readable_file(path: str | os.PathLike, role: str) -> Path:

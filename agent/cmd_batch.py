@@ -38,14 +38,11 @@ from agent.batch_local import LocalScheduler, Slot
 from agent.batch_log import FINAL, LOGS, RESULTS, RUN_META, RunLog
 from agent.batch_problem import make_spec, problem_key
 from agent.batch_scale import SCALE_VAR, cpu_scale, scale_line
-from agent.cli import UsageError
+from agent.cli_checks import UsageError
+from agent.cli_settings import add_settings
+from agent.cli_settings import given as shared_settings
 from tools.exit_codes import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_MODEL, EXIT_OK, EXIT_SANDBOX
 from tools.sandbox import Sandbox, SandboxUnavailable
-
-# flag -> AgentConfig field: the agent settings a batch passes to every problem
-SETTING_FLAGS = ("model", "base_url", "max_attempts", "language", "workspace", "max_tokens", "max_wall_s",
-                 "patience", "trials", "context_tokens", "roofline_target", "memory_roofline_target", "sandbox", "request_timeout_s")
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("batch", help="optimize every problem of a suite directory, one worker per GPU",
@@ -70,25 +67,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", metavar="DIR", help="run directory (default ./runs/<suite>-<date>-<time>)")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out: skip finished problems, continue unfinished ones from their workspaces")
-    p.add_argument("--model", metavar="NAME", help="model name at the endpoint ($RATCHET_MODEL)")
-    p.add_argument("--base-url", metavar="URL", help="OpenAI-compatible endpoint ($OPENAI_BASE_URL); without --model, "
-                                                     "the one model it lists")
-    p.add_argument("--request-timeout", dest="request_timeout_s", type=float, metavar="SECONDS",
-                   help="give up on one model request after SECONDS (default 120; a timed-out request is tried twice)")
-    p.add_argument("--max-attempts", type=int, metavar="N", help="attempt budget per problem (default 20)")
-    p.add_argument("--language", choices=("triton", "cuda"), help="kernel language (default triton)")
-    p.add_argument("--workspace", metavar="DIR", help="workspace root (default $RATCHET_WORKSPACE, else ./workspaces)")
-    p.add_argument("--max-tokens", type=int, metavar="N", help="token budget per problem")
-    p.add_argument("--max-wall-s", type=float, metavar="S", help="wall-time budget per problem in seconds")
-    p.add_argument("--patience", type=int, metavar="N", help="stop a problem after N attempts without a new best")
-    p.add_argument("--trials", type=int, metavar="N", help="correctness trials per attempt (default 5)")
-    p.add_argument("--context-tokens", type=int, metavar="N", help="context budget of one request")
-    p.add_argument("--roofline-target", type=float, metavar="F", help="stop a problem when its best, faster than eager, reaches F of its roofline floor")
-    p.add_argument("--memory-roofline-target", type=float, metavar="F",
-                   help="the same for a memory-bound problem (default 0.8)")
-    p.add_argument("--sandbox", choices=("required", "best-effort"),
-                   help="confinement of candidate code: required (default; refuse without it) or best-effort (docs/sandbox.md)")
-    p.add_argument("--config", metavar="FILE", help="TOML config file (default $RATCHET_CONFIG, else ./ratchet.toml)")
+    add_settings(p, "per problem")
     p.set_defaults(func=run)
 
 
@@ -132,7 +111,7 @@ def settings_from(args: argparse.Namespace, write: Callable[[str], None]) -> dic
     from agent.model_choice import NoModelNamed, choose_model
     from agent.workspace import resolve_root
 
-    given = {name: getattr(args, name) for name in SETTING_FLAGS if getattr(args, name, None) is not None}
+    given = shared_settings(args)
     try:
         config = load_config(given, config_file=args.config)
         given["model"] = choose_model(config, lambda line: write(f"batch: {line}"))

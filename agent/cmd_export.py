@@ -15,8 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from agent.cli import UsageError
-from agent.cli_checks import check_device
+from agent.cli_checks import UsageError, check_device
 from tools.exit_codes import EXIT_OK
 
 

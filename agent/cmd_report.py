@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from agent.cli import UsageError
+from agent.cli_checks import UsageError
 from tools.exit_codes import EXIT_OK
 
 

@@ -14,8 +14,7 @@ import argparse
 import json
 from pathlib import Path
 
-from agent.cli import UsageError
-from agent.cli_checks import check_device
+from agent.cli_checks import UsageError, check_device
 from agent.suite_check import DEFAULT_MIN_EAGER_MS, DEFAULT_SIMILARITY, check_suite
 from tools.exit_codes import EXIT_FLAGGED, EXIT_OK
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-from agent.cli import UsageError
+from agent.cli_checks import UsageError
 from agent.kept_eager import MODEL_NEW, kept_eager, no_faster_line, reference_as_model_new
 from agent.workspace_attempt import Attempt, format_ms
 from agent.workspace_lock import atomic_write

@@ -11,14 +11,21 @@
   turn the quick start into a usage error.
 
 `choose_model` settles `config.model` once; the commands (optimize, batch) call it before
-anything else is started, and a batch passes the settled name to its workers.
+anything else is started, and a batch passes the settled name to its workers. `model_client`
+makes the client for one problem (the one factory: `ratchet optimize` and every batch worker).
 """
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from agent.config import AgentConfig
+
+if TYPE_CHECKING:  # the model clients import openai: only when a run starts
+    from agent.model import ModelClient, OpenAIChatClient
 
 BUILTIN = "builtin"
 LISTED = 5  # names shown when an endpoint lists several
@@ -78,3 +85,37 @@ def key_origin(config: AgentConfig, env: Mapping[str, str]) -> str | None:
     if origin.startswith("config file"):
         return f"api_key in the {origin}"
     return "the API key"
+
+
+def uses_builtin(config: AgentConfig) -> bool:
+    """The built-in offline policy: `--model builtin`, which choose_model settles on when no model is named."""
+    return config.model == BUILTIN
+
+
+def model_client(config: AgentConfig, module: Path, log: Callable[[str], None] | None = None) -> ModelClient:
+    """The model for one problem (chosen by name: agent.model_choice): an OpenAI-compatible endpoint,
+    or the built-in offline policy (agent/builtin; it reads the problem module to recognize what it
+    can write). Raises NoModelNamed, ModelError."""
+    log = log or _stderr
+    choose_model(config, log)
+    if uses_builtin(config):
+        from agent.builtin import BuiltinPolicy  # torch: it reads the problem module
+
+        return BuiltinPolicy(module, entry=config.entry)
+    return endpoint_client(config, log)
+
+
+def endpoint_client(config: AgentConfig, log: Callable[[str], None] | None = None) -> OpenAIChatClient:
+    """The configured OpenAI-compatible endpoint (config.model settled by choose_model)."""
+    from agent.model import OpenAIChatClient, RetryPolicy
+
+    return OpenAIChatClient(model=config.model or "", base_url=config.base_url, api_key=config.api_key,
+                            timeout_s=config.request_timeout_s, temperature=config.temperature,
+                            max_completion_tokens=config.max_completion_tokens, log=log or _stderr,
+                            heartbeat_s=config.heartbeat_s,
+                            retry=RetryPolicy(attempts=config.retry_attempts, base_s=config.retry_base_s,
+                                              max_s=config.retry_max_s))
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
