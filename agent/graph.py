@@ -19,12 +19,12 @@ from __future__ import annotations
 from langgraph.graph import END, START, StateGraph
 
 from agent import nodes
-from agent.nodes import AgentContext
+from agent.session import Session
 from agent.state import AgentState
 
 
 def build_graph() -> StateGraph:
-    graph = StateGraph(AgentState, context_schema=AgentContext)
+    graph = StateGraph(AgentState, context_schema=Session)
     graph.add_node("draft", nodes.draft)
     graph.add_node("compile", nodes.compile)
     graph.add_node("test", nodes.test)

@@ -1,7 +1,7 @@
 """The graph's nodes: draft, compile, test, profile, decide, refine, and the routing between them.
 
-Each node takes the state (JSON data) and the run's `AgentContext` (live objects, passed by
-LangGraph as the run context, never checkpointed) and returns the keys it changes.
+Each node takes the state (JSON data) and the run's `Session` (agent/session.py: live objects,
+passed by LangGraph as the run context, never checkpointed) and returns the keys it changes.
 
 The evaluator builds, tests and times a candidate in one call, so the phases map onto it so:
 - compile evaluates the proposal (once: see below) and commits the attempt to the workspace (an
@@ -24,17 +24,13 @@ after an evaluator fault, verdict error: that source was never judged, and is ev
 from __future__ import annotations
 
 import json
-import sys
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from langgraph.runtime import Runtime
 
 from agent.config import AgentConfig, public
-from agent.model import ModelClient
+from agent.session import Session
 from agent.state import AgentState, AttemptSummary
 from agent.turns import ask_model, feedback_message, first_line, system_text, task_text
 from agent.workspace import ProblemRepo
@@ -46,27 +42,7 @@ NOT_JUDGED = {Verdict.ERROR.value}  # an evaluator fault: nothing to test or pro
 TRAJECTORY_SCHEMA = 1
 
 
-@dataclass
-class AgentContext:
-    """The live objects of one session (rebuilt on resume; never part of the checkpointed state)."""
-
-    config: AgentConfig
-    model: ModelClient
-    evaluator: Any  # tools.Evaluator, with the problem loaded
-    repo: ProblemRepo
-    tools: list[dict[str, Any]]
-    gpu: str
-    log: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr, flush=True))
-    mark: float = field(default_factory=time.monotonic)
-
-    def tick(self) -> float:
-        """Seconds since the last tick (or since this session began)."""
-        now = time.monotonic()
-        elapsed, self.mark = now - self.mark, now
-        return elapsed
-
-
-Node = Runtime[AgentContext]
+Node = Runtime[Session]
 
 
 # --- nodes -------------------------------------------------------------------------------------
@@ -239,7 +215,7 @@ def timing_unavailable(record: dict[str, Any]) -> str | None:
     return f"timing is unavailable on {device or 'this device'}"
 
 
-def _clock(state: AgentState, ctx: AgentContext) -> tuple[float, int]:
+def _clock(state: AgentState, ctx: Session) -> tuple[float, int]:
     """The run's wall time so far and attempts since the last new best, after this step."""
     wall_s = state.get("wall_s", 0.0) + ctx.tick()
     since = 0 if state.get("improved") else state.get("since_improvement", 0) + 1
@@ -292,12 +268,12 @@ def empty_baseline() -> dict[str, Any]:
             "flops": None, "bound": None, "measured": False}
 
 
-def system_prompt(state: AgentState, ctx: AgentContext) -> str:
+def system_prompt(state: AgentState, ctx: Session) -> str:
     return system_text(ctx.evaluator.problem, language=state["language"], gpu=ctx.gpu, entry=state["entry"],
                        auxiliary=ctx.config.auxiliary_tools)
 
 
-def task_prompt(state: AgentState, ctx: AgentContext) -> str:
+def task_prompt(state: AgentState, ctx: Session) -> str:
     baseline = {**empty_baseline(), **(state.get("baseline") or {})}
     return task_text(ctx.evaluator.problem, entry=state["entry"], problem_name=Path(state["problem"]).name,
                      language=state["language"], baseline=baseline, max_attempts=ctx.config.max_attempts)
@@ -323,7 +299,7 @@ def progress_line(state: AgentState, config: AgentConfig) -> str:
     return f"{used} {now}; {so_far}" + ("  new best" if state.get("improved") else "")
 
 
-def trajectory_text(state: AgentState, ctx: AgentContext) -> str:
+def trajectory_text(state: AgentState, ctx: Session) -> str:
     """The conversation and its bookkeeping as JSON: saved in the workspace after every step."""
     data = {
         "schema": TRAJECTORY_SCHEMA, "run_id": state.get("run_id"), "problem": state.get("problem"),

@@ -27,7 +27,8 @@ from agent.config import AgentConfig
 from agent.graph import compile_graph, steps_needed
 from agent.kept_eager import kept_eager
 from agent.model import ModelClient, ModelError
-from agent.nodes import AgentContext, empty_baseline, trajectory_text
+from agent.nodes import empty_baseline, trajectory_text
+from agent.session import Session
 from agent.run_store import STATE_DIR, LocalStore, Store, pointer_path, read_json
 from tools.env import target_name
 from agent.state import AgentState, initial_state
@@ -74,7 +75,7 @@ def optimize(problem: Path, config: AgentConfig, model: ModelClient, *, resume: 
         graph = compile_graph(opened.saver())
         run_config = {"configurable": {"thread_id": run_id},
                       "recursion_limit": steps_needed(config.max_attempts)}
-        ctx = AgentContext(config=config, model=model, evaluator=evaluator, repo=repo,
+        ctx = Session(config=config, model=model, evaluator=evaluator, repo=repo,
                            tools=tool_schemas(config.auxiliary_tools),
                            gpu=target_name(str(evaluator.device), config.gpu), log=log)
 

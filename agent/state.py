@@ -1,7 +1,7 @@
 """The graph's state: JSON-serializable data only (paths, hashes, records, the message list).
 
 Live objects (the model client, the evaluator, the workspace repository) are never stored here;
-nodes reach them through `agent.nodes.AgentContext`, which LangGraph passes as the run context.
+nodes reach them through `agent.session.Session`, which LangGraph passes as the run context.
 Every key is replaced (not merged) by the node that returns it, so a checkpoint is simply the
 state after a node, and a resumed run starts from the last one written.
 """

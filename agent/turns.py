@@ -17,7 +17,7 @@ from tools.toolcalls import (DIFF_AGAINST_BEST, GET_BEST, GET_PROFILE, SUBMIT_KE
                              Submission, best_payload, diff_payload, parse_call, profile_payload)
 
 if TYPE_CHECKING:
-    from agent.nodes import AgentContext
+    from agent.session import Session
 
 
 def system_text(problem: Any, *, language: str, gpu: str, entry: str, auxiliary: bool) -> str:
@@ -40,11 +40,11 @@ def first_line(text: str | None, limit: int = 160) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def remaining_attempts(state: AgentState, ctx: "AgentContext", *, after: int = 0) -> int:
+def remaining_attempts(state: AgentState, ctx: "Session", *, after: int = 0) -> int:
     return max(0, ctx.config.max_attempts - state.get("attempts_used", 0) - after)
 
 
-def ask_model(state: AgentState, ctx: "AgentContext", messages: list[Message]) -> dict[str, Any]:
+def ask_model(state: AgentState, ctx: "Session", messages: list[Message]) -> dict[str, Any]:
     """Call the model until it proposes something (at most max_aux_rounds auxiliary-only turns).
 
     Returns the state updates: messages, usage, tokens_used, proposal. Raises ModelError."""
@@ -128,7 +128,7 @@ def _tool_result(tool_call_id: str, content: str, *, kind: str, **meta: Any) -> 
     return message
 
 
-def answer_aux(request: AuxRequest, state: AgentState, ctx: "AgentContext") -> str:
+def answer_aux(request: AuxRequest, state: AgentState, ctx: "Session") -> str:
     """The JSON (or diff) text returned for get_best, diff_against_best and get_profile."""
     repo = ctx.repo
     best_number = (state.get("best") or {}).get("attempt")
@@ -153,7 +153,7 @@ def answer_aux(request: AuxRequest, state: AgentState, ctx: "AgentContext") -> s
     return json.dumps({"error": f"unknown tool {request.name}"})
 
 
-def feedback_message(state: AgentState, ctx: "AgentContext") -> Message:
+def feedback_message(state: AgentState, ctx: "Session") -> Message:
     """The answer to the latest proposal: the evaluator's outcome, or why the reply was unusable."""
     proposal = state["proposal"]
     remaining = remaining_attempts(state, ctx)

@@ -5,6 +5,7 @@ import pytest
 from langgraph.runtime import Runtime
 
 from agent import nodes
+from agent.session import Session
 from agent.config import load_config
 from agent.graph import compile_graph
 from agent.state import initial_state
@@ -30,11 +31,11 @@ def summary(n: int, *, verdict="ok", roofline=None, median=None) -> dict:
             "timing_measured": median is not None, "detail": ""}
 
 
-def context(logs: list[str] | None = None, **settings) -> nodes.AgentContext:
+def context(logs: list[str] | None = None, **settings) -> Session:
     config = load_config({"max_attempts": 10, "max_tokens": 1000, "max_wall_s": 100.0, "patience": 3,
                           "roofline_target": 0.8, **settings}, env={})
     log = logs.append if logs is not None else (lambda _: None)
-    return nodes.AgentContext(config=config, model=None, evaluator=None, repo=None, tools=[], gpu="", log=log)
+    return Session(config=config, model=None, evaluator=None, repo=None, tools=[], gpu="", log=log)
 
 
 EAGER_2MS = {**nodes.empty_baseline(), "eager_ms": 2.0, "eager_ci_low_ms": 1.98, "measured": True}

@@ -14,6 +14,7 @@ import pytest
 from langgraph.runtime import Runtime
 
 from agent import nodes
+from agent.session import Session
 from agent.cli import main
 from agent.config import load_config
 from agent.state import Proposal, initial_state
@@ -115,7 +116,7 @@ def test_compile_node_never_evaluates_or_commits_twice(tmp_path, monkeypatch):
     with Workspace(tmp_path).open_problem(PROBLEM) as repo, \
             Evaluator(PROBLEM, EvalOptions(device="cpu", trials=1, timing=False)) as evaluator:
         model = SimpleNamespace(name="scripted")  # compile only reads the model's name
-        ctx = nodes.AgentContext(config=config, model=model, evaluator=evaluator, repo=repo, tools=tool_schemas(),
+        ctx = Session(config=config, model=model, evaluator=evaluator, repo=repo, tools=tool_schemas(),
                                  gpu="cpu", log=lambda line: None)
         state = initial_state(run_id="r1", problem=str(PROBLEM), problem_hash=evaluator.problem.hash, entry="Model",
                               language="triton", model="scripted", workspace=str(repo.path),
