@@ -12,9 +12,9 @@
 
 The prompts, tool schemas and answers are the agent's own (`ratchet optimize`): the system and
 task messages come from the same templates through `agent.turns.system_text/task_text`, the
-tools from `tools/toolcalls.json`, tool calls are parsed by `tools.toolcalls.parse_call`, and
-each submission is answered with the agent's feedback template for its verdict. A turn is
-handled as the agent handles it: the first `submit_kernel` call of a turn is evaluated (later
+tools from `tools/toolcalls.json`, a turn's tool calls are read by the agent's own
+`agent.turns.read_turn`, and each submission is answered with the agent's feedback template for
+its verdict. A turn is handled as the agent handles it: the first `submit_kernel` call of a turn is evaluated (later
 ones are answered "not run"), auxiliary calls (`get_best`, `diff_against_best`, `get_profile`)
 are answered from this episode's attempts and cost nothing, a reply with no tool call or a
 malformed call is a format error that counts as an attempt, and `max_aux_rounds + 1`
@@ -40,13 +40,13 @@ from pathlib import Path
 from typing import Any
 
 from agent.render import render, render_feedback
-from agent.turns import first_line, system_text, task_text
+from agent.turns import first_line, read_turn, system_text, task_text
 from agent.workspace_attempt import Attempt, beats
 from tools.env import target_name
 from tools.record import Result, Verdict
 from tools.reward import KernelReward, RewardConfig
-from tools.toolcalls import (DIFF_AGAINST_BEST, GET_BEST, GET_PROFILE, SUBMIT_KERNEL, AuxRequest, Submission,
-                             best_payload, diff_payload, parse_call, profile_payload, tool_schemas)
+from tools.toolcalls import (DIFF_AGAINST_BEST, GET_BEST, GET_PROFILE, AuxRequest, Submission, best_payload,
+                             diff_payload, profile_payload, tool_schemas)
 
 Message = dict[str, Any]
 
@@ -121,32 +121,13 @@ class KernelEnv:
                       if message.get("tool_calls") else {}),
                    **{k: v for k, v in message.items() if k not in ("role", "content", "tool_calls")}}
         self.messages.append(message)
-        new: list[Message] = []
-        calls = message.get("tool_calls") or []
-        if not calls:
-            reason = "the reply called no tool" + ("" if message.get("content") else " and was empty")
-            return self._answer(new, None, reason)
-        proposal: tuple[str, Submission | str] | None = None
-        first_bad: tuple[str, str] | None = None
-        for call in calls:
-            name, arguments = call["function"]["name"], call["function"].get("arguments")
-            parsed = parse_call(name, arguments, auxiliary=self.config.auxiliary_tools)
-            if name == SUBMIT_KERNEL and proposal is None:
-                proposal = (call["id"], parsed if isinstance(parsed, Submission) else parsed.reason)
-            elif name == SUBMIT_KERNEL:
-                new.append(_tool(call["id"], render("aux_ignored")))
-            elif isinstance(parsed, AuxRequest):
-                new.append(_tool(call["id"], self.answer_aux(parsed)))
-            elif first_bad is None:
-                first_bad = (call["id"], parsed.reason)
-            else:
-                new.append(_tool(call["id"], self._format_error_text(parsed.reason, True, after=1)))
-        if proposal is not None:
-            if first_bad is not None:
-                new.append(_tool(first_bad[0], self._format_error_text(first_bad[1], True, after=1)))
-            return self._answer(new, *proposal)
-        if first_bad is not None:
-            return self._answer(new, *first_bad)
+        calls = [(c["id"], c["function"]["name"], c["function"].get("arguments")) for c in message.get("tool_calls") or []]
+        reading = read_turn(calls, message.get("content"), auxiliary=self.config.auxiliary_tools,
+                            answer_aux=self.answer_aux,
+                            remaining_after=max(0, self.config.max_attempts - self.attempts_used - 1))
+        new: list[Message] = [_tool(call_id, content) for call_id, content, _ in reading.answers]
+        if reading.proposal is not None:
+            return self._answer(new, *reading.proposal)
         self.aux_rounds += 1  # auxiliary calls only, all answered
         if self.aux_rounds >= self.config.max_aux_rounds + 1:
             return self._answer(new, None, render("aux_exhausted", rounds=self.config.max_aux_rounds + 1))
@@ -231,10 +212,6 @@ class KernelEnv:
             found = self.attempts.get(number) if number else None
             return profile_payload(number, found[1] if found else None)
         return json.dumps({"error": f"unknown tool {request.name}"})
-
-    def _format_error_text(self, reason: str, tool_call: bool, *, after: int = 0) -> str:
-        remaining = max(0, self.config.max_attempts - self.attempts_used - after)
-        return render("format_error", reason=reason, tool_call=tool_call, remaining=remaining)
 
     def _info(self, kind: str, **extra: Any) -> dict[str, Any]:
         return {"kind": kind, "attempts_used": self.attempts_used, "best": self.best, **extra}

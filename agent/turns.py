@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from agent import context as ctxbudget
@@ -74,44 +76,70 @@ def ask_model(state: AgentState, ctx: "Session", messages: list[Message]) -> dic
                                "context_tokens": sent_tokens}
         messages.append(assistant)
 
-        if not reply.tool_calls:
-            reason = "the reply called no tool" + ("" if reply.content else " and was empty")
-            proposal = _format_error(None, reason)
-            return _turn_updates(messages, usage, tokens_used, proposal)
-
-        proposal: Proposal | None = None
-        first_bad: tuple[str, str] | None = None
-        for call in reply.tool_calls:
-            parsed = parse_call(call.name, call.arguments, auxiliary=ctx.config.auxiliary_tools)
-            if call.name == SUBMIT_KERNEL and proposal is None:
-                if isinstance(parsed, Submission):
-                    proposal = Proposal(kind="submission", tool_call_id=call.id, source=parsed.source,
-                                        source_hash=parsed.source_hash, reason=None)
-                else:
-                    proposal = _format_error(call.id, parsed.reason)
-            elif call.name == SUBMIT_KERNEL:
-                messages.append(_tool_result(call.id, render("aux_ignored"), kind="ignored"))
-            elif isinstance(parsed, AuxRequest):
-                messages.append(_tool_result(call.id, answer_aux(parsed, state, ctx), kind="aux"))
+        reading = read_turn([(c.id, c.name, c.arguments) for c in reply.tool_calls], reply.content,
+                            auxiliary=ctx.config.auxiliary_tools, answer_aux=lambda r: answer_aux(r, state, ctx),
+                            remaining_after=remaining_attempts(state, ctx, after=1))
+        messages.extend(_tool_result(call_id, content, kind=kind) for call_id, content, kind in reading.answers)
+        if reading.proposal is not None:
+            call_id, found = reading.proposal
+            if isinstance(found, Submission):
+                proposal = Proposal(kind="submission", tool_call_id=call_id, source=found.source,
+                                    source_hash=found.source_hash, reason=None)
             else:
-                reason = parsed.reason if isinstance(parsed, FormatError) else "unusable tool call"
-                if first_bad is None:
-                    first_bad = (call.id, reason)
-                else:
-                    messages.append(_tool_result(call.id, render("format_error", reason=reason, tool_call=True,
-                                                                 remaining=remaining_attempts(state, ctx, after=1)),
-                                                 kind="format_error"))
-        if proposal is not None:
-            if first_bad is not None:  # answer the bad call now; the submission is answered by refine
-                messages.append(_tool_result(first_bad[0], render("format_error", reason=first_bad[1], tool_call=True,
-                                                                  remaining=remaining_attempts(state, ctx, after=1)),
-                                             kind="format_error"))
+                proposal = _format_error(call_id, found)
             return _turn_updates(messages, usage, tokens_used, proposal)
-        if first_bad is not None:
-            return _turn_updates(messages, usage, tokens_used, _format_error(*first_bad))
         # only auxiliary calls, all answered: ask again
     proposal = _format_error(None, render("aux_exhausted", rounds=ctx.config.max_aux_rounds + 1))
     return _turn_updates(messages, usage, tokens_used, proposal)
+
+
+@dataclass
+class TurnReading:
+    """What one assistant turn proposes, and the answers to its other tool calls."""
+
+    proposal: tuple[str | None, Submission | str] | None  # (call id, the submission or why the reply is
+    # unusable: a format error); None when the turn made auxiliary calls only, all answered
+    answers: list[tuple[str, str, str]] = field(default_factory=list)  # (call id, content, kind), in order
+
+
+def read_turn(calls: list[tuple[str, str, Any]], content: str | None, *, auxiliary: bool,
+              answer_aux: Callable[[AuxRequest], str], remaining_after: int) -> TurnReading:
+    """The one reading of a turn, for the agent (ask_model) and the RL environment (agent.rl_env):
+    `calls` are (id, name, arguments). The first `submit_kernel` call is the proposal (later ones
+    are answered "not run"); auxiliary calls are answered with `answer_aux`; a malformed call is
+    the proposal (a format error) when nothing was submitted, otherwise answered, as is every
+    further malformed call (`remaining_after`: the attempts left once this turn counts). A reply
+    with no tool call is a format error."""
+    if not calls:
+        return TurnReading((None, "the reply called no tool" + ("" if content else " and was empty")))
+    proposal: tuple[str | None, Submission | str] | None = None
+    first_bad: tuple[str, str] | None = None
+    answers: list[tuple[str, str, str]] = []
+
+    def bad(call_id: str, reason: str) -> tuple[str, str, str]:
+        return call_id, render("format_error", reason=reason, tool_call=True, remaining=remaining_after), "format_error"
+
+    for call_id, name, arguments in calls:
+        parsed = parse_call(name, arguments, auxiliary=auxiliary)
+        if name == SUBMIT_KERNEL and proposal is None:
+            proposal = (call_id, parsed if isinstance(parsed, Submission) else _reason(parsed))
+        elif name == SUBMIT_KERNEL:
+            answers.append((call_id, render("aux_ignored"), "ignored"))
+        elif isinstance(parsed, AuxRequest):
+            answers.append((call_id, answer_aux(parsed), "aux"))
+        elif first_bad is None:
+            first_bad = (call_id, _reason(parsed))
+        else:
+            answers.append(bad(call_id, _reason(parsed)))
+    if proposal is not None:
+        if first_bad is not None:  # answered now; the submission is answered once it is evaluated
+            answers.append(bad(*first_bad))
+        return TurnReading(proposal, answers)
+    return TurnReading(first_bad, answers)
+
+
+def _reason(parsed: Any) -> str:
+    return parsed.reason if isinstance(parsed, FormatError) else "unusable tool call"
 
 
 def _turn_updates(messages: list[Message], usage: list[TurnUsage], tokens_used: int, proposal: Proposal) -> dict[str, Any]:

@@ -62,3 +62,32 @@ def test_payloads():
     assert json.loads(diff_payload(None, "x"))["diff"] is None
     profile = json.loads(profile_payload(3, {"verdict": "ok", "speedup_vs_eager": 1.5, "message": "m"}))
     assert profile == {"attempt": 3, "verdict": "ok", "speedup_vs_eager": 1.5}
+
+
+def test_one_reading_of_a_turn_for_the_agent_and_the_rl_environment():
+    """agent.turns.read_turn, which ask_model and KernelEnv.step_reply both use: the first
+    submission is the proposal, a second is not run, auxiliary calls are answered, and every
+    malformed call is answered (the first last, after the others) while the submission waits."""
+    from agent.turns import read_turn
+
+    asked = []
+    calls = [("c1", "get_best", "{}"), ("c2", "submit_kernel", json.dumps({"source": GOOD})),
+             ("c3", "no_such_tool", "{}"), ("c4", "submit_kernel", json.dumps({"source": GOOD})),
+             ("c5", "submit_kernel_typo", "{}")]
+    reading = read_turn(calls, None, auxiliary=True, answer_aux=lambda r: asked.append(r.name) or "best: none",
+                        remaining_after=3)
+    assert reading.proposal == ("c2", Submission(GOOD, source_hash(GOOD)))
+    assert [(call_id, kind) for call_id, _, kind in reading.answers] == [
+        ("c1", "aux"), ("c4", "ignored"), ("c5", "format_error"), ("c3", "format_error")]
+    assert asked == ["get_best"] and reading.answers[0][1] == "best: none"
+    assert "3 attempts left" in reading.answers[2][1]  # the attempts left once this turn counts
+
+    bad = read_turn([("c1", "submit_kernel", "{not json")], None, auxiliary=True, answer_aux=str, remaining_after=0)
+    assert bad.proposal[0] == "c1" and isinstance(bad.proposal[1], str) and bad.answers == []
+    only_aux = read_turn([("c1", "get_profile", "{}")], None, auxiliary=True, answer_aux=lambda r: "{}", remaining_after=1)
+    assert only_aux.proposal is None and only_aux.answers == [("c1", "{}", "aux")]
+    assert read_turn([], "", auxiliary=True, answer_aux=str, remaining_after=1).proposal == (
+        None, "the reply called no tool and was empty")
+    # with the auxiliary tools off, an auxiliary call is a malformed one
+    off = read_turn([("c1", "get_best", "{}")], "text", auxiliary=False, answer_aux=str, remaining_after=1)
+    assert off.proposal[0] == "c1" and isinstance(off.proposal[1], str)
