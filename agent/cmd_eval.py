@@ -28,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--trials", type=int, default=5, help="correctness trials (default 5, at least 1)")
     p.add_argument("--device", default=None, help="cuda:N or cpu (default: cuda:0 if there is a GPU)")
     p.add_argument("--no-timing", action="store_true", help="skip timing (correctness only)")
-    p.add_argument("--allow", action="append", default=[], metavar="RULE", help="switch off a guard rule (repeatable; see README)")
+    p.add_argument("--allow", action="append", default=[], metavar="RULE", help="switch off a guard rule (repeatable; see docs/evaluator.md)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds allowed per trial (default 60)")
     p.add_argument("--sandbox", choices=("required", "best-effort"), default=os.environ.get("RATCHET_SANDBOX", "required"),
                    help="confinement of the candidate's code: required (default; refuse without it) or best-effort "

@@ -49,3 +49,15 @@ def test_the_config_page_lists_every_setting():
     fields = {f.name for f in dataclasses.fields(AgentConfig)}
     assert fields <= listed, f"docs/config.md lacks {sorted(fields - listed)}"
     assert env_name("max_attempts") in page and "RATCHET_CONFIG" in page and "OPENAI_API_KEY" in page
+
+
+def test_each_folder_readme_names_its_files():
+    """The map holds: every module at the top of agent/, tools/ and benchmarks/ is named in that
+    folder's README, and every page of docs/ in docs/README.md."""
+    for folder, pattern in (("agent", "*.py"), ("tools", "*.py"), ("benchmarks", "*.py"), ("docs", "*.md")):
+        readme = (ROOT / folder / "README.md").read_text()
+        missing = sorted(p.name for p in (ROOT / folder).glob(pattern)
+                         if p.name not in ("__init__.py", "README.md") and f"`{p.name}`" not in readme)
+        assert not missing, f"{folder}/README.md does not name {missing}"
+    for folder in ("prompts", "tests", "examples", "suite"):
+        assert (ROOT / folder / "README.md").is_file(), f"{folder}/ has no README"

@@ -4,7 +4,7 @@ Per output: plain torch.Tensor type, exact shape and dtype, the same device type
 NaN/+Inf/-Inf pattern, then on the finite elements an elementwise bound
     |a - b| <= atol * scale + rtol * |b|,   scale = RMS of the reference output (1 if it is 0)
 and a whole-tensor bound ||a - b|| / ||b|| <= norm_rtol. Integer and bool outputs must match
-exactly. Tolerances per dtype are in TOLERANCES (documented in README.md) and can be overridden.
+exactly. Tolerances per dtype are in TOLERANCES (documented in docs/evaluator.md) and can be overridden.
 Large tensors are compared in chunks so the comparison never needs more than a slice of memory.
 """
 from __future__ import annotations

@@ -48,7 +48,7 @@ class EvalOptions:
     device: str | None = None  # None: cuda:0 when there is a GPU, else cpu (Triton interpreter)
     trials: int = 5
     timing: bool = True
-    disabled_rules: frozenset[str] = frozenset()  # guard rules switched off (see README)
+    disabled_rules: frozenset[str] = frozenset()  # guard rules switched off (see docs/evaluator.md)
     tolerances: dict[str, Tolerance] | None = None  # per dtype name, overriding compare.TOLERANCES
     seed: int | None = None  # None: a secret seed per Evaluator (per run)
     start_timeout: float = 180.0

@@ -1,5 +1,5 @@
 """The static gate: parse a candidate (AST, never regex on Python) and reject what no honest
-kernel needs. Every rejection names its rule; the rules and their defaults are in README.md
+kernel needs. Every rejection names its rule; the rules and their defaults are in docs/evaluator.md
 ("Evaluator policy") and a policy can switch any rule off (`GuardPolicy(disabled=...)`).
 
 The gate is a first line only: the worker enforces the same classes of rule at run time

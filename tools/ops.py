@@ -1,6 +1,6 @@
 """Which aten ops compute something: the parent's policy for single-op problems and the
 problem's description. GLUE_OPS allocate, view, copy or read back; everything else computes.
-README.md ("Evaluator policy") lists them for users.
+docs/evaluator.md ("Evaluator policy") lists them for users.
 """
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ StopReason = Literal["converged", "budget", "max_samples"]
 EXACT_MAX_N = 1000
 # A fresh worker process times a kernel with an offset of its own that lasts as long as the
 # process and that no interval from one evaluation contains: up to ~0.2 us apart between fresh
-# processes on an H200, whatever the kernel's length (benchmarks/process_spread.py; README).
+# processes on an H200, whatever the kernel's length (benchmarks/process_spread.py; docs/evaluator.md).
 PROCESS_OFFSET_MS = 0.0002
 
 
