@@ -6,13 +6,31 @@ few number-formatting filters. A missing variable is an error, never an empty st
 from __future__ import annotations
 
 import os
+import sys
+import sysconfig
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import jinja2
 
-PROMPTS_DIR = Path(os.environ.get("RATCHET_PROMPTS") or Path(__file__).resolve().parents[1] / "prompts")
+
+def _prompts_dir() -> Path:
+    """$RATCHET_PROMPTS, else the source tree's prompts/, else where a wheel put them
+    (pyproject.toml's data-files: <prefix>/share/ratchet/prompts)."""
+    if os.environ.get("RATCHET_PROMPTS"):
+        return Path(os.environ["RATCHET_PROMPTS"])
+    tree = Path(__file__).resolve().parents[1] / "prompts"
+    if (tree / "system.j2").is_file():
+        return tree
+    for prefix in (sysconfig.get_path("data"), sys.prefix, str(Path(__file__).resolve().parents[1])):
+        installed = Path(prefix) / "share" / "ratchet" / "prompts"
+        if (installed / "system.j2").is_file():
+            return installed
+    return tree  # reported as missing by the first render
+
+
+PROMPTS_DIR = _prompts_dir()
 FEEDBACK_VERDICTS = ("ok", "rejected", "compile_error", "runtime_error", "incorrect", "timeout", "crashed", "error")
 
 
