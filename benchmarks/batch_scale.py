@@ -55,7 +55,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
-from agent.batch_log import RunLog  # noqa: E402
+from agent.batch.log import RunLog  # noqa: E402
 
 DEFAULT_PROBLEM = ROOT / "suite" / "01_swish_scale.py"
 CONFIG_ORDER = ("local-1", "local-2", "ray-1", "ray-2")

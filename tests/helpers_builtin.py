@@ -79,7 +79,7 @@ def optimize_builtin(problem: Path, tmp_path: Path, capsys: pytest.CaptureFixtur
     """Run `ratchet optimize PROBLEM --model builtin` for `attempts` attempts, every one `ok`; the
     kept best's source and the policy's replies (one per attempt, each naming its configuration)."""
     from agent.cli import main
-    from agent.workspace import Workspace
+    from agent.workspace.root import Workspace
 
     code = main(["optimize", str(problem), "--workspace", str(tmp_path / "ws"), "--json", "--model", "builtin",
                  "--max-attempts", str(attempts)])

@@ -100,7 +100,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--kind", default="random")
     args = parser.parse_args()
-    from agent.workspace import Workspace
+    from agent.workspace.root import Workspace
 
     rng = random.Random(args.seed)
     with Workspace(args.root).open_problem(Path(args.problem)) as repo:

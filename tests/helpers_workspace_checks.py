@@ -5,8 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 
-from agent.workspace import BEST, MAIN, TRAJECTORIES, ProblemRepo
-from agent.workspace_attempt import Attempt, beats
+from agent.workspace.root import BEST, MAIN, TRAJECTORIES, ProblemRepo
+from agent.workspace.attempt import Attempt, beats
 from helpers_workspace import git
 from tools.record import Result
 

@@ -1,4 +1,4 @@
-"""The context budget (agent.context), the prompt templates (agent.render) and the settings (agent.config)."""
+"""The context budget (agent.loop.context), the prompt templates (agent.loop.render) and the settings (agent.config)."""
 from __future__ import annotations
 
 import json
@@ -6,9 +6,9 @@ import json
 import jinja2
 import pytest
 
-from agent import context
+from agent.loop import context
 from agent.config import ConfigError, load_config
-from agent.render import FEEDBACK_VERDICTS, PROMPTS_DIR, render, render_feedback
+from agent.loop.render import FEEDBACK_VERDICTS, PROMPTS_DIR, render, render_feedback
 from tools.record import Result, Verdict
 
 SOURCE = "import torch\nclass ModelNew(torch.nn.Module):\n" + "    x = 1  # padding padding padding\n" * 200

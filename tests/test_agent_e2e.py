@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agent.cli import main
-from agent.workspace import Workspace
+from agent.workspace.root import Workspace
 from loopback import Loopback, error, hold, submit, text, tool_call, tool_calls
 
 HERE = Path(__file__).parent

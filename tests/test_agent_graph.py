@@ -4,11 +4,11 @@ from __future__ import annotations
 import pytest
 from langgraph.runtime import Runtime
 
-from agent import nodes
-from agent.session import Session
+from agent.loop import nodes
+from agent.loop.session import Session
 from agent.config import load_config
-from agent.graph import compile_graph
-from agent.state import initial_state
+from agent.loop.graph import compile_graph
+from agent.loop.state import initial_state
 
 
 def test_wiring_reads_like_the_diagram():

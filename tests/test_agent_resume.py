@@ -13,12 +13,12 @@ from types import SimpleNamespace
 import pytest
 from langgraph.runtime import Runtime
 
-from agent import nodes
-from agent.session import Session
+from agent.loop import nodes
+from agent.loop.session import Session
 from agent.cli import main
 from agent.config import load_config
-from agent.state import Proposal, initial_state
-from agent.workspace import Workspace
+from agent.loop.state import Proposal, initial_state
+from agent.workspace.root import Workspace
 from helpers_workspace_checks import assert_consistent
 from loopback import Loopback, hold, submit
 from tools import EvalOptions, Evaluator

@@ -65,10 +65,10 @@ def test_payloads():
 
 
 def test_one_reading_of_a_turn_for_the_agent_and_the_rl_environment():
-    """agent.turns.read_turn, which ask_model and KernelEnv.step_reply both use: the first
+    """agent.loop.turns.read_turn, which ask_model and KernelEnv.step_reply both use: the first
     submission is the proposal, a second is not run, auxiliary calls are answered, and every
     malformed call is answered (the first last, after the others) while the submission waits."""
-    from agent.turns import read_turn
+    from agent.loop.turns import read_turn
 
     asked = []
     calls = [("c1", "get_best", "{}"), ("c2", "submit_kernel", json.dumps({"source": GOOD})),

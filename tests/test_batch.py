@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from agent.batch import ExecutorScheduler, discover, pending, run_batch
-from agent.batch_log import RunLog
-from agent.batch_problem import crashed_row, make_spec, problem_key
+from agent.batch.driver import ExecutorScheduler, discover, pending, run_batch
+from agent.batch.log import RunLog
+from agent.batch.problem import crashed_row, make_spec, problem_key
 from agent.cli import main
-from agent.workspace import Workspace
+from agent.workspace.root import Workspace
 from helpers_batch import SUITE, SuiteLoopback, candidate, quiet_batch_env
 from loopback import hold, submit
 
@@ -208,7 +208,7 @@ def test_usage_errors(batch_env, tmp_path, capsys):
 
 
 def test_cpu_scale_only_for_a_suite_with_the_switch_and_no_scale_chosen(tmp_path):
-    from agent.batch_scale import cpu_scale
+    from agent.batch.scale import cpu_scale
 
     bundled = discover(SUITE)
     assert cpu_scale(bundled, {}) == {"SUITE_SCALE": "small"}

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from agent.batch_log import RunLog
-from agent.batch_problem import make_spec
-from agent.batch_ray import _cause, node_spec, runtime_env
+from agent.batch.log import RunLog
+from agent.batch.problem import make_spec
+from agent.batch.ray_slots import _cause, node_spec, runtime_env
 from agent.cli import main
-from agent.workspace import Workspace
+from agent.workspace.root import Workspace
 from helpers_batch import SUITE, SuiteLoopback, candidate, quiet_batch_env
 from helpers_ray import LocalCluster, alive, busy_workers, descendants
 from loopback import hold, submit

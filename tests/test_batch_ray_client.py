@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.batch_log import RunLog
-from agent.workspace import Workspace
+from agent.batch.log import RunLog
+from agent.workspace.root import Workspace
 from helpers_batch import SUITE, SuiteLoopback, candidate, quiet_batch_env
 from helpers_ray import ClientCluster
 from loopback import submit

@@ -1,5 +1,5 @@
-"""A batch task on another machine (agent.batch_remote) writing through the driver's workspace
-service (agent.batch_service), without Ray: a LocalChannel (every request and answer pickled) to a
+"""A batch task on another machine (agent.batch.remote) writing through the driver's workspace
+service (agent.batch.service), without Ray: a LocalChannel (every request and answer pickled) to a
 real service on a temporary workspace, the real agent, evaluator (CPU, Triton's interpreter) and
 scripted model on the loopback server. Attempts land in the driver's workspace while the run goes
 on, and so do the run's log lines in the driver's logs/<problem>.log; a run that lost its lease
@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 from langgraph.checkpoint.base import empty_checkpoint
 
-from agent.batch_channel import Fenced, LocalChannel, Request, ServiceError
-from agent.batch_log import RunLog
-from agent.batch_problem import ROW_SCHEMA, crashed_row, make_spec
-from agent.batch_remote import run_remote_problem
-from agent.batch_service import WorkspaceService
+from agent.batch.channel import Fenced, LocalChannel, Request, ServiceError
+from agent.batch.log import RunLog
+from agent.batch.problem import ROW_SCHEMA, crashed_row, make_spec
+from agent.batch.remote import run_remote_problem
+from agent.batch.service import WorkspaceService
 from agent.cli import main
-from agent.workspace import TRAJECTORIES, Workspace
-from agent.workspace_attempt import parse_trailers
+from agent.workspace.root import TRAJECTORIES, Workspace
+from agent.workspace.attempt import parse_trailers
 from helpers_batch import SUITE, SuiteLoopback, candidate, quiet_batch_env
 from helpers_workspace import git
 from helpers_workspace_checks import assert_consistent

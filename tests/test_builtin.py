@@ -11,7 +11,7 @@ import torch
 from agent.builtin import BuiltinPolicy, NothingRecognized, codegen, search
 from agent.builtin.policy import parse_config, parse_feedback
 from agent.builtin.recognize import recognize
-from agent.render import FEEDBACK_VERDICTS, render_feedback
+from agent.loop.render import FEEDBACK_VERDICTS, render_feedback
 from tools import guard
 from helpers_builtin import draft_outputs
 

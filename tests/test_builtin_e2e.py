@@ -10,7 +10,7 @@ import pytest
 
 from agent.builtin.policy import parse_config
 from agent.cli import main
-from agent.workspace import Workspace
+from agent.workspace.root import Workspace
 from helpers_builtin import builtin_cpu_env
 
 HERE = Path(__file__).parent

@@ -43,7 +43,7 @@ def one_line(proc: subprocess.CompletedProcess, code: int, *fragments: str) -> s
     return lines[0]
 
 
-# --- devices: one check (agent.cli_checks.check_device) for every command -----------------------
+# --- devices: one check (agent.cli.checks.check_device) for every command -----------------------
 
 DEVICE_CASES = [  # (arguments, environment, what the line must name)
     (["optimize", EXAMPLE, "--device", NO_SUCH_GPU], {}, f"ratchet optimize: --device {NO_SUCH_GPU}: "),

@@ -50,7 +50,7 @@ def test_help_imports_nothing_heavy(command):
 
 
 def test_version_imports_nothing_heavy():
-    from agent.version import version
+    from agent.cli.version import version
 
     code, out, err, imported = run_cli(["--version"])
     assert code == EXIT_OK and err == ""
@@ -60,7 +60,7 @@ def test_version_imports_nothing_heavy():
 
 def test_the_version_falls_back_to_pyproject(tmp_path):
     """Not installed (a source tree run as it is): the version in pyproject.toml's [project] table."""
-    from agent.version import PYPROJECT, source_version
+    from agent.cli.version import PYPROJECT, source_version
 
     assert source_version(PYPROJECT) == re.search(r'^version = "(.+)"', PYPROJECT.read_text(), re.M).group(1)
     (tmp_path / "pyproject.toml").write_text('[tool.x]\nversion = "9"\n[project]\nname = "x"\nversion = "1.2.3"\n')

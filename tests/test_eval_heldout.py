@@ -91,7 +91,7 @@ def test_ratchet_best_says_whether_the_kept_kernel_is_a_drop_in(tmp_path, capsys
     """`ratchet best` writes the source and one line on stderr: general, specialized (declared,
     refusing other shapes), or not checked."""
     from agent.cli import main
-    from agent.workspace import Workspace
+    from agent.workspace.root import Workspace
     from helpers_workspace import timed, write_problem
     from helpers_workspace_checks import commit
 

@@ -183,7 +183,7 @@ def test_no_candidate_process_outlives_its_evaluator(cache_dir, monkeypatch):
 
 def test_an_interrupted_opening_leaves_no_worker(cache_dir, monkeypatch):
     """A Ray slot interrupts its problem with KeyboardInterrupt raised in the problem's thread,
-    wherever it is (agent/batch_ray.py ProblemSlot.interrupt): here, while the reference worker the
+    wherever it is (agent/batch/ray_slots.py ProblemSlot.interrupt): here, while the reference worker the
     evaluator took from the pool loads the problem. The workers it took and started end (or go
     back to the pool, unused); none is left running for the slot's life, unknown to the pool."""
     from tools.reference import Reference

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from agent.cli import main
-from agent.export import clean_message, saved_trajectories
-from agent.rl_env import EnvConfig, KernelEnv
-from agent.workspace import Workspace
+from agent.learn.export import clean_message, saved_trajectories
+from agent.learn.rl_env import EnvConfig, KernelEnv
+from agent.workspace.root import Workspace
 from loopback import Loopback, submit
 from tools.reward import RewardConfig
 from tools.toolcalls import tool_schemas

@@ -14,13 +14,13 @@ import pytest
 import torch
 
 from agent.cli import main
-from agent.cmd_optimize import report as run_report
-from agent.kept_eager import reference_as_model_new
-from agent.nodes import attempt_summary
-from agent.report import headline, load_run, render_html
-from agent.runner import RunResult, run_summary
-from agent.workspace import Workspace
-from agent.workspace_attempt import Attempt, beats_eager
+from agent.cli.optimize import report as run_report
+from agent.loop.kept_eager import reference_as_model_new
+from agent.loop.nodes import attempt_summary
+from agent.batch.report import headline, load_run, render_html
+from agent.loop.runner import RunResult, run_summary
+from agent.workspace.root import Workspace
+from agent.workspace.attempt import Attempt, beats_eager
 from helpers_workspace import timed, untimed, write_problem
 from helpers_workspace_checks import SRC, commit
 from test_report import row, write_run

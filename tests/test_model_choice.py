@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from agent.cli import build_parser
-from agent.cmd_batch import settings_from
+from agent.cli.batch import settings_from
 from agent.config import load_config
 from agent.model import ModelUnreachable
 from agent.model_choice import NoModelNamed, choose_model

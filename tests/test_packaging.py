@@ -56,7 +56,7 @@ def test_ratchet_eval_runs_from_the_installed_wheel(wheel, tmp_path):
         (work / name).write_text((ROOT / "examples" / name).read_text())
     env = {**os.environ, "PYTHONPATH": str(target), "RATCHET_CACHE_DIR": str(tmp_path / "cache")}
     env.pop("RATCHET_PROMPTS", None)
-    code = ("import sys, agent, tools, agent.render as r; "
+    code = ("import sys, agent, tools, agent.loop.render as r; "
             "print(agent.__file__, tools.__file__, r.PROMPTS_DIR); "
             "from agent.cli import main; "
             "sys.exit(main(['eval', 'swish_problem.py', 'swish_candidate.py', '--device', 'cpu', '--no-timing']))")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from agent.cli import main
-from agent.workspace import Workspace
+from agent.workspace.root import Workspace
 from helpers_workspace import timed, write_problem
 from helpers_workspace_checks import SRC, assert_consistent, commit
 from tools.record import READABLE_VERSIONS, SCHEMA_VERSION, Result, Verdict

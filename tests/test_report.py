@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.batch_log import RunLog
+from agent.batch.log import RunLog
 from agent.cli import main
-from agent.report import headline, load_run, render_html
+from agent.batch.report import headline, load_run, render_html
 
 
 def row(name: str, *, correct: bool = True, measured: bool = True, eager: float | None = None,

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from agent import nodes
-from agent.rl_env import EnvConfig, EpisodeDone, KernelEnv
+from agent.loop import nodes
+from agent.learn.rl_env import EnvConfig, EpisodeDone, KernelEnv
 from tools.env import target_name
 from tools.reward import KernelReward, RewardConfig
 from tools.toolcalls import tool_schemas
@@ -40,7 +40,7 @@ def test_reset_gives_the_agents_prompts_and_tools(reward):
     config = SimpleNamespace(auxiliary_tools=True, max_attempts=5, gpu=None)
     ctx = SimpleNamespace(evaluator=env.evaluator, config=config, gpu=target_name(str(env.evaluator.device), config.gpu))
     state = {"language": "triton", "entry": "Model", "problem": str(PROBLEM),
-             "baseline": {**nodes.empty_baseline(), **env.evaluator.baseline()}}  # as agent.runner starts a run
+             "baseline": {**nodes.empty_baseline(), **env.evaluator.baseline()}}  # as agent.loop.runner starts a run
     assert messages[0]["content"] == nodes.system_prompt(state, ctx)
     assert messages[1]["content"] == nodes.task_prompt(state, ctx)
     assert "You have 5 attempts." in messages[1]["content"] and "2.0 * x + y" in messages[1]["content"]

@@ -136,7 +136,7 @@ def test_speedup_is_the_ratio_of_medians():
 
 
 def test_faster_beyond_noise_needs_disjoint_intervals():
-    """The rule the workspace's best follows (agent/workspace_attempt.py): one interval's high end
+    """The rule the workspace's best follows (agent/workspace/attempt.py): one interval's high end
     below the other's low end by more than a fresh process's own offset."""
     assert below_beyond_offset(1.02, 1.05)
     assert not below_beyond_offset(1.06, 1.05)  # overlap

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from agent.cli import main
-from agent.suite_check import degeneracy_flags
-from agent.suite_duplicates import near_duplicates
+from agent.suite.check import degeneracy_flags
+from agent.suite.duplicates import near_duplicates
 
 SUITE = Path(__file__).parent / "rl_problems" / "suite"
 
@@ -81,7 +81,7 @@ def test_degeneracy_on_one_distribution_only_is_a_warning():
 
 @pytest.mark.gpu
 def test_tiny_problems_are_too_fast_on_a_gpu():
-    from agent.suite_check import check_problem
+    from agent.suite.check import check_problem
 
     report = check_problem(SUITE / "healthy_tanh_mul.py", device="cuda:0", min_eager_ms=1.0)
     assert report.eager_ms is not None and [f.kind for f in report.flags] == ["too-fast"]

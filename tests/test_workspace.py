@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from agent.cli import main
-from agent.workspace import MAIN, TRAJECTORIES, Workspace, repo_name
-from agent.workspace_attempt import Attempt, beats
+from agent.workspace.root import MAIN, TRAJECTORIES, Workspace, repo_name
+from agent.workspace.attempt import Attempt, beats
 from helpers_workspace import git, make_result, timed, untimed, write_problem
 from helpers_workspace_checks import SRC, assert_consistent, commit
 from tools.record import Check, Errors, Result, Verdict

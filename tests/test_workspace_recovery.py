@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from agent.cli import main
-from agent.workspace import DirtyWorkspace, ForeignRepository, Workspace, WorkspaceBusy
-from agent.workspace_lock import FileLock
+from agent.workspace.root import DirtyWorkspace, ForeignRepository, Workspace, WorkspaceBusy
+from agent.workspace.lock import FileLock
 from helpers_workspace import git, timed, untimed, write_problem, writer_command
 from helpers_workspace_checks import assert_consistent, commit
 from tools.record import Verdict

@@ -45,7 +45,7 @@ EXIT_KEPT_EAGER = 14  # no correct attempt is faster than eager PyTorch beyond n
 # `ratchet batch --ray`
 EXIT_CLUSTER = 15  # the Ray cluster named by --ray could not be reached or started, or cannot run the batch (no GPU)
 
-# the batch's worker process (agent/batch_local.py), read by the batch driver, never by a user
+# the batch's worker process (agent/batch/local.py), read by the batch driver, never by a user
 EXIT_PARENT_GONE = 137  # the batch process that started this worker is gone; the worker stopped at once
 
 # `ratchet eval`: the exit code of each verdict

@@ -3,10 +3,10 @@
 In a batch spread over a cluster (`ratchet batch --ray`), the agent loop of a problem runs
 wherever the cluster places it, but the workspace it commits to is the one on the machine where
 `ratchet batch` was started: nothing requires a shared file system. The node side
-(agent.batch_remote) has no workspace of its own; every read and write of the problem's
+(agent.batch.remote) has no workspace of its own; every read and write of the problem's
 repository and of the graph's checkpoints, and every line of its agent log (which the driver
 appends to the run directory's `logs/<problem>.log`), is a request over a `Channel` to the driver's
-`WorkspaceService` (agent.batch_service), which performs it on the real workspace with the same
+`WorkspaceService` (agent.batch.service), which performs it on the real workspace with the same
 code as a local run (attempt numbers, trailers, the "best" rule, LangGraph's SQLite checkpoints
 under `<root>/.ratchet/`). So `ratchet log`, `best`, `report` and `--resume` see one truth.
 
@@ -27,7 +27,7 @@ import pickle
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from agent.workspace_repo import WorkspaceError
+from agent.workspace.repo import WorkspaceError
 
 
 class Fenced(WorkspaceError):
@@ -40,9 +40,9 @@ class ServiceError(WorkspaceError):
 
 @dataclass(frozen=True)
 class Request:
-    key: str  # the problem's key (agent.batch_problem.problem_key)
+    key: str  # the problem's key (agent.batch.problem.problem_key)
     token: str | None  # the lease token; None only for `acquire`
-    op: str  # a WorkspaceService operation (agent.batch_service.OPS)
+    op: str  # a WorkspaceService operation (agent.batch.service.OPS)
     args: dict[str, Any] = field(default_factory=dict)
 
 

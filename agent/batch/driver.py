@@ -2,26 +2,26 @@
 
 The pieces, from the unit of work outwards:
 
-- `run_problem(spec) -> row` (agent.batch_problem): one agent run on one problem
-  (agent.runner.optimize), from a JSON-serializable spec to a JSON-serializable row. A plain
+- `run_problem(spec) -> row` (agent.batch.problem): one agent run on one problem
+  (agent.loop.runner.optimize), from a JSON-serializable spec to a JSON-serializable row. A plain
   module-level function: it pickles by reference, holds no state between calls, and reads only
   its spec, the environment (the API key, CUDA_VISIBLE_DEVICES) and the problem's workspace. It
   is what any executor runs.
 - `Scheduler`: anything that takes `submit(fn, spec)` and returns a `concurrent.futures.Future`.
-  `LocalScheduler` (agent.batch_local) gives each device slot its own subprocess per problem,
+  `LocalScheduler` (agent.batch.local) gives each device slot its own subprocess per problem,
   with CUDA_VISIBLE_DEVICES set to that slot's GPU (or the CPU, under Triton's interpreter);
   slots pull from one shared queue, so no GPU idles while work remains. `ExecutorScheduler`
   wraps any `concurrent.futures.Executor`: a ProcessPoolExecutor, Dask's
   `Client.get_executor(resources={"GPU": 1})`, or a Ray adaptor (see docs/batch.md) - that is
   how more hosts are added, through an existing engine rather than one of ours.
-- `RunLog` (agent.batch_log): the run's JSONL file, one row per finished problem, appended
+- `RunLog` (agent.batch.log): the run's JSONL file, one row per finished problem, appended
   (flush + fsync) the moment the problem ends; a torn last line (a crash mid-write) is dropped
   on read and cut off before the next append.
 - `run_batch`: the driver. It submits every unfinished problem, writes each row as its future
   completes, and prints progress on stderr (done/total, the suite's figures so far, an ETA).
 
 A run directory (`--out`) holds `run.json` (what was run, with which settings), `results.jsonl`
-and `logs/<problem>.log` (each problem's agent log), as agent.batch_log names them; `ratchet
+and `logs/<problem>.log` (each problem's agent log), as agent.batch.log names them; `ratchet
 report DIR` reads it.
 """
 from __future__ import annotations
@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from agent.batch_log import FINAL, RunLog
-from agent.batch_problem import crashed_row, problem_key, run_problem
+from agent.batch.log import FINAL, RunLog
+from agent.batch.problem import crashed_row, problem_key, run_problem
 
 
 # --- problems ----------------------------------------------------------------------------------
@@ -118,7 +118,7 @@ class Progress:
     def finished(self, row: dict[str, Any], rows: Iterable[dict[str, Any]], slots: int) -> None:
         self.finished_here += 1
         self.done += 1
-        from agent.report import headline, one_problem
+        from agent.batch.report import headline, one_problem
 
         h = headline(list(rows))
         figures = f"correct {h['correct']}/{h['problems']}"

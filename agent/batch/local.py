@@ -1,7 +1,7 @@
 """The local scheduler: one slot per GPU (or N CPU slots), one subprocess per problem.
 
 Every slot is a thread that takes the next problem from one shared queue, starts
-`python -m agent.batch_local` with CUDA_VISIBLE_DEVICES set to the slot's GPU (on a CPU slot: no
+`python -m agent.batch.local` with CUDA_VISIBLE_DEVICES set to the slot's GPU (on a CPU slot: no
 GPU, TRITON_INTERPRET=1), hands it `{"fn": "module:function", "spec": {...}}` as one JSON line on
 stdin and reads the row back as one JSON line on stdout. A fresh process per problem keeps
 problems apart (a crash, a leak or a sticky CUDA error ends with that problem) and costs a few
@@ -30,7 +30,7 @@ from typing import Any
 
 from tools.exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_PARENT_GONE
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 GRACE_S = 15.0  # after SIGINT, how long a child may take to stop before SIGKILL
 
 
@@ -147,7 +147,7 @@ class LocalScheduler:
             with self._lock:
                 if self._stopping:
                     raise concurrent.futures.CancelledError()
-                proc = subprocess.Popen([self.python, "-m", "agent.batch_local"], stdin=subprocess.PIPE,
+                proc = subprocess.Popen([self.python, "-m", "agent.batch.local"], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=stderr, env=env, start_new_session=True)
                 self._running[proc.pid] = proc
         finally:

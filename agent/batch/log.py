@@ -2,7 +2,7 @@
 
 A run directory (`--out`) holds `run.json` (what was run, with which settings), `results.jsonl`
 (one row per finished problem) and `logs/<problem>.log` (each problem's agent log); the driver
-(agent/batch.py) writes it, `ratchet report DIR` (agent/report.py) reads it.
+(agent/batch/driver.py) writes it, `ratchet report DIR` (agent/batch/report.py) reads it.
 """
 from __future__ import annotations
 

@@ -3,9 +3,9 @@
 `run_problem(spec) -> row` is a plain module-level function: it pickles by reference, holds no
 state between calls, and reads only its spec, the environment (the API key,
 CUDA_VISIBLE_DEVICES) and the problem's workspace. It is what any executor runs (see
-agent/batch.py for the driver and the schedulers). Every row carries every field.
+agent/batch/driver.py for the driver and the schedulers). Every row carries every field.
 
-A task on a cluster node runs agent.batch_remote.run_remote_problem instead, which shares the
+A task on a cluster node runs agent.batch.remote.run_remote_problem instead, which shares the
 row's making (`problem_row`, `agent_row`) and writes through the driver's workspace service.
 
 Row schema 2 added `executor` ("local", "ray", ...) and `node` (where it ran; None in a local
@@ -65,7 +65,7 @@ def problem_row(spec: dict[str, Any], work: Callable[[], dict[str, Any]], log: C
                 executor: str, node: str | None, gpu: str | None = None) -> dict[str, Any]:
     """The row of one problem: where and when it ran, and what `work()` returned. An exception out of
     `work` ends as a row saying what (`fenced` where the run lost its lease: the driver discards it)."""
-    from agent.batch_channel import Fenced
+    from agent.batch.channel import Fenced
 
     started, started_wall = time.monotonic(), time.time()
     row: dict[str, Any] = {
@@ -89,14 +89,14 @@ def problem_row(spec: dict[str, Any], work: Callable[[], dict[str, Any]], log: C
 def agent_row(spec: dict[str, Any], log: Callable[[str], None], *, problem: Path | None = None,
               resume: bool | None = None, store: Any = None, pools: Any = None) -> dict[str, Any]:
     """Run the agent on the spec's problem; the row's agent fields. A remote run passes the problem's
-    file on its node, whether to resume (from its lease), its store (agent.run_store) and its slot's
+    file on its node, whether to resume (from its lease), its store (agent.loop.run_store) and its slot's
     warm pools (tools.warm.WarmPools); a local one passes none of them: the spec's problem file, the
     workspace of its settings, a fresh evaluator."""
-    from agent.batch_channel import Fenced
+    from agent.batch.channel import Fenced
     from agent.model_choice import model_client
     from agent.config import load_config
-    from agent.runner import NothingToResume, optimize
-    from agent.workspace import WorkspaceError
+    from agent.loop.runner import NothingToResume, optimize
+    from agent.workspace.root import WorkspaceError
     from tools import ProblemError
 
     problem = problem or Path(spec["problem"])
@@ -138,7 +138,7 @@ def agent_row(spec: dict[str, Any], log: Callable[[str], None], *, problem: Path
         # fault judges nothing), else error (every attempt was a fault), else no_attempt
         "verdict": "ok" if best else (judged or s["verdicts"] or ["no_attempt"])[-1],
         "correct": bool(best), "timing_measured": bool(best.get("timing_measured")),
-        # the best and eager both timed, the best not faster beyond noise (agent/kept_eager.py): the
+        # the best and eager both timed, the best not faster beyond noise (agent/loop/kept_eager.py): the
         # report counts the problem as 1.0x against eager; None where there is no correct kernel
         "kept_eager": bool(best.get("kept_eager")) if best else None,
         "speedup_vs_eager": best.get("speedup_vs_eager"), "speedup_vs_compile": best.get("speedup_vs_compile"),
@@ -158,8 +158,8 @@ def agent_row(spec: dict[str, Any], log: Callable[[str], None], *, problem: Path
 
 def _has_unfinished_run(problem: Path, config: Any, since: float | None) -> bool:
     """Whether the problem's workspace holds an unfinished agent run started at or after `since`."""
-    from agent.run_store import pointer_path
-    from agent.workspace import Workspace, WorkspaceError
+    from agent.loop.run_store import pointer_path
+    from agent.workspace.root import Workspace, WorkspaceError
 
     try:
         with Workspace(config.workspace).open_existing(problem) as repo:
@@ -174,7 +174,7 @@ def _has_unfinished_run(problem: Path, config: Any, since: float | None) -> bool
 
 
 def unfinished_since(pointer: Any, since: float | None) -> bool:
-    """Whether a run pointer (agent.run_store) names an unfinished run started at or after `since`
+    """Whether a run pointer (agent.loop.run_store) names an unfinished run started at or after `since`
     (unix seconds; None: any time)."""
     try:
         begun = time.mktime(time.strptime(pointer["started_at"][:19], "%Y-%m-%dT%H:%M:%S"))
@@ -185,7 +185,7 @@ def unfinished_since(pointer: Any, since: float | None) -> bool:
 
 def _baseline_times(workspace: Path, attempt: int | None) -> dict[str, Any]:
     """baseline_times of the problem's repository in a workspace on this machine."""
-    from agent.workspace import Workspace, WorkspaceError
+    from agent.workspace.root import Workspace, WorkspaceError
 
     try:
         with Workspace(workspace.parent).open_existing(workspace.name) as repo:
@@ -197,8 +197,8 @@ def _baseline_times(workspace: Path, attempt: int | None) -> dict[str, Any]:
 def baseline_times(repo: Any, attempt: int | None) -> dict[str, Any]:
     """Eager and torch.compile medians and the roofline floor, from the best attempt's record
     (else the latest attempt's): what the report's chart is drawn against. None where unknown."""
-    from agent.batch_channel import Fenced
-    from agent.workspace import WorkspaceError
+    from agent.batch.channel import Fenced
+    from agent.workspace.root import WorkspaceError
 
     out: dict[str, Any] = {"eager_ms": None, "compile_ms": None, "floor_ms": None}
     try:

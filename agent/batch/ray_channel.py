@@ -1,7 +1,7 @@
 """The Ray channel: node-side requests carried to the driver's WorkspaceService, and back.
 
-A batch on a Ray cluster (agent.batch_ray) runs each problem's agent loop on whatever node Ray
-places it, but only the driver's process touches the workspace (agent/batch_channel.py says
+A batch on a Ray cluster (agent.batch.ray_slots) runs each problem's agent loop on whatever node Ray
+places it, but only the driver's process touches the workspace (agent/batch/channel.py says
 why). The transport has two halves and one actor between them:
 
 - `Mailbox`, an async Ray actor (no CPU of its own) owned by the driver: `call(request)` parks a
@@ -15,7 +15,7 @@ why). The transport has two halves and one actor between them:
   they were taken), and posts each outcome, an exception included: a `Fenced` raised by the
   service arrives on the node as `Fenced`, any other WorkspaceError as itself, a bug in the
   service as one `ServiceError` line naming the problem and the op.
-- `RayChannel`, the node side (an agent.batch_channel.Channel): `call(request)` sends it through
+- `RayChannel`, the node side (an agent.batch.channel.Channel): `call(request)` sends it through
   the mailbox and waits (at most `timeout_s`) for the outcome. It waits on the reference's
   future, not in `ray.get`, so Ray does not count the task as blocked and hand its CPU slot to
   another problem meanwhile.
@@ -31,8 +31,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from agent.batch_channel import Request, ServiceError
-from agent.workspace_repo import WorkspaceError
+from agent.batch.channel import Request, ServiceError
+from agent.workspace.repo import WorkspaceError
 
 CALL_TIMEOUT_S = 600.0  # one request's round trip; the service answers in seconds (a commit, a checkpoint)
 POLL_S = 1.0  # the driver's long poll; also how soon its thread notices stop()
@@ -128,7 +128,7 @@ class MailboxServer:
 
 
 class RayChannel:
-    """The node side of the transport: an agent.batch_channel.Channel over the mailbox."""
+    """The node side of the transport: an agent.batch.channel.Channel over the mailbox."""
 
     def __init__(self, mailbox: Any, timeout_s: float = CALL_TIMEOUT_S):
         self.mailbox = mailbox

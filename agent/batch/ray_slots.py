@@ -1,12 +1,12 @@
 """`ratchet batch SUITE --ray ADDRESS`: one slot per GPU of a Ray cluster, the workspace on the driver.
 
 `connect(address, ...)` joins (or, for `local`, starts) a Ray cluster; `RayScheduler` is an
-agent.batch.Scheduler on it. Each GPU of the cluster (in CPU mode, each of N CPU slots, under
+agent.batch.driver.Scheduler on it. Each GPU of the cluster (in CPU mode, each of N CPU slots, under
 Triton's interpreter) gets one `ProblemSlot` actor, which takes problems from the driver's queue
 one at a time: each problem is one Ray actor task, `run(fn, spec, mailbox)`, that runs the whole
 agent loop where the actor lives: `fn(spec, channel, pools=...)`
-(agent.batch_remote.run_remote_problem), whose every workspace read and write is a request to the
-driver's WorkspaceService over the Ray channel (agent.batch_ray_channel). Nothing needs a shared
+(agent.batch.remote.run_remote_problem), whose every workspace read and write is a request to the
+driver's WorkspaceService over the Ray channel (agent.batch.ray_channel). Nothing needs a shared
 file system.
 
 - Warm evaluator per GPU: the actor's process lives for the batch, with its imports (torch,
@@ -47,9 +47,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agent.batch_ray_channel import MailboxServer, RayChannel, mailbox_actor
+from agent.batch.ray_channel import MailboxServer, RayChannel, mailbox_actor
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 INSTALL_LINE = "--ray needs Ray: pip install -e '.[ray]'"
 MAX_RETRIES = 3  # restarts of a slot's actor whose process or node died, and re-runs of its problem
 GRACE_S = 15.0  # after an interrupt, how long problems may take to stop before their actors are killed
@@ -193,8 +193,8 @@ class ProblemSlot:
 
 
 def _find_prompts() -> None:
-    """Shipped code: `prompts/` is its own py_module, not next to `agent/`; tell agent.render."""
-    if os.environ.get("RATCHET_PROMPTS") or (Path(__file__).resolve().parent.parent / "prompts").is_dir():
+    """Shipped code: `prompts/` is its own py_module, not next to `agent/`; tell agent.loop.render."""
+    if os.environ.get("RATCHET_PROMPTS") or (PROJECT_ROOT / "prompts").is_dir():
         return
     for entry in sys.path:
         candidate = Path(entry) / "prompts"
@@ -208,7 +208,7 @@ class TaskFailed(Exception):
 
 
 class RayScheduler:
-    """An agent.batch.Scheduler on the connected Ray cluster (see the module docstring).
+    """An agent.batch.driver.Scheduler on the connected Ray cluster (see the module docstring).
     `handle` is the driver's WorkspaceService.handle; `cpu_slots` selects CPU mode with that many
     problems at a time, else every GPU of the cluster is a slot. `submit(fn, spec)` runs
     `fn(spec, channel, pools=...)` on a slot's actor (ProblemSlot)."""

@@ -1,11 +1,11 @@
 """The node side of a batch on a cluster: one problem's agent run whose workspace is the driver's.
 
-Read agent/batch_channel.py first (the contract). `run_remote_problem(spec, channel) -> row` is
+Read agent/batch/channel.py first (the contract). `run_remote_problem(spec, channel) -> row` is
 what an executor runs on a node: it takes the problem's lease from the driver's
-agent.batch_service, writes the problem's text (which came with the lease) into a private
+agent.batch.service, writes the problem's text (which came with the lease) into a private
 scratch directory under the driver's file name, and runs the same agent loop as a local batch
-(agent.batch_problem.agent_row -> agent.runner.optimize), resuming where the lease says an
-unfinished run waits, with a store (agent.run_store) whose repository, checkpointer and run
+(agent.batch.problem.agent_row -> agent.loop.runner.optimize), resuming where the lease says an
+unfinished run waits, with a store (agent.loop.run_store) whose repository, checkpointer and run
 pointer are requests over the channel:
 
 - `RemoteRepo`: the part of the repository API the agent uses (commit_attempt, save_trajectory,
@@ -40,8 +40,8 @@ from typing import Any
 from langgraph.checkpoint.base import BaseCheckpointSaver, ChannelVersions, Checkpoint, CheckpointMetadata, CheckpointTuple
 from langgraph.checkpoint.sqlite import SqliteSaver
 
-from agent.batch_channel import Channel, Fenced, Request
-from agent.workspace_attempt import Attempt
+from agent.batch.channel import Channel, Fenced, Request
+from agent.workspace.attempt import Attempt
 
 _SCALARS = (str, int, float, bool, type(None))
 
@@ -81,7 +81,7 @@ class _DriverLog:
 
 
 class RemoteRepo:
-    """The repository API the agent uses (agent.nodes, agent.turns, agent.runner), each call a
+    """The repository API the agent uses (agent.loop.nodes, agent.loop.turns, agent.loop.runner), each call a
     request to the driver's workspace."""
 
     def __init__(self, call: _Caller):
@@ -176,7 +176,7 @@ class RemoteSaver(BaseCheckpointSaver[str]):
 
 
 class RemoteProblem:
-    """A problem opened in the driver's workspace (agent.run_store.OpenedProblem)."""
+    """A problem opened in the driver's workspace (agent.loop.run_store.OpenedProblem)."""
 
     def __init__(self, call: _Caller):
         self._call = call
@@ -196,7 +196,7 @@ class RemoteProblem:
 
 
 class RemoteStore:
-    """agent.run_store's Store over a channel: every problem it opens is the leased one."""
+    """agent.loop.run_store's Store over a channel: every problem it opens is the leased one."""
 
     def __init__(self, call: _Caller):
         self._call = call
@@ -211,7 +211,7 @@ def run_remote_problem(spec: dict[str, Any], channel: Channel, pools: Any = None
     through `channel`; return its row (see the module docstring). Never raises for what the
     problem, the model, the workspace or the lease does: those end as a row with a status.
     `pools`: the slot's warm pools (tools.warm.WarmPools), kept from one problem to the next."""
-    from agent.batch_problem import agent_row, problem_row
+    from agent.batch.problem import agent_row, problem_row
 
     key = spec["key"]
     driver_log = _DriverLog(channel, key)

@@ -12,7 +12,7 @@ JSONL file. The latest row of each problem counts. The headline numbers, as the 
 - mean roofline fraction: over the problems with a correct, timed kernel.
 
 A problem is "kept eager" when its best kernel and eager PyTorch were both timed and the kernel
-is not faster beyond noise (agent/kept_eager.py; the row's `kept_eager`, or for rows written
+is not faster beyond noise (agent/loop/kept_eager.py; the row's `kept_eager`, or for rows written
 before it, a measured speedup against eager of at most 1.0, which can never be faster beyond
 noise): the reference stays the answer, so it counts as 1.0x against eager, never as a slowdown,
 and as faster than neither eager nor torch.compile. Its kernel's own ratio is still shown beside
@@ -39,9 +39,9 @@ from typing import Any
 
 import jinja2
 
-from agent.batch_log import RESULTS, RUN_META, RunLog
+from agent.batch.log import RESULTS, RUN_META, RunLog
 
-TEMPLATES = Path(__file__).resolve().parent / "templates"
+TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
 NOT_MEASURED = "not measured"
 FAILURE_NOTE = ("failed problems (no correct kernel), kept-eager problems (no kernel faster than PyTorch) and "
                 "problems without a torch.compile time count as 1.0x in the geometric mean")
@@ -99,7 +99,7 @@ def timed(row: dict[str, Any]) -> bool:
 
 def kept_eager(row: dict[str, Any]) -> bool:
     """A correct, timed kernel not faster than eager beyond noise: the row's `kept_eager` (written by
-    agent/batch_problem.py from the best's record), else, for rows written before that field, a
+    agent/batch/problem.py from the best's record), else, for rows written before that field, a
     speedup of at most 1.0 (a median no faster than eager's is never faster beyond noise)."""
     if not timed(row):
         return False

@@ -1,12 +1,12 @@
 """The driver's side of a batch on a cluster: one service that performs, in the driver's
 workspace, every repository and checkpoint operation of the agent runs on the nodes.
 
-Read agent/batch_channel.py first (the contract: requests, channels, leases and fencing).
+Read agent/batch/channel.py first (the contract: requests, channels, leases and fencing).
 
 `WorkspaceService(root, problems, session, log=..., logs=...)` lives in the process that runs
-`ratchet batch`; an executor carries `Request`s from node-side runs (agent.batch_remote) to
+`ratchet batch`; an executor carries `Request`s from node-side runs (agent.batch.remote) to
 `service.handle(request)` and the answer (or the exception) back. For each problem the service
-opens a `LocalStore` problem (agent.run_store), the very repository, SQLite checkpointer and run
+opens a `LocalStore` problem (agent.loop.run_store), the very repository, SQLite checkpointer and run
 pointer a local run uses, so commits get the same numbering, trailers and best rule, and
 `ratchet log`, `best`, `report` and `--resume` cannot tell a cluster run from a local one.
 
@@ -42,8 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.batch_channel import Fenced, Request, ServiceError
-from agent.workspace_repo import WorkspaceError
+from agent.batch.channel import Fenced, Request, ServiceError
+from agent.workspace.repo import WorkspaceError
 
 # op name -> what it does; every other op is refused
 OPS = frozenset({
@@ -62,13 +62,13 @@ class _Problem:
     lock: threading.Lock = field(default_factory=threading.Lock)
     token: str | None = None  # the lease in force; None: none
     stack: ExitStack | None = None  # holds the opened problem while a lease is out
-    opened: Any = None  # agent.run_store.LocalProblem
+    opened: Any = None  # agent.loop.run_store.LocalProblem
 
 
 class WorkspaceService:
     """Performs node-side runs' requests in the workspace under `root` (see the module docstring).
 
-    `problems` maps each problem's key (agent.batch_problem.problem_key) to its file; `session`
+    `problems` maps each problem's key (agent.batch.problem.problem_key) to its file; `session`
     names this driver session (tokens carry it); `log` takes one line of the service's own (tracebacks,
     a line each); `logs` is the directory of the problems' agent logs (`<logs>/<key>.log`)."""
 
@@ -128,8 +128,8 @@ class WorkspaceService:
 
     # -- leases ---------------------------------------------------------------------------
     def _acquire(self, key: str, problem: _Problem, since: float | None = None) -> dict[str, Any]:
-        from agent.batch_problem import unfinished_since
-        from agent.run_store import LocalStore
+        from agent.batch.problem import unfinished_since
+        from agent.loop.run_store import LocalStore
 
         if problem.opened is None:
             stack = ExitStack()

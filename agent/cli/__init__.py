@@ -15,13 +15,13 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from agent.cli_checks import UsageError
+from agent.cli.checks import UsageError
 from tools.exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 
 # Each module defines register(subparsers) -> None, which adds its subcommand(s) and sets
 # `func` on them: func(args) -> int (the exit code).
-COMMAND_MODULES = ("agent.cmd_eval", "agent.cmd_workspace", "agent.cmd_optimize", "agent.cmd_batch", "agent.cmd_report",
-                   "agent.cmd_export", "agent.cmd_suite")
+COMMAND_MODULES = ("agent.cli.eval", "agent.cli.workspace", "agent.cli.optimize", "agent.cli.batch", "agent.cli.report",
+                   "agent.cli.export", "agent.cli.suite")
 
 
 class Parser(argparse.ArgumentParser):
@@ -33,7 +33,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from agent.version import VersionAction
+    from agent.cli.version import VersionAction
 
     parser = Parser(prog="ratchet", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action=VersionAction)
@@ -57,9 +57,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"ratchet {command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-
-
-if __name__ == "__main__":  # `python -m agent.cli`: run the copy commands import, not __main__'s
-    from agent.cli import main as _main
-
-    sys.exit(_main())

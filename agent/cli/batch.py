@@ -6,14 +6,14 @@ worker subprocess pinned to one GPU (CUDA_VISIBLE_DEVICES); the workers take pro
 queue, so no GPU idles while work remains. Without a GPU, `--cpu-workers N` processes run the
 kernels in Triton's interpreter (correctness only: nothing is timed on the CPU), and a suite with
 a SUITE_SCALE switch (the bundled suite/) runs at SUITE_SCALE=small unless it is set (one line
-says so; agent/batch_scale.py).
+says so; agent/batch/scale.py).
 
 One JSON line per problem is appended to `<out>/results.jsonl` the moment it finishes; progress
 goes to stderr; `ratchet report <out>` prints the suite's table and writes its HTML page. On
 stdout at the end: one JSON object (the run directory, problems done and total). Exit codes:
 
 With `--ray ADDRESS` the problems run as Ray tasks on a cluster and every attempt is committed
-here, in this machine's workspace (agent/batch_ray.py, docs/batch.md).
+here, in this machine's workspace (agent/batch/ray_slots.py, docs/batch.md).
 
     0   every problem of the suite has a result (whatever its verdict)
     1   some problems have none (their workers crashed, or the model endpoint failed): --resume
@@ -33,14 +33,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from agent.batch import discover, pending, run_batch
-from agent.batch_local import LocalScheduler, Slot
-from agent.batch_log import FINAL, LOGS, RESULTS, RUN_META, RunLog
-from agent.batch_problem import make_spec, problem_key
-from agent.batch_scale import SCALE_VAR, cpu_scale, scale_line
-from agent.cli_checks import UsageError
-from agent.cli_settings import add_settings
-from agent.cli_settings import given as shared_settings
+from agent.batch.driver import discover, pending, run_batch
+from agent.batch.local import LocalScheduler, Slot
+from agent.batch.log import FINAL, LOGS, RESULTS, RUN_META, RunLog
+from agent.batch.problem import make_spec, problem_key
+from agent.batch.scale import SCALE_VAR, cpu_scale, scale_line
+from agent.cli.checks import UsageError
+from agent.cli.settings import add_settings
+from agent.cli.settings import given as shared_settings
 from tools.exit_codes import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_MODEL, EXIT_OK, EXIT_SANDBOX
 from tools.sandbox import Sandbox, SandboxUnavailable
 
@@ -109,7 +109,7 @@ def settings_from(args: argparse.Namespace, write: Callable[[str], None]) -> dic
     and passed to the workers by name. Raises UsageError, ModelError, SandboxUnavailable."""
     from agent.config import ConfigError, load_config
     from agent.model_choice import NoModelNamed, choose_model
-    from agent.workspace import resolve_root
+    from agent.workspace.root import resolve_root
 
     given = shared_settings(args)
     try:
@@ -140,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
     if args.ray is None and (args.api_key_env or args.ray_code != "ship"):
         raise UsageError("--api-key-env and --ray-code go with --ray")
     if args.ray is not None:
-        from agent.batch_ray_cli import check_ray_args
+        from agent.cli.batch_ray import check_ray_args
 
         slots = check_ray_args(args)
     else:
@@ -161,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
             write(scale_line(suite))
     out = Path(args.out) if args.out else Path("runs") / f"{suite.resolve().name}-{time.strftime('%Y%m%d-%H%M%S')}"
     if args.ray is not None:
-        from agent.batch_ray_cli import run_on_ray
+        from agent.cli.batch_ray import run_on_ray
 
         return run_on_ray(args, suite, problems, settings, slots, out, write,
                           lambda executor: _open_run(out, suite, problems, settings, slots, args, executor), _finish)

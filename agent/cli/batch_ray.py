@@ -1,8 +1,8 @@
-"""`ratchet batch --ray ADDRESS`: the command's Ray half (agent/cmd_batch.py calls it).
+"""`ratchet batch --ray ADDRESS`: the command's Ray half (agent/cli/batch.py calls it).
 
-It checks the flags, connects to the cluster (agent.batch_ray.connect), makes the driver's
-WorkspaceService (agent.batch_service) over this machine's workspace, and runs the batch with a
-RayScheduler whose tasks run agent.batch_remote.run_remote_problem on the nodes. run.json records
+It checks the flags, connects to the cluster (agent.batch.ray_slots.connect), makes the driver's
+WorkspaceService (agent.batch.service) over this machine's workspace, and runs the batch with a
+RayScheduler whose tasks run agent.batch.remote.run_remote_problem on the nodes. run.json records
 the executor and the address; every row records the executor, node and GPU. The nodes' agent log
 lines come back through the service into `logs/<problem>.log`; the service's own faults go to
 `logs/service.log`.
@@ -19,12 +19,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from agent.batch import pending, run_batch
-from agent.batch_local import Slot
-from agent.batch_log import LOGS, RESULTS, RunLog
-from agent.batch_problem import make_spec, problem_key
-from agent.batch_scale import SCALE_VAR
-from agent.cli_checks import UsageError
+from agent.batch.driver import pending, run_batch
+from agent.batch.local import Slot
+from agent.batch.log import LOGS, RESULTS, RunLog
+from agent.batch.problem import make_spec, problem_key
+from agent.batch.scale import SCALE_VAR
+from agent.cli.checks import UsageError
 from tools.exit_codes import EXIT_CLUSTER, EXIT_INTERRUPTED
 
 
@@ -39,7 +39,7 @@ def check_ray_args(args: argparse.Namespace) -> list[Slot]:
     try:
         importlib.import_module("ray")  # only whether it is there
     except ImportError:
-        from agent.batch_ray import INSTALL_LINE
+        from agent.batch.ray_slots import INSTALL_LINE
 
         raise UsageError(INSTALL_LINE) from None
     if args.cpu_workers is not None:
@@ -63,9 +63,9 @@ def _session(args: argparse.Namespace, suite: Path, problems: list[Path], settin
     """The part connected to Ray: an exit code, or None when the batch ran to its end."""
     import ray
 
-    from agent.batch_ray import ClusterError, RayScheduler, connect
-    from agent.batch_remote import run_remote_problem
-    from agent.batch_service import WorkspaceService
+    from agent.batch.ray_slots import ClusterError, RayScheduler, connect
+    from agent.batch.remote import run_remote_problem
+    from agent.batch.service import WorkspaceService
 
     try:
         info = connect(args.ray, cpu_workers=args.cpu_workers, code=args.ray_code)

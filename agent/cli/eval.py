@@ -13,7 +13,7 @@ import os
 import sys
 from pathlib import Path
 
-from agent.cli_checks import UsageError, check_device, readable_file
+from agent.cli.checks import UsageError, check_device, readable_file
 from tools.exit_codes import EVAL_EXIT_CODES, EXIT_BAD_PROBLEM, EXIT_SANDBOX
 from tools.record import Result, Verdict, describe_exception, fault_result
 

@@ -2,7 +2,7 @@
 
 WORKSPACES are workspace roots (every problem repository under them) or single problem
 repositories. SFT rows are saved trajectories (chat messages with tool calls, plus `tools`);
-RL rows are prompts with the problem's path, source and metadata (see agent/export.py). Rows
+RL rows are prompts with the problem's path, source and metadata (see agent/learn/export.py). Rows
 go to FILE (JSON lines; stdout without --out, or with --out -); a summary (rows written,
 duplicates, filtered, skipped) goes to stdout as one JSON object when writing a file, else to
 stderr. Exit codes: 0 done (even with no rows), 2 usage error (no such workspace, bad flag).
@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from agent.cli_checks import UsageError, check_device
+from agent.cli.checks import UsageError, check_device
 from tools.exit_codes import EXIT_OK
 
 
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--min-speedup must be positive")
     if args.format == "rl":  # only RL rows start a reference worker on it
         check_device(args.device)
-    from agent.export import ExportError, ExportStats, rl_rows, sft_rows, write_jsonl  # git
+    from agent.learn.export import ExportError, ExportStats, rl_rows, sft_rows, write_jsonl  # git
 
     stats = ExportStats()
     log = lambda line: print(f"ratchet export: {line}", file=sys.stderr)  # noqa: E731

@@ -21,14 +21,14 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
-from agent.cli_checks import UsageError, check_device, device_origin, readable_file
-from agent.cli_settings import add_settings, settings
-from agent.kept_eager import NO_FASTER
+from agent.cli.checks import UsageError, check_device, device_origin, readable_file
+from agent.cli.settings import add_settings, settings
+from agent.loop.kept_eager import NO_FASTER
 from agent.model_choice import NoModelNamed, model_client
 from tools.exit_codes import EXIT_BAD_PROBLEM, EXIT_MODEL, EXIT_SANDBOX, EXIT_UNRECOGNIZED
 
 if TYPE_CHECKING:  # the runner imports langgraph: only when a run starts
-    from agent.runner import RunResult
+    from agent.loop.runner import RunResult
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -52,8 +52,8 @@ def run(args: argparse.Namespace) -> int:
     if config.device is not None:  # named as it was given: the flag, RATCHET_DEVICE or the config file's key
         check_device(config.device, device_origin(config.device, config.sources()["device"]))
     if args.resume:
-        from agent.runner import NothingToResume, resumable_run
-        from agent.workspace import WorkspaceError
+        from agent.loop.runner import NothingToResume, resumable_run
+        from agent.workspace.root import WorkspaceError
 
         try:  # before any model, evaluator or workspace exists: nothing to resume creates nothing
             resumable_run(module, config)
@@ -79,8 +79,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"ratchet optimize: {unrecognized}", file=sys.stderr)
         return EXIT_UNRECOGNIZED
     from agent.builtin import NothingRecognized
-    from agent.runner import NothingToResume, optimize
-    from agent.workspace import WorkspaceError
+    from agent.loop.runner import NothingToResume, optimize
+    from agent.workspace.root import WorkspaceError
     from tools.problem import ProblemError
     from tools.sandbox import SandboxUnavailable
 
@@ -129,7 +129,7 @@ def report(result: RunResult, *, as_json: bool) -> None:
         if best["roofline_fraction"] is not None:
             figures.append(f"{best['roofline_fraction']:.0%} of the roofline floor")
         lines.append(f"best: attempt {best['attempt']}: " + ", ".join(figures))
-    if best is not None and best.get("kept_eager"):  # agent/kept_eager.py
+    if best is not None and best.get("kept_eager"):  # agent/loop/kept_eager.py
         lines.append(f"{NO_FASTER}: attempt {best['attempt']} is not faster than eager beyond noise; the reference "
                      f"stays the answer (ratchet best --reference writes it as ModelNew)")
     if s["best_path"]:

@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from agent.cli_checks import UsageError
+from agent.cli.checks import UsageError
 from tools.exit_codes import EXIT_OK
 
 
@@ -26,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from agent.report import ReportError, json_report, load_run, text_report, write_html  # jinja2
+    from agent.batch.report import ReportError, json_report, load_run, text_report, write_html  # jinja2
 
     try:
         report = load_run(Path(args.run))

@@ -10,7 +10,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Any
 
-from agent.cli_checks import UsageError
+from agent.cli.checks import UsageError
 from agent.config import AgentConfig, ConfigError, load_config
 
 

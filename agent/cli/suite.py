@@ -3,7 +3,7 @@
 Degenerate problems (constant or input-independent outputs, outputs equal to an input, as ReLU
 of non-negative inputs is), problems too fast to time reliably (on a GPU; on the CPU this
 cannot be judged and the report says so), near-duplicate problems, and broken problem files (a
-syntax error, part of the contract missing: see agent/suite_check.py).
+syntax error, part of the contract missing: see agent/suite/check.py).
 Problem code runs only in the evaluator's reference worker. A table goes to stdout, or with
 --json one JSON object per problem (JSON lines). Exit codes: 0 nothing flagged, 1 at least one
 problem flagged (an error or a warning), 2 usage error.
@@ -14,8 +14,8 @@ import argparse
 import json
 from pathlib import Path
 
-from agent.cli_checks import UsageError, check_device
-from agent.suite_check import DEFAULT_MIN_EAGER_MS, DEFAULT_SIMILARITY, check_suite
+from agent.cli.checks import UsageError, check_device
+from agent.suite.check import DEFAULT_MIN_EAGER_MS, DEFAULT_SIMILARITY, check_suite
 from tools.exit_codes import EXIT_FLAGGED, EXIT_OK
 
 

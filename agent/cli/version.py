@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 from tools.exit_codes import EXIT_OK
 
 DISTRIBUTION = "kernel-ratchet"  # [project] name in pyproject.toml
-PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
+PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 
 
 def version() -> str:

@@ -2,7 +2,7 @@
 
 PROBLEM is the problem file (its workspace is found by name and content hash) or the
 workspace's directory name. These commands only read: they take no lock and repair nothing.
-Where the best is not faster than eager PyTorch beyond noise (agent/kept_eager.py), `ratchet
+Where the best is not faster than eager PyTorch beyond noise (agent/loop/kept_eager.py), `ratchet
 best` writes nothing and exits EXIT_KEPT_EAGER, or with --reference writes the reference as ModelNew.
 """
 from __future__ import annotations
@@ -14,14 +14,14 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-from agent.cli_checks import UsageError
-from agent.kept_eager import MODEL_NEW, kept_eager, no_faster_line, reference_as_model_new
-from agent.workspace_attempt import Attempt, format_ms
-from agent.workspace_lock import atomic_write
+from agent.cli.checks import UsageError
+from agent.loop.kept_eager import MODEL_NEW, kept_eager, no_faster_line, reference_as_model_new
+from agent.workspace.attempt import Attempt, format_ms
+from agent.workspace.lock import atomic_write
 from tools.exit_codes import EXIT_KEPT_EAGER, EXIT_OK
 
-if TYPE_CHECKING:  # agent.workspace imports git: only when a command reads a workspace
-    from agent.workspace import ProblemRepo
+if TYPE_CHECKING:  # agent.workspace.root imports git: only when a command reads a workspace
+    from agent.workspace.root import ProblemRepo
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -56,7 +56,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _open(args: argparse.Namespace) -> ProblemRepo:
-    from agent.workspace import Workspace, WorkspaceError, resolve_root
+    from agent.workspace.root import Workspace, WorkspaceError, resolve_root
 
     try:
         return Workspace(resolve_root(args.workspace)).open_existing(args.problem)
@@ -133,7 +133,7 @@ def run_best(args: argparse.Namespace) -> int:
         if attempt is None:
             raise UsageError(f"workspace {repo.name} has no correct attempt yet")
         record = repo.record(attempt)
-        if kept_eager(attempt, record):  # agent/kept_eager.py: say so instead of handing out a slower kernel
+        if kept_eager(attempt, record):  # agent/loop/kept_eager.py: say so instead of handing out a slower kernel
             line = no_faster_line(attempt, record)
             if not args.reference:
                 print(f"ratchet best: {line}; nothing written (--reference writes the reference as {MODEL_NEW}; "

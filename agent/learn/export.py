@@ -1,10 +1,10 @@
 """Attempts as training data: rows for supervised fine-tuning (SFT) and for RL, from workspaces.
 
-Where the data is: every problem's git repository (agent.workspace) holds each attempt as a
+Where the data is: every problem's git repository (agent.workspace.root) holds each attempt as a
 commit on main (candidate.py, result.json, trailers), and the agent saves each run's trajectory
-(the whole conversation, `agent.nodes.trajectory_text`) with every attempt and after every model
+(the whole conversation, `agent.loop.nodes.trajectory_text`) with every attempt and after every model
 turn on the ref `refs/ratchet/trajectories`, whose tip holds the latest version of every run
-(agent.workspace_trajectories). Workspaces written before that ref existed committed
+(agent.workspace.trajectories). Workspaces written before that ref existed committed
 `trajectory.json` on main; those runs are read from main's history, the latest version of each.
 
 SFT rows (`sft_rows`), one JSON object per line:
@@ -31,7 +31,7 @@ RL rows (`rl_rows`), one per distinct problem (by problem hash):
 
     {"prompt": [system, user], "tools": [...], "problem": PATH, "entry": "Model", "metadata": {...}}
 
-`prompt` is what `agent.rl_env.KernelEnv.reset` gives (the agent's own system and task
+`prompt` is what `agent.learn.rl_env.KernelEnv.reset` gives (the agent's own system and task
 messages); `problem` and `entry` are the columns `tools.reward.KernelReward` reads; metadata
 holds the problem hash, the reference's sha256 and source, its input shapes and dtypes, ops,
 sizes, and the workspace's best so far. The problem is described by the evaluator's reference
@@ -47,9 +47,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.turns import first_line, system_text, task_text
-from agent.workspace import MARKER, REFERENCE, ProblemRepo, Workspace
-from agent.workspace_attempt import Attempt
+from agent.loop.turns import first_line, system_text, task_text
+from agent.workspace.root import MARKER, REFERENCE, ProblemRepo, Workspace
+from agent.workspace.attempt import Attempt
 from tools.record import Verdict
 from tools.toolcalls import SUBMIT_KERNEL, Submission, parse_call, tool_schemas
 
@@ -258,7 +258,7 @@ def rl_rows(paths: Iterable[str | Path], *, device: str | None = "cpu", gpu: str
     """RL prompt rows, one per distinct problem (see the module docstring)."""
     from tools import EvalOptions, Evaluator, ProblemError
     from tools.problem import read_problem
-    from agent.rl_env import EnvConfig, static_baseline
+    from agent.learn.rl_env import EnvConfig, static_baseline
 
     stats = stats if stats is not None else ExportStats()
     seen: set[str] = set()

@@ -11,9 +11,9 @@
                                            "function": {"name": "submit_kernel", "arguments": "{...}"}})
 
 The prompts, tool schemas and answers are the agent's own (`ratchet optimize`): the system and
-task messages come from the same templates through `agent.turns.system_text/task_text`, the
+task messages come from the same templates through `agent.loop.turns.system_text/task_text`, the
 tools from `tools/toolcalls.json`, a turn's tool calls are read by the agent's own
-`agent.turns.read_turn`, and each submission is answered with the agent's feedback template for
+`agent.loop.turns.read_turn`, and each submission is answered with the agent's feedback template for
 its verdict. A turn is handled as the agent handles it: the first `submit_kernel` call of a turn is evaluated (later
 ones are answered "not run"), auxiliary calls (`get_best`, `diff_against_best`, `get_profile`)
 are answered from this episode's attempts and cost nothing, a reply with no tool call or a
@@ -39,9 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.render import render, render_feedback
-from agent.turns import first_line, read_turn, system_text, task_text
-from agent.workspace_attempt import Attempt, beats
+from agent.loop.render import render, render_feedback
+from agent.loop.turns import first_line, read_turn, system_text, task_text
+from agent.workspace.attempt import Attempt, beats
 from tools.env import target_name
 from tools.record import Result, Verdict
 from tools.reward import KernelReward, RewardConfig
@@ -235,7 +235,7 @@ class KernelEnv:
 
 
 def static_baseline(problem: Any) -> dict[str, Any]:
-    """What the task message knows before anything is timed (as agent.runner starts a run)."""
+    """What the task message knows before anything is timed (as agent.loop.runner starts a run)."""
     moved = sum(getattr(problem, name, 0) or 0 for name in ("input_bytes", "param_bytes", "output_bytes"))
     return {"eager_ms": None, "compile_ms": None, "floor_ms": None, "bytes_moved": moved or None,
             "flops": getattr(problem, "flops", None), "measured": False}

@@ -24,7 +24,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from agent.render import render
+from agent.loop.render import render
 
 CHARS_PER_TOKEN = 4
 MESSAGE_OVERHEAD = 4  # role, separators

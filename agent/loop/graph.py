@@ -12,15 +12,15 @@ A build failure or a wrong result short-circuits to decide, which (budget left) 
 to the model through refine with the evaluator's message; a correct kernel is profiled first.
 Decide, not the model, ends the run; where nothing is timed (a CPU: Triton's interpreter),
 nothing could tell a faster kernel from a correct one, so the first correct kernel ends it
-(stop_untimed; config `stop_untimed`). The nodes are in agent.nodes.
+(stop_untimed; config `stop_untimed`). The nodes are in agent.loop.nodes.
 """
 from __future__ import annotations
 
 from langgraph.graph import END, START, StateGraph
 
-from agent import nodes
-from agent.session import Session
-from agent.state import AgentState
+from agent.loop import nodes
+from agent.loop.session import Session
+from agent.loop.state import AgentState
 
 
 def build_graph() -> StateGraph:

@@ -1,8 +1,8 @@
 """Kept eager: what ratchet says when its best kernel is not faster than eager PyTorch.
 
-The best rule (agent.workspace_attempt.beats) still keeps the fastest correct attempt as the
+The best rule (agent.workspace.attempt.beats) still keeps the fastest correct attempt as the
 workspace's best, so that it can be inspected (`ratchet show PROBLEM --best`). Whether that best
-beats eager PyTorch beyond noise is a second rule, agent.workspace_attempt.beats_eager, with the
+beats eager PyTorch beyond noise is a second rule, agent.workspace.attempt.beats_eager, with the
 same margin; where both times were measured and it does not, the problem is "kept eager": the
 reference stays the answer, and
 
@@ -20,7 +20,7 @@ import ast
 import dataclasses
 from typing import Any
 
-from agent.workspace_attempt import Attempt, beats_eager, format_ms
+from agent.workspace.attempt import Attempt, beats_eager, format_ms
 from tools.record import TimeStats
 
 NO_FASTER = "no kernel faster than PyTorch"

@@ -1,6 +1,6 @@
 """The graph's nodes: draft, compile, test, profile, decide, refine, and the routing between them.
 
-Each node takes the state (JSON data) and the run's `Session` (agent/session.py: live objects,
+Each node takes the state (JSON data) and the run's `Session` (agent/loop/session.py: live objects,
 passed by LangGraph as the run context, never checkpointed) and returns the keys it changes.
 
 The evaluator builds, tests and times a candidate in one call, so the phases map onto it so:
@@ -30,11 +30,11 @@ from typing import Any
 from langgraph.runtime import Runtime
 
 from agent.config import AgentConfig, public
-from agent.session import Session
-from agent.state import AgentState, AttemptSummary
-from agent.turns import ask_model, feedback_message, first_line, system_text, task_text
-from agent.workspace import ProblemRepo
-from agent.workspace_attempt import Attempt, beats, beats_eager
+from agent.loop.session import Session
+from agent.loop.state import AgentState, AttemptSummary
+from agent.loop.turns import ask_model, feedback_message, first_line, system_text, task_text
+from agent.workspace.root import ProblemRepo
+from agent.workspace.attempt import Attempt, beats, beats_eager
 from tools.record import TimeStats, Verdict, describe_exception, fault_result
 
 BUILD_FAILURES = {Verdict.COMPILE_ERROR.value, Verdict.REJECTED.value}
@@ -142,7 +142,7 @@ def decide(state: AgentState, runtime: Node) -> dict[str, Any]:
 def _roofline_stop(best: AttemptSummary, baseline: dict[str, Any], config: AgentConfig) -> float | None:
     """The roofline target the best has reached, or None: a memory-bound problem's target is
     `memory_roofline_target`, any other's `roofline_target`; and never before the best beat eager
-    PyTorch beyond noise (agent.workspace_attempt.beats_eager, the kept-eager rule)."""
+    PyTorch beyond noise (agent.workspace.attempt.beats_eager, the kept-eager rule)."""
     fraction = best.get("roofline_fraction")
     target = config.memory_roofline_target if baseline.get("bound") == "memory" else config.roofline_target
     if fraction is None or fraction < target:

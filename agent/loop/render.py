@@ -20,10 +20,10 @@ def _prompts_dir() -> Path:
     (pyproject.toml's data-files: <prefix>/share/ratchet/prompts)."""
     if os.environ.get("RATCHET_PROMPTS"):
         return Path(os.environ["RATCHET_PROMPTS"])
-    tree = Path(__file__).resolve().parents[1] / "prompts"
+    tree = Path(__file__).resolve().parents[2] / "prompts"
     if (tree / "system.j2").is_file():
         return tree
-    for prefix in (sysconfig.get_path("data"), sys.prefix, str(Path(__file__).resolve().parents[1])):
+    for prefix in (sysconfig.get_path("data"), sys.prefix, str(Path(__file__).resolve().parents[2])):
         installed = Path(prefix) / "share" / "ratchet" / "prompts"
         if (installed / "system.j2").is_file():
             return installed

@@ -1,18 +1,18 @@
 """Where an agent run keeps what outlives it: the problem's repository, the graph's checkpoints
-and the run pointer. The seam between agent.runner and storage.
+and the run pointer. The seam between agent.loop.runner and storage.
 
 `optimize()` opens a problem through a store and uses only what the opened problem offers:
 
     with store.open(problem) as opened:
-        opened.repo                  # the repository API the agent uses (agent.workspace.ProblemRepo)
+        opened.repo                  # the repository API the agent uses (agent.workspace.root.ProblemRepo)
         opened.saver()               # a LangGraph checkpointer (made on first use)
         opened.read_pointer()        # the run pointer: {"run_id", "problem", "finished", "started_at"} or None
         opened.write_pointer(data)
 
 `LocalStore` is the workspace on this machine: a `Workspace` repository, LangGraph's
 `SqliteSaver` on `<root>/.ratchet/<name>.sqlite` and the pointer file `<root>/.ratchet/<name>.run.json`
-(what `ratchet optimize` and a local batch use). agent.batch_remote's store performs the same
-operations over a channel to the driver's agent.batch_service, which performs them with a
+(what `ratchet optimize` and a local batch use). agent.batch.remote's store performs the same
+operations over a channel to the driver's agent.batch.service, which performs them with a
 `LocalStore` on the driver's workspace.
 """
 from __future__ import annotations
@@ -86,7 +86,7 @@ class LocalStore:
     def open(self, problem: Path, *, data: bytes | None = None) -> Iterator[LocalProblem]:
         """Open (creating on first use) the problem's repository for writing. `data`: the problem
         file's bytes where the caller holds them already (the path then only names the file)."""
-        from agent.workspace import Workspace
+        from agent.workspace.root import Workspace
 
         with ExitStack() as stack:
             repo = stack.enter_context(Workspace(self.root).open_problem(problem, data=data))

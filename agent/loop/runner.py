@@ -1,6 +1,6 @@
 """One optimization run of one problem: open the workspace, the evaluator and the checkpointer,
-then drive the graph (agent.graph) to its end, saving the trajectory after every step (on the
-workspace's trajectories ref, agent.workspace_trajectories, never as a commit on main).
+then drive the graph (agent.loop.graph) to its end, saving the trajectory after every step (on the
+workspace's trajectories ref, agent.workspace.trajectories, never as a commit on main).
 
 Graph state is checkpointed with LangGraph's SQLite checkpointer after every node (durability
 "sync": the checkpoint is on disk before the next node starts), in
@@ -8,9 +8,9 @@ Graph state is checkpointed with LangGraph's SQLite checkpointer after every nod
 it (`<problem>.run.json`) names the problem's latest run and whether it finished, which is how
 `--resume` finds the run to continue.
 
-The repository, the checkpointer and the pointer come from a store (agent.run_store): by default
+The repository, the checkpointer and the pointer come from a store (agent.loop.run_store): by default
 the workspace on this machine; a batch task on a cluster passes one that performs every read and
-write in the driver's workspace (agent.batch_remote).
+write in the driver's workspace (agent.batch.remote).
 """
 from __future__ import annotations
 
@@ -24,15 +24,15 @@ from pathlib import Path
 from typing import Any
 
 from agent.config import AgentConfig
-from agent.graph import compile_graph, steps_needed
-from agent.kept_eager import kept_eager
+from agent.loop.graph import compile_graph, steps_needed
+from agent.loop.kept_eager import kept_eager
 from agent.model import ModelClient, ModelError
-from agent.nodes import empty_baseline, trajectory_text
-from agent.session import Session
-from agent.run_store import STATE_DIR, LocalStore, Store, pointer_path, read_json
+from agent.loop.nodes import empty_baseline, trajectory_text
+from agent.loop.session import Session
+from agent.loop.run_store import STATE_DIR, LocalStore, Store, pointer_path, read_json
 from tools.env import target_name
-from agent.state import AgentState, initial_state
-from agent.workspace import Workspace
+from agent.loop.state import AgentState, initial_state
+from agent.workspace.root import Workspace
 from tools.exit_codes import EXIT_FOUND, EXIT_MODEL, EXIT_NONE_CORRECT
 from tools.record import Verdict
 from tools.toolcalls import tool_schemas
@@ -154,7 +154,7 @@ def run_summary(state: AgentState, repo, *, error: ModelError | None = None) -> 
 
 def _kept_eager(repo, number: int) -> bool:
     """Whether the run's best, and eager PyTorch, were both timed and the best is not faster beyond
-    noise (agent/kept_eager.py): the run then ends with "no kernel faster than PyTorch"."""
+    noise (agent/loop/kept_eager.py): the run then ends with "no kernel faster than PyTorch"."""
     attempt = repo.attempt(number)
     return attempt is not None and kept_eager(attempt, repo.record(attempt))
 
@@ -170,7 +170,7 @@ def resumable_run(problem: Path, config: AgentConfig) -> str:
     """The id of the interrupted run `--resume` would continue, else NothingToResume. It only reads:
     no workspace is created and no evaluator started, so `--resume` with nothing to resume leaves
     nothing behind (optimize() checks again once the workspace is open)."""
-    from agent.workspace_repo import UnknownProblem
+    from agent.workspace.repo import UnknownProblem
 
     try:
         with Workspace(config.workspace).open_existing(problem) as repo:

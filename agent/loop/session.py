@@ -2,8 +2,8 @@
 
 A session's `Session` (the model, the evaluator with its problem loaded, the workspace's
 repository, the tool schemas) is rebuilt on resume and never checkpointed: LangGraph passes it to
-every node as the run context (agent/graph.py), next to the state, which is JSON data
-(agent/state.py). The model is an `agent.model.ModelClient`; the evaluator is anything that is
+every node as the run context (agent/loop/graph.py), next to the state, which is JSON data
+(agent/loop/state.py). The model is an `agent.model.ModelClient`; the evaluator is anything that is
 `Evaluating` (tools.Evaluator in a run; the agent never reaches into it further than this).
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from agent.config import AgentConfig
     from agent.model import ModelClient
-    from agent.workspace import ProblemRepo
+    from agent.workspace.root import ProblemRepo
     from tools.problem import ProblemInfo
     from tools.record import Result
 

@@ -1,7 +1,7 @@
 """The graph's state: JSON-serializable data only (paths, hashes, records, the message list).
 
 Live objects (the model client, the evaluator, the workspace repository) are never stored here;
-nodes reach them through `agent.session.Session`, which LangGraph passes as the run context.
+nodes reach them through `agent.loop.session.Session`, which LangGraph passes as the run context.
 Every key is replaced (not merged) by the node that returns it, so a checkpoint is simply the
 state after a node, and a resumed run starts from the last one written.
 """
@@ -48,7 +48,7 @@ class TurnUsage(TypedDict):
     turn: int
     prompt_tokens: int | None  # as reported by the server
     completion_tokens: int | None
-    context_tokens: int  # our approximation of what was sent (see agent.context)
+    context_tokens: int  # our approximation of what was sent (see agent.loop.context)
     seconds: float
 
 

@@ -12,25 +12,25 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agent import context as ctxbudget
-from agent.render import render, render_feedback
-from agent.state import AgentState, AttemptSummary, Message, Proposal, TurnUsage
+from agent.loop import context as ctxbudget
+from agent.loop.render import render, render_feedback
+from agent.loop.state import AgentState, AttemptSummary, Message, Proposal, TurnUsage
 from tools.toolcalls import (DIFF_AGAINST_BEST, GET_BEST, GET_PROFILE, SUBMIT_KERNEL, AuxRequest, FormatError,
                              Submission, best_payload, diff_payload, parse_call, profile_payload)
 
 if TYPE_CHECKING:
-    from agent.session import Session
+    from agent.loop.session import Session
 
 
 def system_text(problem: Any, *, language: str, gpu: str, entry: str, auxiliary: bool) -> str:
-    """The system prompt for a problem (a tools.ProblemInfo); shared with agent.rl_env."""
+    """The system prompt for a problem (a tools.ProblemInfo); shared with agent.learn.rl_env."""
     return render("system", language=language, gpu=gpu, entry=entry,
                   single_op=getattr(problem, "single_op", None), auxiliary=auxiliary)
 
 
 def task_text(problem: Any, *, entry: str, problem_name: str, language: str, baseline: dict[str, Any],
               max_attempts: int) -> str:
-    """The task message (reference source, inputs, baselines); shared with agent.rl_env."""
+    """The task message (reference source, inputs, baselines); shared with agent.learn.rl_env."""
     return render("task", entry=entry, problem_name=problem_name, reference_source=problem.source.rstrip(),
                   inputs=list(problem.inputs or []), init_args=list(getattr(problem, "init_args", None) or []),
                   ops=list(getattr(problem, "ops", None) or []), baseline=baseline, language=language,
@@ -104,7 +104,7 @@ class TurnReading:
 
 def read_turn(calls: list[tuple[str, str, Any]], content: str | None, *, auxiliary: bool,
               answer_aux: Callable[[AuxRequest], str], remaining_after: int) -> TurnReading:
-    """The one reading of a turn, for the agent (ask_model) and the RL environment (agent.rl_env):
+    """The one reading of a turn, for the agent (ask_model) and the RL environment (agent.learn.rl_env):
     `calls` are (id, name, arguments). The first `submit_kernel` call is the proposal (later ones
     are answered "not run"); auxiliary calls are answered with `answer_aux`; a malformed call is
     the proposal (a format error) when nothing was submitted, otherwise answered, as is every

@@ -35,7 +35,7 @@ Severity "info" never counts as a problem with the suite; `ratchet suite check` 
 any error or warning was found.
 
 This module probes problems and turns findings into flags; what the reference's outputs say is
-agent/suite_degenerate.py, the code comparison agent/suite_duplicates.py.
+agent/suite/degenerate.py, the code comparison agent/suite/duplicates.py.
 """
 from __future__ import annotations
 
@@ -45,8 +45,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.suite_degenerate import degenerate_kinds
-from agent.suite_duplicates import DEFAULT_SIMILARITY, near_duplicates
+from agent.suite.degenerate import degenerate_kinds
+from agent.suite.duplicates import DEFAULT_SIMILARITY, near_duplicates
 
 PROBE_SEEDS = (0x5EED01, 0x5EED02, 0x5EED03)  # fixed: curation needs reproducible draws, not secrecy
 DEFAULT_MIN_EAGER_MS = 0.02

@@ -4,7 +4,7 @@
 tensors in memory at a time (outputs can be GBs), and names what holds on every draw: a
 constant output, an output that does not change when the inputs are re-drawn, an output equal
 to an input, an output mostly one value, NaN or Inf, inputs that are the same for every seed. How
-these become errors or warnings is agent.suite_check's (`degeneracy_flags`).
+these become errors or warnings is agent.suite.check's (`degeneracy_flags`).
 """
 from __future__ import annotations
 

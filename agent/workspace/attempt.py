@@ -1,9 +1,9 @@
 """One attempt as the workspace records it: its commit message, its trailers, and the best rule.
 
-Pure functions, no git: `agent.workspace` writes the messages made here and parses them back.
+Pure functions, no git: `agent.workspace.root` writes the messages made here and parses them back.
 
 The message: a subject (`attempt 3: ok, 1.83x vs eager, 0.412 ms, new best`), a few lines on
-what changed and what it measured (agent.workspace_review), then the trailers.
+what changed and what it measured (agent.workspace.review), then the trailers.
 
 Trailers (the last paragraph of every attempt commit; "n/a" where the record has no value;
 floats written with `repr`, so they parse back to exactly the record's numbers):
@@ -152,7 +152,7 @@ class Attempt:
         return ", ".join(parts)
 
     def message(self, body: Sequence[str] = ()) -> str:
-        """The full commit message: subject, the body's lines (agent.workspace_review), the trailers."""
+        """The full commit message: subject, the body's lines (agent.workspace.review), the trailers."""
         subject = f"attempt {self.number}: {self.summary()}" + (", new best" if self.became_best else "")
         lines = [one_line(line)[:300].lstrip("-# ") for line in body]  # a leading '---' would hide the trailers
         text = "\n".join(line for line in lines if line)

@@ -1,6 +1,6 @@
 """Crash-safe file primitives for the git workspace: an OS file lock, atomic writes, pid checks.
 
-Nothing here knows about git; `agent.workspace` builds its commit protocol on these.
+Nothing here knows about git; `agent.workspace.root` builds its commit protocol on these.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """One problem's git repository: the commit protocol, crash recovery, and reading attempts back.
 
-Opened through `agent.workspace.Workspace` (see that module for the layout and the rules).
+Opened through `agent.workspace.root.Workspace` (see that module for the layout and the rules).
 
 A commit is made with plumbing on a private index under `.git/ratchet-tmp/`: blobs, tree,
 commit, then one compare-and-swap `update-ref` of main publishes it; the `best` branch follows,
@@ -12,7 +12,7 @@ writer that died or raised, so its git lock files (once `_STALE_GRACE_S` old, so
 orphaned git children can finish) and its temporary files are removed, its paths are reset to
 HEAD, and the `best` branch is set to the last attempt whose trailer says it became best.
 
-Trajectory saves (agent.workspace_trajectories) use the same plumbing under the same lock, but
+Trajectory saves (agent.workspace.trajectories) use the same plumbing under the same lock, but
 publish on `refs/ratchet/trajectories` and write nothing to the work tree or the real index;
 their journal lists no paths, so recovery has only stale lock and temporary files to clear.
 """
@@ -26,10 +26,10 @@ from pathlib import Path
 
 import git
 
-from agent.workspace_attempt import Attempt, beats, parse_trailers
-from agent.workspace_lock import FileLock, LockTimeout, atomic_write, fsync_dir, wait_gone, write_durable
-from agent.workspace_review import review_lines
-from agent.workspace_trajectories import (LEGACY_FILE, TRAJECTORIES, SavedTrajectory, check_run_id, save, saved_trajectories,
+from agent.workspace.attempt import Attempt, beats, parse_trailers
+from agent.workspace.lock import FileLock, LockTimeout, atomic_write, fsync_dir, wait_gone, write_durable
+from agent.workspace.review import review_lines
+from agent.workspace.trajectories import (LEGACY_FILE, TRAJECTORIES, SavedTrajectory, check_run_id, save, saved_trajectories,
                                          trajectory_at)
 from tools.record import Result
 
@@ -163,7 +163,7 @@ class ProblemRepo:
         return self._git("cat-file", "blob", f"{MAIN}:{REFERENCE}", raw=True)
 
     def trajectories(self) -> list[SavedTrajectory]:
-        """The latest saved trajectory of each run, oldest run first (agent.workspace_trajectories)."""
+        """The latest saved trajectory of each run, oldest run first (agent.workspace.trajectories)."""
         return saved_trajectories(self, MAIN)
 
     def trajectory(self, attempt: Attempt) -> str | None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import difflib
 
-from agent.workspace_attempt import format_ms, one_line
+from agent.workspace.attempt import format_ms, one_line
 from tools.record import Result, Verdict
 
 MAX_LINE = 240

@@ -17,14 +17,14 @@ to one exact reference (the sha256 of the file): if `<name>` already holds anoth
 of the file, this one gets `<name>-<first 8 hex digits of its sha256>`.
 
 Each attempt commit carries trailers (`Ratchet-Verdict: ok`, ...; see
-`agent.workspace_attempt`) and a subject such as `attempt 3: ok, 1.83x vs eager, 0.412 ms`.
+`agent.workspace.attempt`) and a subject such as `attempt 3: ok, 1.83x vs eager, 0.412 ms`.
 The branch `best` points at the best attempt's commit; it only moves forward along `main`
 and always equals the last attempt whose `Ratchet-New-Best` trailer says yes. The rule for a
-new best is `agent.workspace_attempt.beats`: only verdict ok; 95% intervals must not overlap;
+new best is `agent.workspace.attempt.beats`: only verdict ok; 95% intervals must not overlap;
 a timed attempt beats an untimed one; ties and untimed challengers keep the incumbent.
 `git log main` is the reference commit and one commit per attempt, nothing else: the agent's
 trajectories are saved on the ref `refs/ratchet/trajectories`, beside main, never in the work
-tree (see `agent.workspace_trajectories`; docs/workspace.md describes every ref and trailer).
+tree (see `agent.workspace.trajectories`; docs/workspace.md describes every ref and trailer).
 
 Concurrency: a writer holds an flock on `.git/ratchet.lock` for each commit (not for the
 whole session), waiting up to `lock_timeout` seconds before `WorkspaceBusy`; so writers on
@@ -33,7 +33,7 @@ and problems never share a lock. Readers (`attempts()`, the CLI) take no lock.
 
 Crashes: a commit is built with git plumbing on a private index, published by one
 compare-and-swap `update-ref`, then mirrored into the work tree by atomic renames, with a
-journal in `.git` saying what is in flight (details in `agent.workspace_repo`). Taking the
+journal in `.git` saying what is in flight (details in `agent.workspace.repo`). Taking the
 lock repairs what a killed writer left: its stale git lock files, its files reset to HEAD,
 the `best` branch. Anything else that differs from HEAD is the user's: ratchet refuses to
 write over it (`DirtyWorkspace`), and refuses directories it did not create
@@ -68,9 +68,9 @@ from pathlib import Path
 
 import git
 
-from agent.workspace_attempt import Attempt, beats
-from agent.workspace_lock import fsync_dir, pid_alive
-from agent.workspace_repo import (BEST, BEST_DIR, CANDIDATE, MAIN, MARKER, REFERENCE, RESULT, TRAJECTORIES, TRAJECTORY,
+from agent.workspace.attempt import Attempt, beats
+from agent.workspace.lock import fsync_dir, pid_alive
+from agent.workspace.repo import (BEST, BEST_DIR, CANDIDATE, MAIN, MARKER, REFERENCE, RESULT, TRAJECTORIES, TRAJECTORY,
                                   DirtyWorkspace, ForeignRepository, ProblemRepo, UnknownProblem, WorkspaceBusy,
                                   WorkspaceError, _crash_point, _marker)
 

@@ -1,11 +1,11 @@
 """Where a problem's repository keeps the agent's trajectories: on a ref of their own.
 
 `refs/ratchet/trajectories` is a chain of commits beside `main`, written with git plumbing
-(agent.workspace_repo `_commit_ref`) under the writer lock; it never touches HEAD, `main`, the
+(agent.workspace.repo `_commit_ref`) under the writer lock; it never touches HEAD, `main`, the
 index or the work tree, so `git log main` holds the reference and one commit per attempt and
 nothing else. Each commit's tree holds every run's latest trajectory, one file per run:
 
-    <run>.json        the run's trajectory (agent.nodes.trajectory_text), as last saved;
+    <run>.json        the run's trajectory (agent.loop.nodes.trajectory_text), as last saved;
                       <run> is the run id, or `run-<sha256 prefix>` where the id is not a safe name
 
 and its message says which run it saved, and with which attempt:
@@ -33,10 +33,10 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from agent.workspace_attempt import Attempt, one_line, parse_trailers
+from agent.workspace.attempt import Attempt, one_line, parse_trailers
 
 if TYPE_CHECKING:
-    from agent.workspace_repo import ProblemRepo
+    from agent.workspace.repo import ProblemRepo
 
 TRAJECTORIES = "refs/ratchet/trajectories"
 LEGACY_FILE = "trajectory.json"  # where older workspaces kept it, on main

@@ -1,0 +1,1 @@
+"""The git workspace: one repository per problem, one commit per evaluated attempt (docs/workspace.md)."""
