@@ -39,10 +39,11 @@ from agent.batch.log import FINAL, LOGS, RESULTS, RUN_META, RunLog
 from agent.batch.problem import make_spec, problem_key
 from agent.batch.scale import SCALE_VAR, cpu_scale, scale_line
 from agent.cli.checks import UsageError
-from agent.cli.settings import add_settings
+from agent.cli.settings import add_settings, settings
 from agent.cli.settings import given as shared_settings
 from tools.exit_codes import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_MODEL, EXIT_OK, EXIT_SANDBOX
 from tools.sandbox import Sandbox, SandboxUnavailable
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("batch", help="optimize every problem of a suite directory, one worker per GPU",
@@ -107,15 +108,13 @@ def _visible_gpus() -> list[str]:
 def settings_from(args: argparse.Namespace, write: Callable[[str], None]) -> dict:
     """The agent settings every problem gets; the model is chosen here, once (agent.model_choice),
     and passed to the workers by name. Raises UsageError, ModelError, SandboxUnavailable."""
-    from agent.config import ConfigError, load_config
     from agent.model_choice import NoModelNamed, choose_model
     from agent.workspace.root import resolve_root
 
-    given = shared_settings(args)
+    config, given = settings(args), shared_settings(args)
     try:
-        config = load_config(given, config_file=args.config)
         given["model"] = choose_model(config, lambda line: write(f"batch: {line}"))
-    except (ConfigError, NoModelNamed) as exc:
+    except NoModelNamed as exc:
         raise UsageError(str(exc)) from None
     Sandbox(config.sandbox)  # SandboxUnavailable now, once, rather than from every problem
     given["workspace"] = str(resolve_root(config.workspace).resolve())  # the same root for every worker

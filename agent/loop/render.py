@@ -6,7 +6,6 @@ few number-formatting filters. A missing variable is an error, never an empty st
 from __future__ import annotations
 
 import os
-import sys
 import sysconfig
 from functools import lru_cache
 from pathlib import Path
@@ -20,10 +19,11 @@ def _prompts_dir() -> Path:
     (pyproject.toml's data-files: <prefix>/share/ratchet/prompts)."""
     if os.environ.get("RATCHET_PROMPTS"):
         return Path(os.environ["RATCHET_PROMPTS"])
-    tree = Path(__file__).resolve().parents[2] / "prompts"
+    root = Path(__file__).resolve().parents[2]  # the source tree, or the install's root (pip --target)
+    tree = root / "prompts"
     if (tree / "system.j2").is_file():
         return tree
-    for prefix in (sysconfig.get_path("data"), sys.prefix, str(Path(__file__).resolve().parents[2])):
+    for prefix in (sysconfig.get_path("data"), str(root)):
         installed = Path(prefix) / "share" / "ratchet" / "prompts"
         if (installed / "system.j2").is_file():
             return installed

@@ -66,20 +66,14 @@ def _restrict(writable: list[str], executable: list[str], devices: list[str]) ->
 
 
 LANDLOCK_SCOPE_SIGNAL = 1 << 1  # linux/landlock.h, ABI 6
-LANDLOCK_ACCESS_FS_REFER = 1 << 13  # ABI 2
 LANDLOCK_RULE_PATH_BENEATH = 1
-# x86-64 and arm64 alike (the unified syscall table)
-SYS_CREATE_RULESET, SYS_ADD_RULE, SYS_RESTRICT_SELF = 444, 445, 446
+SYS_CREATE_RULESET = 444  # x86-64 and arm64 alike (the unified syscall table)
 
 
 class _ScopedRulesetAttr(ctypes.Structure):
+    """landlock_ruleset_attr with ABI 6's `scoped` field (the package's RulesetAttr lacks it)."""
     _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
                 ("scoped", ctypes.c_uint64)]
-
-
-class _PathBeneathAttr(ctypes.Structure):
-    _pack_ = 1  # __attribute__((packed)) in linux/landlock.h
-    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
 def _scope_signals(writable: list[str]) -> None:
@@ -87,35 +81,30 @@ def _scope_signals(writable: list[str]) -> None:
     it starts). Without it, a worker outside bubblewrap's pid namespace (best-effort) could stop
     or kill any process of its uid, or every process when it runs as root: the evaluator, its
     reference worker, a warm pool's workers started for the next problem (tests/
-    test_eval_warm_attacks.py). The `landlock` package has no scopes yet: the system calls.
+    test_eval_warm_attacks.py). The `landlock` package has no scopes yet (its create_ruleset takes
+    only its own attribute): that call is ours, its add_rule and restrict_self wrappers are used.
 
     Every layer handles REFER (moving a file to another directory) whether it names it or not,
     so this layer, too, must allow it below `writable`, as the first one does: without that rule
     every such rename fails with EXDEV, and Triton's caches (a file written in a temporary
     directory, then renamed into place) could not be filled on a GPU."""
+    from landlock import FSAccess
+    from landlock.plumbing import PathBeneathAttr, get_add_rule, get_restrict_self
+
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
-    attr = _ScopedRulesetAttr(LANDLOCK_ACCESS_FS_REFER, 0, LANDLOCK_SCOPE_SIGNAL)
+    attr = _ScopedRulesetAttr(FSAccess.REFER, 0, LANDLOCK_SCOPE_SIGNAL)
     fd = libc.syscall(ctypes.c_long(SYS_CREATE_RULESET), ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)),
                       ctypes.c_uint32(0))
     if fd < 0:
         raise OSError(ctypes.get_errno(), "landlock_create_ruleset (signal scope)")
-    try:
-        for path in writable:
-            _allow_refer(libc, fd, path)
-        if libc.syscall(ctypes.c_long(SYS_RESTRICT_SELF), ctypes.c_int(fd), ctypes.c_uint32(0)) != 0:
-            raise OSError(ctypes.get_errno(), "landlock_restrict_self (signal scope)")
+    try:  # the package's wrappers raise its SyscallError, an OSError
+        for path in writable:  # each exists: the first layer opened it alike
+            parent = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            try:
+                get_add_rule()(fd, LANDLOCK_RULE_PATH_BENEATH, ctypes.byref(PathBeneathAttr(FSAccess.REFER, parent)), 0)
+            finally:
+                os.close(parent)
+        get_restrict_self()(fd, 0)
     finally:
         os.close(fd)
-
-
-def _allow_refer(libc: ctypes.CDLL, ruleset: int, path: str) -> None:
-    """A rule of `ruleset`: files may be moved between directories below `path`."""
-    parent = os.open(path, os.O_PATH | os.O_CLOEXEC)  # exists: the first layer opened it alike
-    try:
-        rule = _PathBeneathAttr(LANDLOCK_ACCESS_FS_REFER, parent)
-        if libc.syscall(ctypes.c_long(SYS_ADD_RULE), ctypes.c_int(ruleset), ctypes.c_int(LANDLOCK_RULE_PATH_BENEATH),
-                        ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
-            raise OSError(ctypes.get_errno(), f"landlock_add_rule (signal scope) on {path}")
-    finally:
-        os.close(parent)
