@@ -83,6 +83,37 @@ def test_writes_land_nowhere_outside_the_sandbox(attack, cache_dir, where):
         assert seen.startswith("err:open:"), seen
 
 
+@pytest.mark.parametrize("how", ["link", "rename"])
+def test_a_file_outside_cannot_be_linked_or_moved_in(attack, monkeypatch, how):
+    """The worker may move files between its own directories (landlock's REFER right, which
+    Triton's caches need): that right must not reach a file outside them. Landlock alone is under
+    test: no bubblewrap (best-effort), and a file every uid may write, in a directory every uid may
+    change, so that only landlock can refuse the hard link (a write through it would change the
+    file outside) or the move."""
+    import tempfile
+
+    from tools.sandbox.probe import probe
+
+    monkeypatch.setenv("RATCHET_BWRAP", "/nonexistent/bwrap")
+    probe.cache_clear()
+    folder = Path(tempfile.mkdtemp(prefix="ratchet-victim-", dir="/tmp"))
+    try:
+        folder.chmod(0o777)
+        victim = folder / "victim.txt"
+        victim.write_text("original")
+        victim.chmod(0o666)
+        result = attack(how, str(victim), sandbox="best-effort")
+        assert result.verdict is Verdict.RUNTIME_ERROR, describe(result)
+        assert report(result).startswith(f"err:{how}:"), describe(result)
+        assert any(m.startswith("landlock") for m in result.environment["sandbox"]["mechanisms"])
+        assert victim.read_text() == "original" and victim.stat().st_nlink == 1
+    finally:
+        probe.cache_clear()
+        for child in folder.iterdir():
+            child.unlink()
+        folder.rmdir()
+
+
 def test_no_shell_in_the_run_sandbox(attack):
     result = attack("exec", "/bin/sh")
     assert result.verdict is Verdict.RUNTIME_ERROR, describe(result)

@@ -46,6 +46,16 @@ std::string attack(std::string what, std::string arg) {
         close(fd);
         return n == 1 ? "ok:wrote " + arg : err("write");
     }
+    if (what == "link" || what == "rename") {  // a file from outside into the scratch, then a write through it
+        std::string target = std::string(getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp") + "/moved-in";
+        int r = what == "link" ? link(arg.c_str(), target.c_str()) : rename(arg.c_str(), target.c_str());
+        if (r != 0) return err(what.c_str());
+        int fd = open(target.c_str(), O_WRONLY | O_APPEND);
+        if (fd < 0) return err("open");
+        ssize_t n = write(fd, "x", 1);
+        close(fd);
+        return n == 1 ? "ok:wrote through " + what : err("write");
+    }
     if (what == "secrets") {  // every environment and command line this process can see
         std::string found = "none";
         DIR* d = opendir("/proc");
