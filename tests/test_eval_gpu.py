@@ -74,6 +74,25 @@ def test_device_hang_then_an_honest_candidate(gpu):
     assert_ok(gpu.evaluate(source("elementwise_ok")))
 
 
+def test_inputs_after_forward_are_read_where_the_parent_wrote_them(gpu):
+    """On a GPU the candidate's worker names its inputs after forward() without copying them; the
+    parent reads them in the input arena it wrote, and still sees a kernel that wrote into them
+    and an output that is an input."""
+    assert_verdict(gpu.evaluate(source("writes_input")), Verdict.INCORRECT, "inputs-unchanged:values", "input[1]")
+    assert_verdict(gpu.evaluate(source("output_alias")), Verdict.REJECTED, "output-alias", "shares memory with an input")
+
+
+def test_reference_outputs_read_in_place(cache_dir):
+    """Sets too large to keep are compared where the reference worker left them (no copy in the
+    parent): honest accepted, wrong outputs and inputs written into still caught."""
+    with evaluator("elementwise", cache_dir, device=DEVICE, trial_timeout=TRIAL_TIMEOUT, reference_cache_mb=0) as ev:
+        assert_ok(ev.evaluate(source("elementwise_ok")))
+        assert ev.reference.cache == {}
+        wrong = ev.evaluate(source("elementwise_ok").replace("* scale", "* scale + 1.0"))
+        assert wrong.verdict is Verdict.INCORRECT, describe(wrong)
+        assert_verdict(ev.evaluate(source("writes_input")), Verdict.INCORRECT, "inputs-unchanged:values", "input[1]")
+
+
 @pytest.mark.timeout(900)
 def test_multi_gigabyte_input(cache_dir):
     """4 GiB in, 4 GiB out: inputs are generated on the device and outputs stay there (CUDA IPC),

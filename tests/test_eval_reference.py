@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from helpers_eval import PROBLEMS, options, source
+from helpers_eval import PROBLEMS, assert_verdict, options, source
 from tools import Evaluator, Verdict
 
 pytestmark = pytest.mark.timeout(300)
@@ -63,12 +63,14 @@ def test_a_reference_dying_during_an_evaluation_is_not_the_candidates_fault(tmp_
 
 
 def test_reference_outputs_larger_than_the_cache_are_not_kept(tmp_path):
-    """A trial's reference outputs and inputs larger than reference_cache_mb are used and let go:
-    kept by the parent, a multi-GB set took the room the timing needs on an 80 GiB GPU."""
+    """A trial's reference outputs and inputs larger than reference_cache_mb are used and let go
+    (on a GPU read in place, not copied): kept by the parent, a multi-GB set took the room the
+    timing needs on an 80 GiB GPU. Wrong outputs and inputs written into are still caught."""
     with Evaluator(PROBLEMS / "elementwise.py", options(tmp_path / "cache", trials=2, reference_cache_mb=0)) as ev:
         assert ev.evaluate(source("elementwise_ok")).verdict is Verdict.OK
         assert ev.reference.cache == {}
         assert ev.evaluate(source("elementwise_ok").replace("* scale", "* scale + 1.0")).verdict is Verdict.INCORRECT
+        assert_verdict(ev.evaluate(source("writes_input")), Verdict.INCORRECT, "inputs-unchanged:values", "input[1]")
     with Evaluator(PROBLEMS / "elementwise.py", options(tmp_path / "cache", trials=2)) as ev:
         assert ev.evaluate(source("elementwise_ok")).verdict is Verdict.OK
         assert len(ev.reference.cache) >= 2  # small sets are kept for the next candidate

@@ -14,6 +14,7 @@ Every check reports through tools/verdict.py, where the first failure decides th
 from __future__ import annotations
 
 import collections
+import contextlib
 import hashlib
 import random
 import secrets
@@ -336,11 +337,28 @@ class Evaluator:
             return fail(result, verdict, step, reply.get("message", ""))
         return True
 
-    def reference_outputs(self, seed: int, dist: str) -> Any:
+    def reference_outputs(self, seed: int, dist: str, borrow: bool = False) -> Any:
+        """[outputs, inputs after forward] of the reference (tools/reference.py); with `borrow`,
+        a set too large to keep may be views into the reference worker's arena: the caller
+        holds `_lock` while it uses them (`borrows()` says whether it must)."""
         with self._lock:
             return self.reference.outputs_for(seed, dist, timeout=self.options.trial_timeout,
-                                              arena_cap=self.arena_cap(2, dist=dist),
-                                              keep_bytes=self.options.reference_cache_mb << 20)
+                                              arena_cap=self.arena_cap(2, dist=dist), size=self.set_bytes(dist),
+                                              keep_bytes=self.options.reference_cache_mb << 20, borrow=borrow)
+
+    def set_bytes(self, dist: str) -> int:
+        """Bytes of the reference's [outputs, inputs] on `dist` (a held-out variant's own)."""
+        inputs, outputs = self.problem.input_bytes, self.problem.output_bytes
+        if dist.startswith("variant:"):
+            variant = self.problem.variants[int(dist.split(":")[1])]
+            inputs, outputs = int(variant.get("input_bytes") or inputs), int(variant.get("output_bytes") or outputs)
+        return inputs + outputs
+
+    def trial_lock(self, dist: str) -> Any:
+        """What a trial on `dist` holds from writing its inputs to comparing its outputs: the
+        lock, when the reference's outputs are too large to keep and are read in place (borrowed)
+        rather than copied beside the candidate's; nothing otherwise."""
+        return self._lock if self.set_bytes(dist) > (self.options.reference_cache_mb << 20) else contextlib.nullcontext()
 
     def arena_cap(self, copies: int, outputs_only: bool = False, inputs_only: bool = False,
                   dist: str = "problem") -> int:

@@ -78,22 +78,26 @@ def _one(ev: "Evaluator", worker: WorkerProcess, result: Result, k: int, name: s
     seed = ev.seeds[k % len(ev.seeds)]
     with ev._lock:
         init_tree, init_payload = ev.reference.variant_init(k, ev.options.build_timeout)
-    ref_out, ref_in = ev.reference_outputs(seed, dist)
-    where = f"held-out sizes ({desc}; inputs {_shapes(ref_in)})"
+        shapes = _shapes(ev.reference_outputs(seed, dist, borrow=True)[1])
+    where = f"held-out sizes ({desc}; inputs {shapes})"
     built = worker.request({"op": "variant", "init": init_tree}, ev.options.build_timeout, init_payload)[0]
     if built.get("op") == "error" and not built.get("violations"):
         return _raised(result, name, desc, where, built, specialized)
     if not ev.verdict_from_reply(built, name, result):
         return None
-    trees, payload = feed(ev, worker, [(None, seed, dist)])
-    header, payload = worker.request({"op": "trial", "inputs": trees[0], "poison": True, "model": "variant",
-                                      "arena_cap": ev.arena_cap(2, dist=dist)}, ev.options.trial_timeout, payload)
-    if header.get("op") == "error" and not header.get("violations"):
-        return _raised(result, name, desc, where, header, specialized)
-    if not ev.verdict_from_reply(header, name, result):
-        return None
-    # a Stats of its own: the result's error sizes stay those of the correctness trials
-    compared = compare_reply(worker, header, payload, ref_out, ref_in, Stats(), ev.options.tolerances, result, name)
+    with ev.trial_lock(dist):  # as in tools/trials.py: the inputs first, then the reference's outputs, read in place
+        trees, payload = feed(ev, worker, [(None, seed, dist)])
+        ref_out, ref_in = ev.reference_outputs(seed, dist, borrow=True)
+        header, payload = worker.request({"op": "trial", "inputs": trees[0], "poison": True, "model": "variant",
+                                          "arena_cap": ev.arena_cap(2, dist=dist)}, ev.options.trial_timeout, payload)
+        if header.get("op") == "error" and not header.get("violations"):
+            return _raised(result, name, desc, where, header, specialized)
+        if not ev.verdict_from_reply(header, name, result):
+            return None
+        # a Stats of its own: the result's error sizes stay those of the correctness trials
+        compared = compare_reply(worker, header, payload, ref_out, ref_in, Stats(), ev.options.tolerances, result, name,
+                                 fed=trees[0])
+        del ref_out, ref_in
     if not compared.readable:  # the result says how (rejected); the record still lists the variant as failed
         result.heldout.append({"variant": desc, "outcome": "failed", "detail": "malformed output from the worker"})
         return None
@@ -108,7 +112,7 @@ def _one(ev: "Evaluator", worker: WorkerProcess, result: Result, k: int, name: s
     outcome.launches.append(int(header.get("launches") or 0))
     if isinstance(header.get("ops"), dict):
         outcome.ops.append(header["ops"])
-    result.heldout.append({"variant": desc, "outcome": "ok", "detail": f"inputs {_shapes(ref_in)}"})
+    result.heldout.append({"variant": desc, "outcome": "ok", "detail": f"inputs {shapes}"})
     passed(result, name, desc)
     return "ok"
 

@@ -99,20 +99,25 @@ class Reference:
     def outputs(self, header: dict[str, Any], payload: bytes) -> Any:
         return self.proc.outputs(header, payload)
 
-    def outputs_for(self, seed: int, dist: str, *, timeout: float, arena_cap: int, keep_bytes: int) -> Any:
-        """[outputs, inputs] of the reference on the inputs of (seed, distribution), computed
-        once and kept (oldest dropped first) while they fit in `keep_bytes`. A set larger than
-        `keep_bytes` is returned and not kept: held by the parent after its trial, a 12 GiB set
-        (a 6 GiB input and output) left no room for the timing on an 80 GiB GPU."""
+    def outputs_for(self, seed: int, dist: str, *, timeout: float, arena_cap: int, size: int, keep_bytes: int,
+                    borrow: bool = False) -> Any:
+        """[outputs, inputs] of the reference on the inputs of (seed, distribution), `size` bytes,
+        computed once and kept (oldest dropped first) while they fit in `keep_bytes`. A set larger than
+        `keep_bytes` is not kept: held by the parent after its trial, a 12 GiB set (a 6 GiB input
+        and output) left no room for the timing on an 80 GiB GPU. With `borrow`, such a set is
+        not even copied: the values are views into the reference worker's arena, valid until its
+        next request (the caller holds the evaluator's lock until it is done with them)."""
         key = (seed, dist)
         if key in self.cache:
             return self.cache[key]
-        size = self.problem.input_bytes + self.problem.output_bytes
         while self.cache and size * (len(self.cache) + 1) > keep_bytes:
             del self.cache[next(iter(self.cache))]
         header, payload = self.checked({"op": "trial", "seed": seed, "distribution": dist, "poison": False,
                                         "record": False, "arena_cap": arena_cap}, timeout)
-        value = _clone(self.outputs(header, payload))  # out of the arena: it is reused
+        value = self.outputs(header, payload)
+        if size > keep_bytes and borrow:
+            return value
+        value = _clone(value)  # out of the arena: it is reused
         if size <= keep_bytes:
             self.cache[key] = value
         return value

@@ -73,9 +73,11 @@ def needed_bytes(value: Any) -> int:
     return 0
 
 
-def encode(value: Any, arena: Arena | None = None) -> tuple[dict[str, Any], bytes]:
+def encode(value: Any, arena: Arena | None = None, hold: bool = False) -> tuple[dict[str, Any], bytes]:
     """Encode `value` as (tree, payload). CUDA tensors go into `arena`; one that does not fit
-    is sent as metadata only ("overflow"), which the parent treats as a wrong output."""
+    is sent as metadata only ("overflow"), which the parent treats as a wrong output. With
+    `hold`, no tensor's values are sent ("held"): a candidate's inputs after forward(), which the
+    parent reads where it wrote them; the nodes still say where their storage lies (aliasing)."""
     payload = bytearray()
     if arena is not None:
         arena.used = 0
@@ -93,6 +95,9 @@ def encode(value: Any, arena: Arena | None = None) -> tuple[dict[str, Any], byte
             if not node["plain"]:
                 return node  # never read a subclass: its methods are the candidate's code
             node["ptr"] = [v.untyped_storage().data_ptr(), v.untyped_storage().nbytes()]  # the storage it really shares
+            if hold:
+                node["held"] = True
+                return node
             t = v.detach().resolve_conj().resolve_neg()  # lazy conj/neg bits: the values, not the storage
             perm = dense_order(t)
             if perm is not None:  # dense in another order (channels_last, a transpose): keep the strides
@@ -225,6 +230,8 @@ def dense_order(t: torch.Tensor) -> list[int] | None:
 def _decode_tensor(node: dict[str, Any], buf: bytearray, arena: torch.Tensor | None) -> Any:
     if not node.get("plain") or node.get("overflow"):
         return Opaque(node)
+    if node.get("held"):
+        raise TransportError("a tensor whose values were not sent")
     dtype = DTYPES.get(node.get("dtype"))
     shape = node.get("shape")
     if dtype is None or not isinstance(shape, list) or not all(isinstance(s, int) and s >= 0 for s in shape):

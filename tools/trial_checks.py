@@ -34,12 +34,16 @@ class Compared:
 
 
 def compare_reply(worker: "WorkerProcess", header: dict[str, Any], payload: bytes, ref_out: Any, ref_in: Any,
-                  stats: Stats, tolerances: dict[str, Tolerance] | None, result: Result, name: str) -> Compared:
-    """A trial's reply against the reference: the candidate's outputs and inputs read from it
-    (malformed: check `name` fails, rejected), then no output aliasing an input, outputs equal to
-    `ref_out` (error sizes added to `stats`), inputs after forward() equal to `ref_in`."""
+                  stats: Stats, tolerances: dict[str, Tolerance] | None, result: Result, name: str,
+                  fed: dict[str, Any] | None = None) -> Compared:
+    """A trial's reply against the reference: the candidate's outputs read from it (malformed:
+    check `name` fails, rejected), then no output aliasing an input, outputs equal to `ref_out`
+    (error sizes added to `stats`), inputs after forward() equal to `ref_in`. On a GPU the inputs
+    after forward() are read where the parent wrote them (`fed`, the tree of the set written into
+    the worker's input arena): the worker names them without copying them (tools/transport.py,
+    `hold`), which keeps a whole input set out of its arena; on the CPU they come in the reply."""
     try:
-        cand_out, cand_in = worker.outputs(header, payload)
+        cand_out, cand_in = _candidate_values(worker, header, payload, fed)
     except (TransportError, KeyError, TypeError, ValueError) as exc:
         fail(result, Verdict.REJECTED, name, f"malformed output: {exc}", f"The worker sent malformed outputs ({exc}).")
         return Compared(readable=False)
@@ -47,6 +51,20 @@ def compare_reply(worker: "WorkerProcess", header: dict[str, Any], payload: byte
                or mismatch(ref_in, cand_in, Stats(), tolerances, "input", what="inputs after forward"))
     del cand_out, cand_in  # CUDA ones are views into the worker's arena; it frees its side at its next request
     return Compared(readable=True, problem=problem)
+
+
+def _candidate_values(worker: "WorkerProcess", header: dict[str, Any], payload: bytes,
+                      fed: dict[str, Any] | None) -> tuple[Any, Any]:
+    """(outputs, inputs after forward) of a trial's reply: see compare_reply()."""
+    from tools.transport import decode
+
+    if fed is None or not worker.cuda:
+        cand_out, cand_in = worker.outputs(header, payload)
+        return cand_out, cand_in
+    items = header["tree"].get("items") if isinstance(header.get("tree"), dict) else None
+    if header["tree"].get("t") != "list" or not isinstance(items, list) or len(items) != 2:
+        raise TransportError("a trial's reply is not [outputs, inputs]")
+    return decode(items[0], payload, worker.map_arena(header)), decode(fed, b"", worker.input_arena)
 
 
 def mismatch(ref: Any, cand: Any, stats: Stats, tolerances: dict[str, Tolerance] | None, path: str,
@@ -76,11 +94,22 @@ def aliasing(tree: dict[str, Any]) -> Problem | None:
     return None
 
 
+NONFINITE_CHUNK = 1 << 26  # elements per pass of nonfinite(): its temporaries stay a few hundred MB
+
+
 def nonfinite(tree: Any) -> bool:
+    """Whether a floating tensor of `tree` holds NaN or infinity. In chunks, reduced on the device
+    and read once: on a whole 8 GiB output, torch.isfinite's temporaries took 8 GiB of the parent's
+    memory (measured on an H100, benchmarks/eval_memory.py --trace)."""
     import torch
 
     if isinstance(tree, torch.Tensor):
-        return bool(tree.is_floating_point() and not torch.isfinite(tree).all())
+        if not tree.is_floating_point() or tree.numel() == 0:
+            return False
+        if tree.dim() == 0:
+            return not bool(torch.isfinite(tree))
+        rows = max(1, NONFINITE_CHUNK // max(1, tree[0].numel()))  # along dim 0: no copy of a permuted view
+        return not bool(torch.stack([torch.isfinite(part).all() for part in tree.split(rows)]).all())
     if isinstance(tree, (list, tuple)):
         return any(nonfinite(x) for x in tree)
     return False

@@ -40,22 +40,27 @@ def run(ev: "Evaluator", worker: WorkerProcess, result: Result, source: str, def
     torch_ops: set[str] = set()  # compute ops left to torch in any trial (every trial is recorded)
     for i, seed in enumerate(ev.seeds):
         dist = distribution(ev, i, seed)
-        ref_out, ref_in = ev.reference_outputs(seed, dist)
-        trees, payload = feed(ev, worker, [(None, seed, dist)])
-        header, payload = worker.request({"op": "trial", "inputs": trees[0], "poison": True, "arena_cap": ev.arena_cap(2)},
-                                         ev.options.trial_timeout, payload)
         name = f"trial-{i}:{dist}"
-        if i == 0:
-            result.phases["first_trial"] = round(float(header.get("seconds") or 0.0), 4)  # incl. JIT
-        if not ev.verdict_from_reply(header, name, result):
-            return
+        with ev.trial_lock(dist):  # the reference's outputs may be read in place (a set too large to copy)
+            # the inputs first: feeding them goes through the reference worker's arena, where a
+            # borrowed set of its outputs lies until its next request
+            trees, payload = feed(ev, worker, [(None, seed, dist)])
+            ref_out, ref_in = ev.reference_outputs(seed, dist, borrow=True)
+            header, payload = worker.request({"op": "trial", "inputs": trees[0], "poison": True, "arena_cap": ev.arena_cap(2)},
+                                             ev.options.trial_timeout, payload)
+            if i == 0:
+                result.phases["first_trial"] = round(float(header.get("seconds") or 0.0), 4)  # incl. JIT
+            if not ev.verdict_from_reply(header, name, result):
+                return
+            compared = compare_reply(worker, header, payload, ref_out, ref_in, stats, ev.options.tolerances, result, name,
+                                     fed=trees[0])
+            del ref_out, ref_in
         count = int(header.get("launches") or 0)
         launched = count if launched is None else min(launched, count)
         result.kernel_launches = launched
         if isinstance(header.get("ops"), dict):
             torch_ops.update(compute_ops(header["ops"]))
             result.torch_ops = sorted(torch_ops)
-        compared = compare_reply(worker, header, payload, ref_out, ref_in, stats, ev.options.tolerances, result, name)
         if not compared.readable:
             return
         result.errors = Errors(max_abs=stats.max_abs, max_rel=stats.max_rel, norm_rel=stats.norm_rel)
@@ -121,15 +126,17 @@ def words(dist: str) -> str:
 def _breaks(ev: "Evaluator", seed: int, dist: str) -> bool:
     """The reference stops being finite under `dist` (or refuses its inputs: binary_cross_entropy
     of values outside [0, 1]) where it is finite on the problem's own inputs."""
-    try:
-        out, _ = ev.reference_outputs(seed, dist)
-    except ProblemError:  # the reference raised on these inputs; on its own ones it must not
-        ev.reference_outputs(seed, "problem")
-        return True
-    if not nonfinite(out):
-        return False
-    base, _ = ev.reference_outputs(seed, "problem")
-    return not nonfinite(base)
+    with ev._lock:  # outputs too large to keep are read in place, until the reference's next request
+        try:
+            out, _ = ev.reference_outputs(seed, dist, borrow=True)
+        except ProblemError:  # the reference raised on these inputs; on its own ones it must not
+            ev.reference_outputs(seed, "problem", borrow=True)
+            return True
+        if not nonfinite(out):
+            return False
+        del out
+        base, _ = ev.reference_outputs(seed, "problem", borrow=True)
+        return not nonfinite(base)
 
 
 def _choose_signed(ev: "Evaluator", seed: int) -> None:

@@ -151,7 +151,17 @@ class CandidateWorker(Worker):
             outputs, seconds = self.forward(inputs, poison=bool(msg.get("poison")), model=model)
         reply = {"op": "outputs", "seconds": seconds, "launches": self.launches.count,
                  "kernels": dict(self.launches.names), "ops": dict(recorder.ops)}
-        return self.reply_with(reply, [outputs, inputs], int(msg.get("arena_cap") or 0))
+        if self.device.type != "cuda":  # the inputs came in the request; they go back in the reply
+            return self.reply_with(reply, [outputs, inputs], int(msg.get("arena_cap") or 0))
+        # on a GPU the parent reads the inputs after forward() in the input arena, where it wrote
+        # them: only the outputs are copied out (a copy of the inputs would take a whole set more)
+        from tools.transport import encode
+
+        tree, payload, arena = self.encode(outputs, int(msg.get("arena_cap") or 0))
+        reply["tree"] = {"t": "list", "items": [tree, encode(inputs, hold=True)[0]]}
+        if arena:
+            reply["arena"] = arena
+        return reply, payload
 
     def time(self, msg: dict[str, Any], payload: bytes) -> Reply:
         """Timed calls on the input sets the parent wrote for this block."""
