@@ -50,7 +50,12 @@ class TimingPlan:
 
 
 def pool_slots(l2_bytes: int, set_bytes: int) -> int:
-    """Input sets in the rotating pool: together more than twice L2, where memory allows."""
+    """Input sets in the rotating pool: together more than twice L2, where memory allows. One set
+    larger than KEEP_BYTES is one pool slot: a block then holds one call, every call gets new
+    values either way, and a second multi-GB set held by the reference worker was memory the
+    candidate's worker lacked (an 8 GiB problem did not fit on an 80 GiB card)."""
+    if set_bytes > KEEP_BYTES:
+        return 1
     return max(2, min(MAX_POOL, math.ceil(2 * l2_bytes / max(set_bytes, 1)) + 1))
 
 
@@ -80,6 +85,10 @@ def measure(ev: "Evaluator", worker: WorkerProcess, result: Result) -> None:
     collectors = {a: SampleCollector(budget_s=p.budget_s, max_samples=ev.options.timing_max_samples) for a in arms}
     gaps: dict[str, list[float]] = {a: [] for a in arms}
     unwarmed = set(arms)  # each arm warms up on its first request, on inputs not used for timing
+    if p.pool == 1:  # multi-GB sets: the warm-up's set alone, then the timed ones in its place (one set held)
+        if not _warm_alone(ev, worker, p.call(10**9)[1], result):
+            return
+        unwarmed.discard("candidate")
     n, block = 0, 0
     while not all(c.done() for c in collectors.values()):
         calls = [p.call(n + i) for i in range(p.block)]
@@ -127,6 +136,21 @@ def measure(ev: "Evaluator", worker: WorkerProcess, result: Result) -> None:
     if result.compile_time.measured:
         result.speedup_vs_compile = speedup(result.compile_time, result.candidate_time)
     roofline(ev, result)
+
+
+def _warm_alone(ev: "Evaluator", worker: WorkerProcess, seed: int, result: Result) -> bool:
+    """The candidate's warm-up as a request of its own, on a set not used for timing: a block's
+    set is then written where the warm-up's was, and the worker's input arena holds one set, not
+    two (8 GiB more for a problem of 8 GiB inputs). False when the verdict is set."""
+    trees, _ = feed(ev, worker, [(None, seed, "problem")])
+    header, _ = worker.request({"op": "time", "calls": [], "warmup": trees[0], "keep_outputs": False},
+                               ev.options.trial_timeout)
+    if not ev.verdict_from_reply(header, "timing", result):
+        return False
+    if header.get("samples"):
+        return fail(result, Verdict.REJECTED, "timing:reply", "the candidate's worker answered a warm-up with samples",
+                    "Rejected: the timing reply does not match the request.")
+    return True
 
 
 def _fed(ev: "Evaluator", worker: WorkerProcess, calls: list[tuple[int, int]], warmup_seed: int | None) -> dict[str, Any]:

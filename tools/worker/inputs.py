@@ -66,7 +66,8 @@ def generate(get_inputs, seed: int, distribution: str, device: torch.device) -> 
     if kind == "shifted":
         gen = torch.Generator(device=device)
         gen.manual_seed(seed ^ 0x5EED)
-        inputs = [_shift(x, gen) for x in inputs]
+        for i in range(len(inputs)):  # one at a time: each problem input is let go as it is replaced
+            inputs[i] = _shift(inputs[i], gen)
     elif kind == "signed":
         gen = torch.Generator(device=device)
         gen.manual_seed(seed ^ 0x5167)
@@ -76,7 +77,8 @@ def generate(get_inputs, seed: int, distribution: str, device: torch.device) -> 
             number = next(numbers)
             return _sign(t, gen) if leaves is None or number in leaves else t
 
-        inputs = [_map_leaves(x, sign_leaf) for x in inputs]
+        for i in range(len(inputs)):
+            inputs[i] = _map_leaves(inputs[i], sign_leaf)
     return inputs
 
 
@@ -107,8 +109,9 @@ def _sign(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
         return x
     stats = x.float()
     scale = torch.maximum(stats.mean().abs(), stats.std()).clamp_min(1e-3)
+    del stats
     z = torch.randn(x.shape, generator=gen, device=x.device, dtype=torch.float32)
-    return (scale * z).to(x.dtype).contiguous(memory_format=_memory_format(x))
+    return z.mul_(scale).to(x.dtype).contiguous(memory_format=_memory_format(x))  # in place: no third copy
 
 
 def _to_device(x: Any, device: torch.device) -> Any:
@@ -125,12 +128,15 @@ def _shift(x: Any, gen: torch.Generator) -> Any:
     if is_categorical(x):
         return x
     stats = x.float()
-    mean, std = stats.mean(), stats.std()
+    mean, std, nonnegative = stats.mean(), stats.std(), bool(stats.min() >= 0)
+    del stats
+    # computed in z's own memory (the same values as the expressions in the module docstring):
+    # a multi-GB input held no third and fourth copy for intermediate products
     z = torch.randn(x.shape, generator=gen, device=x.device, dtype=torch.float32)
-    if bool(stats.min() >= 0):
-        y = 3 * mean.clamp_min(1e-3) * z.abs()
+    if nonnegative:
+        y = z.abs_().mul_(3 * mean.clamp_min(1e-3))
     else:
-        y = mean + 2 * std + 3 * std.clamp_min(1e-3) * z
+        y = z.mul_(3 * std.clamp_min(1e-3)).add_(mean + 2 * std)
     return y.to(x.dtype).contiguous(memory_format=_memory_format(x))
 
 

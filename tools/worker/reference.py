@@ -13,6 +13,9 @@ from tools.worker.errors import Failure, load_module
 from tools.worker.worker import Reply, Worker
 
 
+POOL_KEEP_BYTES = 1 << 30  # timing-pool sets kept while a trial makes a fresh set of its own
+
+
 class ReferenceWorker(Worker):
     role = "reference"
 
@@ -80,14 +83,19 @@ class ReferenceWorker(Worker):
 
         init_tree, init_payload = encode(init_inputs)
         described = self._describe()
+        # the largest reply of the problem's own sizes is a trial's (its outputs and its inputs):
+        # the first arena is made that large (a second, larger one would be held beside it)
+        self.arena_floor = described["input_bytes"] + described["output_bytes"] + (1 << 20)
         own_bytes = described["input_bytes"] + described["output_bytes"] + described["param_bytes"]
         described["variants"], described["variants_dropped"] = self._choose_variants(cls, init_inputs, own_bytes)
         reply = {"op": "built", "seconds": time.monotonic() - start, "problem": described, "init": init_tree}
+        self._release()
         return reply, init_payload
 
     def trial(self, msg: dict[str, Any], payload: bytes) -> Reply:
         """The reference's outputs, and its inputs after forward, on the inputs of (seed, distribution)."""
         dist = msg["distribution"]
+        self._make_room()
         inputs = self.generate(int(msg["seed"]), dist)
         outputs, seconds = self.forward(inputs, poison=False, model=self.model_for(dist))
         return self.reply_with({"op": "outputs", "seconds": seconds}, [outputs, inputs], int(msg.get("arena_cap") or 0))
@@ -102,6 +110,8 @@ class ReferenceWorker(Worker):
     def inputs(self, msg: dict[str, Any], payload: bytes) -> Reply:
         """Input sets for a candidate: [[slot or None, seed, distribution], ...]. A slot names a
         set of the timing pool (made as the eager arm will use it); None, a fresh set."""
+        if any(slot is None for slot, _, _ in msg["sets"]):
+            self._make_room()
         sets = [self._pool().get(int(slot), int(seed)) if slot is not None else self.generate(int(seed), dist)
                 for slot, seed, dist in msg["sets"]]
         return self.reply_with({"op": "inputs"}, sets, int(msg.get("arena_cap") or 0))
@@ -110,9 +120,16 @@ class ReferenceWorker(Worker):
         """Timed calls of the eager model ("model") or torch.compile ("compiled") on pool slots."""
         key = msg.get("fn") or "model"
         fn = self._compiled() if key == "compiled" else self.model
-        warmup = self.generate(int(msg["warmup_seed"]), "problem") if msg.get("warmup_seed") is not None else None
+        warmed = 0
+        if msg.get("warmup_seed") is not None:  # warmed up first, and its set let go before the timed sets are made
+            self._make_room()
+            warmup = self.generate(int(msg["warmup_seed"]), "problem")
+            warmed = int(self.timed_calls(fn, key, warmup, [], {})[0]["warmup_calls"])
+            del warmup
         sets = [self._pool().get(int(slot), int(seed)) for slot, seed in msg["calls"]]
-        return self.timed_calls(fn, key, warmup, sets, msg)
+        reply, payload = self.timed_calls(fn, key, None, sets, msg)
+        reply["warmup_calls"] = warmed
+        return reply, payload
 
     def ceilings(self, msg: dict[str, Any], payload: bytes) -> Reply:
         from tools.roofline import measure_ceilings
@@ -226,6 +243,22 @@ class ReferenceWorker(Worker):
         if self.pool is None:
             self.pool = InputPool(lambda seed: self.generate(seed, "problem"))
         return self.pool
+
+    def _make_room(self) -> None:
+        """Before a fresh set is made: let the timing pool's sets go when they are large (over
+        POOL_KEEP_BYTES; made again in milliseconds on the GPU when timing needs them), so that a
+        trial holds its own set, not the pool's beside it."""
+        if self.pool is not None and self.pool.held_bytes() > POOL_KEEP_BYTES:
+            self.pool.clear()
+
+    def _release(self) -> None:
+        """Give the memory torch's allocator keeps cached back to the device, after building
+        (probe runs at the problem's sizes, larger variants): the candidate's worker needs it,
+        and this process's allocator would keep it reserved for good otherwise."""
+        import torch
+
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
 
     def _compiled(self):
         import torch

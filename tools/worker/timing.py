@@ -33,7 +33,13 @@ PREROLL_MS = 0.2  # GPU busy-wait queued before the start event; the host launch
 
 
 class InputPool:
-    """Input sets keyed by pool slot; a slot's contents are rewritten in place for a new seed."""
+    """The reference worker's input sets, keyed by pool slot, each made from its seed.
+
+    A slot's old set is let go before its new one is made, so that the pool never holds more
+    than one set per slot (making the new set first, then copying it into the old buffers, held
+    a third multi-GB set at the peak). Where a set lies does not matter here: the pool feeds the
+    trusted eager model, and the candidate's copies of its sets, whose addresses the parent
+    chooses (tools/feed.py)."""
 
     def __init__(self, make_inputs) -> None:
         self.make_inputs = make_inputs  # seed -> list of inputs
@@ -43,18 +49,25 @@ class InputPool:
         held = self.slots.get(slot)
         if held is not None and held[0] == seed:
             return held[1]
+        self.slots.pop(slot, None)
+        del held
         fresh = self.make_inputs(seed)
-        if held is None:
-            self.slots[slot] = (seed, fresh)
-            return fresh
-        for old, new in zip(held[1], fresh):  # same buffers, new values: catches pointer caching
-            if isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor) and old.shape == new.shape:
-                old.copy_(new)
-        self.slots[slot] = (seed, held[1])
-        return held[1]
+        self.slots[slot] = (seed, fresh)
+        return fresh
+
+    def held_bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for _, inputs in self.slots.values() for t in _tensors(inputs))
 
     def clear(self) -> None:
         self.slots.clear()
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    return []
 
 
 class Timer:

@@ -41,6 +41,7 @@ class Worker:
         self.model: Any = None
         self.source_name: str | None = None
         self.arena: Any = None  # the exchange buffer for CUDA outputs (tools.transport.Arena)
+        self.arena_floor = 0  # bytes the arena is made with at least (the reference's: its trial's reply)
         self.outgoing: list[int] = []  # memory handles (fds) to send the parent before the next reply
         self.timer: Any = None
         self.warmed: set[str] = set()  # functions given the full timing warm-up in this process
@@ -60,7 +61,9 @@ class Worker:
         if self.device.type != "cuda":
             return (*encode(value), None)
         fresh = None
-        need = min(needed_bytes(value), max(cap, 1 << 20))
+        # a smaller arena replaced by a larger one is held twice until the parent maps the new
+        # one: the floor makes the first one large enough for every reply of a multi-GB problem
+        need = max(min(needed_bytes(value), max(cap, 1 << 20)), self.arena_floor)
         if self.arena is None or self.arena.buf.numel() < need:
             self.arena = None  # the old one may stay mapped by the parent; this worker is short-lived
             self.arena = Arena(self.device, need)
