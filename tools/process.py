@@ -22,7 +22,7 @@ from tools.protocol import Deadline, FrameReader, PeerClosed, ProtocolError, wri
 from tools.replies import MalformedReply
 from tools.replies import check as check_reply
 from tools.sandbox import Launch
-from tools.sandbox.env import secret
+from tools.sandbox.env import ALLOCATOR_CONF, secret
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SANDBOX_KILL = "killed by the sandbox's system-call filter (SIGSYS)"
@@ -367,6 +367,7 @@ def worker_env(device: str, extra: dict[str, str]) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
+    env.setdefault("PYTORCH_CUDA_ALLOC_CONF", ALLOCATOR_CONF)  # as the candidate's (tools/sandbox/env.py)
     env["PYTHONWARNINGS"] = "ignore"
     if device == "cpu":
         env["TRITON_INTERPRET"] = "1"
