@@ -6,7 +6,7 @@ Each command runs as a fresh process (`python -m agent.cli ...`, as the `ratchet
 it) --runs times; the script prints the median wall time of each beside the median of
 `python -c "import torch"` measured the same way in the same session, and the ratio of the two.
 Before the command line stopped importing heavy modules for these answers, every one of them
-paid at least torch's import (ratio >= 1); now none should (tests/test_cli_fast.py checks what is
+paid at least torch's import (ratio >= 1); now none should (tests/cli/test_cli_fast.py checks what is
 imported; this script only reports times). `python -c pass` is printed too: the floor a
 Python process costs.
 """

@@ -1,7 +1,12 @@
-"""Shared test set-up: kernels run in Triton's interpreter when there is no GPU."""
+"""Shared test set-up: kernels run in Triton's interpreter when there is no GPU; the tests, in a
+folder per role, import the helpers beside this file (helpers_*.py, loopback.py)."""
 import os
+import sys
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")

@@ -39,7 +39,7 @@ def compiled_in_child(test_file: str, workdir: Path, extra_env: dict[str, str] |
     pytest.importorskip("triton")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.update(extra_env or {})
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(Path(__file__).parent), env.get("PYTHONPATH", "")])
     proc = subprocess.run([sys.executable, test_file, str(workdir)], capture_output=True, text=True, env=env,
                           timeout=280, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -1,4 +1,4 @@
-"""Shared pieces of the evaluator's tests (tests/test_eval_*.py): where the problem and candidate
+"""Shared pieces of the evaluator's tests (tests/eval/test_eval_*.py): where the problem and candidate
 files are, CPU options at test sizes, and assertions on a result record.
 
 Everything runs on the CPU: Triton kernels under TRITON_INTERPRET=1 (the worker sets it for

@@ -1,4 +1,4 @@
-"""Helpers for tests/test_workspace.py, and the writer it runs as a subprocess.
+"""Helpers for tests/workspace/test_workspace.py, and the writer it runs as a subprocess.
 
 As a program: commit attempts to one problem's workspace, printing `<attempt> <sha> <became_best>`
 after each (flushed), so a test can kill it between or in the middle of commits:

@@ -1,4 +1,4 @@
-"""Shared by tests/test_workspace.py and tests/test_workspace_recovery.py: a candidate source,
+"""Shared by tests/workspace/test_workspace.py and tests/workspace/test_workspace_recovery.py: a candidate source,
 a commit shortcut, and the invariants every problem repository must hold after anything."""
 from __future__ import annotations
 

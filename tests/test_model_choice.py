@@ -1,6 +1,6 @@
 """The model is chosen by name, never by an exported key (agent/model_choice.py), against the
-loopback server's `/v1/models` list. The whole command line is in tests/test_agent_e2e.py and
-tests/test_builtin_e2e.py."""
+loopback server's `/v1/models` list. The whole command line is in tests/loop/test_agent_e2e.py and
+tests/builtin/test_builtin_e2e.py."""
 from __future__ import annotations
 
 import pytest

@@ -1,5 +1,5 @@
 """Every exit code of the `ratchet` command line, in one table: `TABLE` (documented, one table per
-command, in docs/exit-codes.md; tests/test_exit_codes.py keeps the two in step).
+command, in docs/exit-codes.md; tests/cli/test_exit_codes.py keeps the two in step).
 
 The table lives in tools/ because tools/ never imports agent/, while the agent's commands import
 tools freely. Each code has one constant here; no module of agent/ or tools/ writes an exit code

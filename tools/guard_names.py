@@ -107,7 +107,7 @@ HONEST_SUBMODULES = frozenset({
     "torch.select", "torch.chunk", "torch.trace", "torch.Tensor.select", "torch.Tensor.chunk", "torch.Tensor.trace",
 })
 # Modules re-exported under another name by public torch modules (torch.cuda.tunable imports
-# multiprocessing as mp): the attribute's name does not say it is a module. tests/test_guard.py
+# multiprocessing as mp): the attribute's name does not say it is a module. tests/eval/test_guard.py
 # walks the installed torch and triton for new ones.
 MODULE_ALIASES = frozenset({
     "torch.cuda.tunable.mp", "torch.multiprocessing.reducer", "torch.utils.data.dataloader.python_multiprocessing",

@@ -146,6 +146,6 @@ def _smem(bm: int, bn: int, block_d: int, block_dv: int, size: int, stages: int,
     """Shared memory of one program: the q block once, k and v blocks per pipeline stage; with
     `split` (float32 data: 3xTF32 keeps q's high and low parts) the q block twice, and with a
     mask tensor one [BLOCK_M, BLOCK_N] tile of it. Calibrated on Triton's sm_90 compiles
-    (tests/test_builtin_attention_compile.py): without the last two, fp32 tiles asked for up to
+    (tests/builtin/test_builtin_attention_compile.py): without the last two, fp32 tiles asked for up to
     262144 bytes where an H100 has 232448."""
     return (bm * block_d * (2 if split else 1) + stages * bn * (block_d + block_dv)) * size + (bm * bn * 4 if masked else 0)

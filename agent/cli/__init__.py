@@ -4,7 +4,7 @@ Machine-readable output goes to stdout, progress and logs to stderr. Exit codes 
 table, tools/exit_codes.py, documented in docs/exit-codes.md; a user's mistake ends with a
 one-line message, never a traceback. Parsing the command line imports nothing heavy (torch,
 triton, openai, langgraph, git, numpy): each command imports what it needs when it runs, so
-`--help` and usage errors answer at once (tests/test_cli_fast.py).
+`--help` and usage errors answer at once (tests/cli/test_cli_fast.py).
 """
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from agent.workspace.root import Workspace
 from helpers_batch import SUITE, SuiteLoopback, candidate, quiet_batch_env
 from loopback import hold, submit
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 A, B, C = "01_swish_scale", "05_row_sum_scale", "21_cross_entropy"
 FILTER = "^(01_swish_scale|05_row_sum_scale|21_cross_entropy)$"
 
@@ -196,7 +196,7 @@ def test_usage_errors(batch_env, tmp_path, capsys):
     (tmp_path / "old" / "results.jsonl").write_text("")
     assert main(["batch", str(SUITE), *base, "--out", str(tmp_path / "old")]) == 2
     assert "--resume" in capsys.readouterr().err
-    # a model name with no endpoint is an error; with neither, the built-in policy runs (tests/test_builtin_e2e.py)
+    # a model name with no endpoint is an error; with neither, the built-in policy runs (tests/builtin/test_builtin_e2e.py)
     assert main(["batch", str(SUITE), "--model", "m", "--cpu-workers", "1", "--out", str(tmp_path / "m")]) == 2
     assert "model 'm' (from command line) has no endpoint: pass --model NAME --base-url URL" in capsys.readouterr().err
     assert main(["batch", str(SUITE), *base, "--resume"]) == 2

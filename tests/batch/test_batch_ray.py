@@ -3,7 +3,7 @@ Ray tasks, the mailbox, the driver's WorkspaceService and the agent, against a s
 the loopback server. Every attempt lands in the driver's workspace, and its log line in the
 driver's logs/<problem>.log; a Ray worker SIGKILLed in the middle of a problem is retried and
 continues the run; a driver SIGTERMed takes the sandboxed worker tree of its tasks with it, and
---resume finishes the run. (`ray://`, a driver outside the cluster: tests/test_batch_ray_client.py.)"""
+--resume finishes the run. (`ray://`, a driver outside the cluster: tests/batch/test_batch_ray_client.py.)"""
 from __future__ import annotations
 
 import json
@@ -25,7 +25,7 @@ from helpers_batch import SUITE, SuiteLoopback, candidate, quiet_batch_env
 from helpers_ray import LocalCluster, alive, busy_workers, descendants
 from loopback import hold, submit
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 A, B = "01_swish_scale", "05_row_sum_scale"
 FILTER = "^(01_swish_scale|05_row_sum_scale)$"
 SECRET = "sk-test-never-travels-0123456789"

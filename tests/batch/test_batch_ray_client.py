@@ -19,7 +19,7 @@ from helpers_batch import SUITE, SuiteLoopback, candidate, quiet_batch_env
 from helpers_ray import ClientCluster
 from loopback import submit
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 A = "01_swish_scale"
 
 pytestmark = pytest.mark.timeout(300)

@@ -55,7 +55,7 @@ def test_headline_figures_by_hand(tmp_path, capsys):
     assert h["faster_than_eager"] == 2 and h["fraction_faster_than_eager"] == pytest.approx(0.4)  # 1_fast, 4_faster
     assert h["faster_than_compile"] == 2 and h["fraction_faster_than_compile"] == pytest.approx(0.4)
     # geometric mean over all five: the two failures count as 1.0x, and so does 2_slow (0.8x vs eager:
-    # kept eager, the reference stays the answer; tests/test_kept_eager.py)
+    # kept eager, the reference stays the answer; tests/loop/test_kept_eager.py)
     assert h["geomean_speedup_vs_compile"] == pytest.approx((1.5 * 1.0 * 1.0 * 2.0 * 1.0) ** (1 / 5))
     assert h["geomean_speedup_vs_compile"] == pytest.approx(3.0 ** 0.2)
     assert h["kept_eager"] == 1 and h["kept_eager_problems"] == ["2_slow"]
@@ -150,7 +150,7 @@ def test_html_page_has_a_chart_row_per_problem(tmp_path):
     for r in rows:
         items = parser.groups[r["problem"]]
         classes = [(tag, cls.split()[0] if cls else "") for tag, cls in items]
-        if r["problem"] == "2_slow":  # slower than eager: kept eager, no bar, a note (tests/test_kept_eager.py)
+        if r["problem"] == "2_slow":  # slower than eager: kept eager, no bar, a note (tests/loop/test_kept_eager.py)
             assert ("rect", "bar") not in classes and ("text", "note") in classes and ("line", "compile") in classes
         elif r["correct"]:
             assert ("rect", "bar") in classes and ("line", "compile") in classes and ("line", "roofline") in classes, r

@@ -15,7 +15,7 @@ from agent.loop.render import FEEDBACK_VERDICTS, render_feedback
 from tools import guard
 from helpers_builtin import draft_outputs
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]
 PROBLEMS = HERE / "builtin_problems"
 pytestmark = pytest.mark.timeout(120)
 

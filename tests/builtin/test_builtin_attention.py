@@ -159,7 +159,7 @@ def test_a_mask_tensor_is_read_in_the_kernel(name, tmp_path):
 
 
 def test_mingpt_as_written_heads_split_a_buffer_mask_heads_merged(tmp_path):
-    path = Path(__file__).parent / "builtin_problems" / "attention_mingpt.py"
+    path = Path(__file__).parents[1] / "builtin_problems" / "attention_mingpt.py"
     rec = recognize(path)
     assert rec.plan is not None, rec.reason
     assert "q 2x3x40x16" in rec.plan.summary and "mask != 0 kept" in rec.plan.summary, rec.plan.summary

@@ -1,5 +1,5 @@
 """The attention kernel compiled for a Hopper GPU (sm_90) on a machine without one, as
-tests/test_builtin_products_compile.py does for the product kernels: Triton's real pipeline to a
+tests/builtin/test_builtin_products_compile.py does for the product kernels: Triton's real pipeline to a
 cubin (the interpreter accepts more than the compiler), with the head dim's unit strides as
 constants, as Triton specializes them. Nothing is launched."""
 from __future__ import annotations

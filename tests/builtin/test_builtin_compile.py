@@ -17,7 +17,7 @@ import pytest
 
 from helpers_builtin import compiled_in_child
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]
 PROBLEMS = HERE / "builtin_problems"
 PTR = {"torch.float32": "*fp32", "torch.float16": "*fp16", "torch.bfloat16": "*bf16", "torch.bool": "*i1",
        "torch.int64": "*i64"}

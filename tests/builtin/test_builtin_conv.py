@@ -4,7 +4,7 @@ dilation (asymmetric too), groups, depthwise, pointwise 1x1, with and without bi
 the module or written in (F.conv2d), elementwise epilogues (a bias parameter, scaling, hardtanh,
 GELU, batch norm in inference mode); the same draft at another batch and spatial size; every
 configuration of every tile; the float32 precision rule; and what is declined, with the message.
-(conv3d and the transposed convolutions, recognized since: tests/test_builtin_conv_nd.py.)"""
+(conv3d and the transposed convolutions, recognized since: tests/builtin/test_builtin_conv_nd.py.)"""
 from __future__ import annotations
 
 import itertools
@@ -152,7 +152,7 @@ def test_float32_dots_are_ieee_or_tf32x3_never_tf32(tmp_path):
 
 
 # reductions after the convolution (group norm, softmax, a global mean) are drafted by
-# agent.builtin.conv_reduce: tests/test_builtin_conv_reduce.py, with what it still declines
+# agent.builtin.conv_reduce: tests/builtin/test_builtin_conv_reduce.py, with what it still declines
 @pytest.mark.parametrize("body, forward, shape, reason", [
     ("        self.conv = nn.Conv2d(4, 6, 3)\n        self.norm = nn.GroupNorm(2, 6)\n",
      "self.norm(self.conv(x)).sum(dim=1)", (2, 4, 6, 6), "reductions over different shapes or dimensions"),

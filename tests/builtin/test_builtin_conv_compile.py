@@ -1,5 +1,5 @@
 """The convolution kernel (agent.builtin.conv) compiled for a Hopper GPU (sm_90) on a machine
-without one, as tests/test_builtin_products_compile.py does for the product kernels: the kernel a
+without one, as tests/builtin/test_builtin_products_compile.py does for the product kernels: the kernel a
 draft launches goes through Triton's real pipeline to a cubin - float32 with tf32x3 and with ieee
 dots, and float16 with the native dot; a 3-d convolution, and a transposed one by stride phases and
 by the plain gather. Nothing is launched."""
@@ -15,7 +15,7 @@ import pytest
 
 from helpers_builtin import compiled_in_child
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]
 PROBLEMS = HERE / "builtin_problems"
 PTR = {"torch.float32": "*fp32", "torch.float16": "*fp16", "torch.bfloat16": "*bf16"}
 # case -> (problem, precision of the configuration or None, dtype the problem is cast to)

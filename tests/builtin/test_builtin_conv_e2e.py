@@ -12,7 +12,7 @@ import pytest
 
 from helpers_builtin import builtin_cpu_env, evaluates_ok, optimize_builtin, resized
 
-PROBLEMS = Path(__file__).parent / "builtin_problems"
+PROBLEMS = Path(__file__).parents[1] / "builtin_problems"
 SIZES, OTHER = "batch_size, channels, height, width = 2, 3, 9, 8", "batch_size, channels, height, width = 3, 3, 11, 7"
 pytestmark = pytest.mark.timeout(300)
 

@@ -6,7 +6,7 @@ written in (F.conv_transpose2d), an elementwise epilogue, stride phases without 
 draft at another batch and spatial size; the stride-phase kernel (a strided transposed
 convolution's first configuration) and the plain gather (its last); the float32 precision rule;
 float16 with the native dot. (The 1-d and 2-d
-forward convolutions: tests/test_builtin_conv.py, whose helpers these tests share.)"""
+forward convolutions: tests/builtin/test_builtin_conv.py, whose helpers these tests share.)"""
 from __future__ import annotations
 
 from pathlib import Path

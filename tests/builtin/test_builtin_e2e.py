@@ -13,7 +13,7 @@ from agent.cli import main
 from agent.workspace.root import Workspace
 from helpers_builtin import builtin_cpu_env
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]
 PROBLEMS = HERE / "builtin_problems"
 EXAMPLE = HERE.parent / "examples" / "swish_problem.py"
 pytestmark = pytest.mark.timeout(240)

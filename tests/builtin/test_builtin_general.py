@@ -30,7 +30,7 @@ from agent.builtin import codegen, search
 from agent.builtin.recognize import recognize
 from tools.compare import tolerance_for
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]
 PROBLEMS = HERE / "builtin_problems"
 EXAMPLE = HERE.parent / "examples" / "swish_problem.py"
 CASES = {p.name: p for p in sorted(PROBLEMS.glob("*.py")) if p.name != "sort_rows.py"} | {EXAMPLE.name: EXAMPLE}

@@ -1,7 +1,7 @@
 """The built-in policy's kernels on a GPU: every configuration it would try first is correct
 under the evaluator (compiled Triton, both input distributions), for every recognized problem.
 
-Run on the GPU machine: python -m pytest -m gpu tests/test_builtin_gpu.py
+Run on the GPU machine: python -m pytest -m gpu tests/builtin/test_builtin_gpu.py
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from tools.evaluate import EvalOptions, Evaluator
 from tools.record import Verdict
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(900)]
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]
 PROBLEMS = sorted(p for p in (HERE / "builtin_problems").glob("*.py") if p.stem != "sort_rows") + [
     HERE.parent / "examples" / "swish_problem.py", HERE / "problems" / "row_softmax.py",
     HERE / "problems" / "linear_relu.py", HERE / "problems" / "matmul.py",

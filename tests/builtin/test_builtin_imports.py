@@ -12,7 +12,7 @@ from agent.builtin import codegen, search
 from agent.builtin.imports import hoist_imports
 from agent.builtin.recognize import recognize
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]
 PROBLEMS = sorted((HERE / "builtin_problems").glob("*.py"))
 TEMPLATES = {"pointwise", "rowwise", "colwise", "matmul", "gemv", "mm_reduce", "twolevel", "pool", "scan", "argreduce",
              "attention", "conv", "conv_reduce"}

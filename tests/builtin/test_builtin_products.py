@@ -17,7 +17,7 @@ from tools import guard
 from tools.compare import tolerance_for
 from helpers_builtin import draft_outputs, load_module
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]
 PROBLEMS = HERE / "builtin_problems"
 pytestmark = pytest.mark.timeout(240)
 _LOADED = itertools.count()

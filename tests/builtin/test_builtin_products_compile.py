@@ -1,5 +1,5 @@
 """The product kernels (gemv, mm_reduce, split-K) compiled for a Hopper GPU (sm_90) on a machine
-without one, as tests/test_builtin_compile.py does for the other templates: every @triton.jit
+without one, as tests/builtin/test_builtin_compile.py does for the other templates: every @triton.jit
 function a draft launches goes through Triton's real pipeline to a cubin, with the arguments its
 launch passes (unit strides as constants, as Triton specializes them). Nothing is launched."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 
 from helpers_builtin import compiled_in_child
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]
 PROBLEMS = HERE / "builtin_problems"
 PTR = {"torch.float32": "*fp32", "torch.float16": "*fp16", "torch.bfloat16": "*bf16"}
 # case -> (problem, change to the space's first configuration, sizes specialized as multiples of 16)

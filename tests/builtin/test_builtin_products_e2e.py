@@ -12,7 +12,7 @@ import pytest
 from agent.builtin.policy import parse_config
 from helpers_builtin import builtin_cpu_env, evaluates_ok, optimize_builtin, resized
 
-PROBLEMS = Path(__file__).parent / "builtin_problems"
+PROBLEMS = Path(__file__).parents[1] / "builtin_problems"
 pytestmark = pytest.mark.timeout(300)
 
 

@@ -15,7 +15,7 @@ from agent.builtin.recognize import recognize
 from tools import guard
 from helpers_builtin import draft_outputs, load_module
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]
 PROBLEMS = HERE / "builtin_problems"
 pytestmark = pytest.mark.timeout(180)
 _LOADED = itertools.count()

@@ -1,7 +1,7 @@
 """The reduction drafts' kernels (split passes, two levels, fused loops, int64 offsets) compiled
 for a Hopper GPU (sm_90) by Triton's real pipeline down to a cubin, on a machine without one: what
 only the compiler checks (types, loop-carried values, constexprs, layouts). Nothing is launched.
-As in tests/test_builtin_compile.py, the compiling happens in a child process with
+As in tests/builtin/test_builtin_compile.py, the compiling happens in a child process with
 TRITON_INTERPRET unset; every @triton.jit function of a draft is compiled with the constexprs and
 argument kinds its launch in forward gives it."""
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 
 from helpers_builtin import compiled_in_child
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]
 PROBLEMS = HERE / "builtin_problems"
 PTR = {"torch.float32": "*fp32", "torch.float16": "*fp16", "torch.bfloat16": "*bf16"}
 # case -> (problem, configuration filter, force int64 offsets)

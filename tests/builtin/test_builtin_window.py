@@ -17,12 +17,12 @@ import torch
 from agent.builtin import codegen, search
 from agent.builtin.recognize import recognize
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]
 PROBLEMS = HERE / "builtin_problems"
 pytestmark = pytest.mark.timeout(240)
 _LOADED = itertools.count()
 
-# problem -> configurations beyond the first to run (the first runs in tests/test_builtin.py)
+# problem -> configurations beyond the first to run (the first runs in tests/builtin/test_builtin.py)
 VARIANTS = {
     "max_pool1d.py": 1, "max_pool3d.py": 1, "avg_pool1d.py": 1, "avg_pool2d_scaled.py": 2,
     "avg_pool3d_functional.py": 1, "cumsum.py": 1, "cumprod_mid.py": 2, "cumsum_reverse.py": 2,

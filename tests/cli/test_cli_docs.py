@@ -12,7 +12,7 @@ from pathlib import Path
 from agent.cli import build_parser
 from agent.config import AgentConfig, env_name
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CITED = re.compile(r"(?<![\w/.-])((?:[\w-]+/)+[\w.-]+\.md)\b")  # a path with a directory: docs/x.md, agent/X.md
 
 

@@ -19,7 +19,7 @@ import torch
 
 from tools.exit_codes import EXIT_BAD_PROBLEM, EXIT_FLAGGED, EXIT_USAGE
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = str(ROOT / "examples" / "swish_problem.py")
 CANDIDATE = str(ROOT / "examples" / "swish_candidate.py")
 BAD = ROOT / "tests" / "problems" / "bad"

@@ -16,7 +16,7 @@ import pytest
 
 from tools.exit_codes import EXIT_OK, EXIT_USAGE
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "triton", "openai", "langgraph", "git", "numpy")
 EXAMPLE = str(ROOT / "examples" / "swish_problem.py")
 CANDIDATE = str(ROOT / "examples" / "swish_candidate.py")

@@ -13,7 +13,7 @@ from tools import exit_codes
 from tools.exit_codes import COMMANDS, EVAL_EXIT_CODES, TABLE, codes_of
 from tools.record import Verdict
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "exit-codes.md"
 ROW = re.compile(r"^\|\s*(\d+)\s*\|\s*`(EXIT_[A-Z_]+)`\s*\|\s*(.+?)\s*\|\s*$")
 

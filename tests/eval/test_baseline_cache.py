@@ -23,7 +23,7 @@ from tools.roofline import Ceilings
 ENV = {"gpu": "NVIDIA H200", "driver": "570.86", "cuda": "12.8", "torch": "2.13.0", "triton": "3.9.0", "python": "3.11.7"}
 STATS = TimeStats(measured=True, median_ms=1.25, ci_low_ms=1.24, ci_high_ms=1.27, samples=40, note="converged")
 CEIL = Ceilings("NVIDIA H200", 4.1e12, {"float32": 5e13, "float16": 7e14}, note="test")
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """The second clock's arithmetic (tools/clocks.py): what the parent concludes from the walls of
-its passes. The passes themselves need a GPU (tests/test_timing_gpu.py, benchmarks/two_clocks.py);
+its passes. The passes themselves need a GPU (tests/eval/test_timing_gpu.py, benchmarks/two_clocks.py);
 here the walls follow the model every pass obeys: overhead + calls x time per call."""
 from __future__ import annotations
 

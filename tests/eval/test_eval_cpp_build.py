@@ -3,7 +3,7 @@
 same sources, and a compiler error comes back as compile_error naming its line.
 
 A CPU extension stands in for CUDA C++ here (the CPU build of torch cannot compile .cu files);
-tests/test_eval_gpu.py covers CUDA sources on a GPU.
+tests/eval/test_eval_gpu.py covers CUDA sources on a GPU.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from tools.evaluate import EvalOptions, Evaluator
 from tools.record import Verdict
 
-PROBLEM = Path(__file__).parent / "problems" / "elementwise.py"
+PROBLEM = Path(__file__).parents[1] / "problems" / "elementwise.py"
 
 CPP = '''
 import torch

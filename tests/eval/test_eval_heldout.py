@@ -23,7 +23,7 @@ def rows(cache_dir):
 
 
 HELD_OUT = "batch_size=9, dim=129, float constructor arguments x0.75"
-LARGER = "batch_size=21, dim=321"  # the larger variant (tests/test_eval_heldout_larger.py)
+LARGER = "batch_size=21, dim=321"  # the larger variant (tests/eval/test_eval_heldout_larger.py)
 
 
 def test_held_out_sizes_are_smaller_odd_values_and_scaled_arguments(rows):

@@ -1,6 +1,6 @@
 """The static guard (tools/guard.py) on small inline sources: the holes of issue 13 are closed, each
 rejected by a named rule, and the honest code it used to reject passes. The full evaluator runs
-of the cheat candidates are in tests/test_eval_cheats.py.
+of the cheat candidates are in tests/eval/test_eval_cheats.py.
 """
 from __future__ import annotations
 

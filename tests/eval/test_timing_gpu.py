@@ -1,6 +1,6 @@
 """Timing on a GPU: cheats that only show while timed are caught; honest timings repeat.
 
-Run on the GPU machine: python -m pytest -m gpu tests/test_timing_gpu.py
+Run on the GPU machine: python -m pytest -m gpu tests/eval/test_timing_gpu.py
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from tools.evaluate import EvalOptions, Evaluator
 from tools.record import Verdict
 
 pytestmark = pytest.mark.gpu
-HERE = Path(__file__).parent / "gpu_problems"
+HERE = Path(__file__).parents[1] / "gpu_problems"
 
 KERNEL = '''
 import torch

@@ -18,7 +18,7 @@ from loopback import Loopback, submit
 from tools.reward import RewardConfig
 from tools.toolcalls import tool_schemas
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]
 PROBLEM = HERE / "rl_problems" / "scale_add.py"
 sys.path.insert(0, str(PROBLEM.parent))
 from scale_add_candidates import CHEAT_GUARD, FAST, SLOW, WRONG  # noqa: E402

@@ -14,7 +14,7 @@ from tools.reward_extract import extract_source
 from tools.reward_score import FORMAT_ERROR, RewardConfig, score_record
 from tools.toolcalls import FormatError, Submission
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]
 PROBLEM = HERE / "rl_problems" / "scale_add.py"
 sys.path.insert(0, str(PROBLEM.parent))
 from scale_add_candidates import BROKEN, CHEAT_GUARD, CHEAT_UNLAUNCHED, FAST, SLOW, WRONG  # noqa: E402

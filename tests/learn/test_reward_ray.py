@@ -18,7 +18,7 @@ from tools.reward import KernelReward, make_reward
 from tools.reward_ray import ProblemText, RayKernelReward, route
 from tools.reward_score import FORMAT_ERROR, RewardConfig
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]
 PROBLEM = HERE / "rl_problems" / "scale_add.py"
 sys.path.insert(0, str(PROBLEM.parent))
 from scale_add_candidates import BROKEN, FAST, WRONG  # noqa: E402

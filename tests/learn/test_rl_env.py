@@ -14,7 +14,7 @@ from tools.env import target_name
 from tools.reward import KernelReward, RewardConfig
 from tools.toolcalls import tool_schemas
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]
 PROBLEM = HERE / "rl_problems" / "scale_add.py"
 sys.path.insert(0, str(PROBLEM.parent))
 from scale_add_candidates import CHEAT_GUARD, FAST, SLOW, WRONG  # noqa: E402

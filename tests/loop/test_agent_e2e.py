@@ -14,7 +14,7 @@ from agent.cli import main
 from agent.workspace.root import Workspace
 from loopback import Loopback, error, hold, submit, text, tool_call, tool_calls
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]
 PROBLEM = HERE / "agent_problems" / "relu_add.py"
 sys.path.insert(0, str(PROBLEM.parent))
 from relu_add_candidates import BROKEN, CHEAT, FASTER, FIXED, WRONG  # noqa: E402
@@ -202,7 +202,7 @@ RATCHET = [sys.executable, "-c", "import sys; from agent.cli import main; sys.ex
 
 
 def test_a_model_without_an_endpoint_is_a_one_line_usage_error(tmp_path):
-    """With no model at all the built-in policy runs (tests/test_builtin_e2e.py); naming a
+    """With no model at all the built-in policy runs (tests/builtin/test_builtin_e2e.py); naming a
     model but no endpoint is a mistake, reported in one line saying how to configure one."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "RATCHET_"))}
     proc = subprocess.run([*RATCHET, "optimize", str(PROBLEM), "--model", "some-model", "--workspace", str(tmp_path)],

@@ -24,7 +24,7 @@ from loopback import Loopback, hold, submit
 from tools import EvalOptions, Evaluator
 from tools.toolcalls import source_hash, tool_schemas
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]
 ROOT = HERE.parent
 PROBLEM = HERE / "agent_problems" / "relu_add.py"
 sys.path.insert(0, str(PROBLEM.parent))

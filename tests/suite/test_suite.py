@@ -15,9 +15,9 @@ import pytest
 
 from tools import EvalOptions, Evaluator, Verdict
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SUITE = ROOT / "suite"
-CANDIDATES = Path(__file__).resolve().parent / "suite_candidates"
+CANDIDATES = Path(__file__).resolve().parents[1] / "suite_candidates"
 PROBLEMS = sorted(p.stem for p in SUITE.glob("[0-9]*.py"))
 # what the issue asks the suite to cover, by file: each category needs at least one problem
 CATEGORIES = {

@@ -11,7 +11,7 @@ from agent.cli import main
 from agent.suite.check import degeneracy_flags
 from agent.suite.duplicates import near_duplicates
 
-SUITE = Path(__file__).parent / "rl_problems" / "suite"
+SUITE = Path(__file__).parents[1] / "rl_problems" / "suite"
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -1,5 +1,5 @@
 """The git workspace: creation, commits and trailers, the best rule, the log/best/show commands.
-(Refusals, locking, concurrent writers and crash recovery: tests/test_workspace_recovery.py.)"""
+(Refusals, locking, concurrent writers and crash recovery: tests/workspace/test_workspace_recovery.py.)"""
 from __future__ import annotations
 
 import hashlib

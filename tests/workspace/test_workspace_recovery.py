@@ -1,5 +1,5 @@
 """The git workspace under stress: refusals, locking, concurrent writers, writers killed
-mid-commit and recovery. (Commits, trailers, the best rule, the commands: tests/test_workspace.py.)"""
+mid-commit and recovery. (Commits, trailers, the best rule, the commands: tests/workspace/test_workspace.py.)"""
 from __future__ import annotations
 
 import os
