@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import openai
 import tenacity
-
-from agent.heartbeat import Heartbeat
 
 DEFAULT_TIMEOUT_S = 120.0  # one HTTP request (see docs/model.md: why 120 s, tried twice)
 HEARTBEAT_S = 30.0  # a "waiting on the model" line this often while a request is out
@@ -211,6 +211,38 @@ def _one_line(text: str, limit: int = 300) -> str:
 
 
 # --- the OpenAI-compatible client -------------------------------------------------------------
+
+
+@dataclass
+class Heartbeat:
+    """A line on stderr every so often while a request is out: a model that accepts a request and
+    never answers would otherwise leave the run silent until the request's timeout.
+    `with Heartbeat(30.0, lambda s: f"waiting: {s:.0f} s", log): ...` logs every 30 s inside the
+    block, from a daemon thread."""
+
+    interval_s: float
+    line: Callable[[float], str]
+    log: Callable[[str], None]
+    _stop: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
+    _thread: threading.Thread | None = field(default=None, init=False, repr=False)
+
+    def __enter__(self) -> "Heartbeat":
+        if self.interval_s > 0:
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._beat, args=(time.monotonic(),), name="ratchet-heartbeat",
+                                            daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def _beat(self, start: float) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.log(self.line(time.monotonic() - start))
 
 
 @dataclass
