@@ -21,6 +21,6 @@ def pytest_collection_modifyitems(config, items):
     index, _, count = shard.partition("/")
     if not (index.isdigit() and count.isdigit() and int(index) < int(count)):
         raise ValueError(f"RATCHET_TEST_SHARD={shard!r}: expected i/n with 0 <= i < n")
-    kept = [item for n, item in enumerate(items) if n % int(count) == int(index)]
-    config.hook.pytest_deselected(items=[item for item in items if item not in kept])
-    items[:] = kept
+    mine = [n % int(count) == int(index) for n in range(len(items))]
+    config.hook.pytest_deselected(items=[item for item, keep in zip(items, mine) if not keep])
+    items[:] = [item for item, keep in zip(items, mine) if keep]

@@ -339,8 +339,8 @@ class Evaluator:
 
     def reference_outputs(self, seed: int, dist: str, borrow: bool = False) -> Any:
         """[outputs, inputs after forward] of the reference (tools/reference.py); with `borrow`,
-        a set too large to keep may be views into the reference worker's arena: the caller
-        holds `_lock` while it uses them (`borrows()` says whether it must)."""
+        a set too large to keep is views into the reference worker's arena: the caller holds
+        `_lock` while it uses them (`trial_lock()` is that lock exactly when they are borrowed)."""
         with self._lock:
             return self.reference.outputs_for(seed, dist, timeout=self.options.trial_timeout,
                                               arena_cap=self.arena_cap(2, dist=dist), size=self.set_bytes(dist),
@@ -358,7 +358,8 @@ class Evaluator:
         """What a trial on `dist` holds from writing its inputs to comparing its outputs: the
         lock, when the reference's outputs are too large to keep and are read in place (borrowed)
         rather than copied beside the candidate's; nothing otherwise."""
-        return self._lock if self.set_bytes(dist) > (self.options.reference_cache_mb << 20) else contextlib.nullcontext()
+        too_large = self.set_bytes(dist) > (self.options.reference_cache_mb << 20)  # as Reference.outputs_for
+        return self._lock if too_large else contextlib.nullcontext()
 
     def arena_cap(self, copies: int, outputs_only: bool = False, inputs_only: bool = False,
                   dist: str = "problem") -> int:

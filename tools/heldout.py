@@ -78,16 +78,18 @@ def _one(ev: "Evaluator", worker: WorkerProcess, result: Result, k: int, name: s
     seed = ev.seeds[k % len(ev.seeds)]
     with ev._lock:
         init_tree, init_payload = ev.reference.variant_init(k, ev.options.build_timeout)
-        shapes = _shapes(ev.reference_outputs(seed, dist, borrow=True)[1])
-    where = f"held-out sizes ({desc}; inputs {shapes})"
     built = worker.request({"op": "variant", "init": init_tree}, ev.options.build_timeout, init_payload)[0]
     if built.get("op") == "error" and not built.get("violations"):
+        with ev._lock:  # the sizes' inputs, for the message: the reference's, read in place
+            where = f"held-out sizes ({desc}; inputs {_shapes(ev.reference_outputs(seed, dist, borrow=True)[1])})"
         return _raised(result, name, desc, where, built, specialized)
     if not ev.verdict_from_reply(built, name, result):
         return None
     with ev.trial_lock(dist):  # as in tools/trials.py: the inputs first, then the reference's outputs, read in place
         trees, payload = feed(ev, worker, [(None, seed, dist)])
         ref_out, ref_in = ev.reference_outputs(seed, dist, borrow=True)
+        shapes = _shapes(ref_in)
+        where = f"held-out sizes ({desc}; inputs {shapes})"
         header, payload = worker.request({"op": "trial", "inputs": trees[0], "poison": True, "model": "variant",
                                           "arena_cap": ev.arena_cap(2, dist=dist)}, ev.options.trial_timeout, payload)
         if header.get("op") == "error" and not header.get("violations"):

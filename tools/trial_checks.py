@@ -61,8 +61,9 @@ def _candidate_values(worker: "WorkerProcess", header: dict[str, Any], payload: 
     if fed is None or not worker.cuda:
         cand_out, cand_in = worker.outputs(header, payload)
         return cand_out, cand_in
-    items = header["tree"].get("items") if isinstance(header.get("tree"), dict) else None
-    if header["tree"].get("t") != "list" or not isinstance(items, list) or len(items) != 2:
+    tree = header.get("tree")
+    items = tree.get("items") if isinstance(tree, dict) and tree.get("t") == "list" else None
+    if not isinstance(items, list) or len(items) != 2:
         raise TransportError("a trial's reply is not [outputs, inputs]")
     return decode(items[0], payload, worker.map_arena(header)), decode(fed, b"", worker.input_arena)
 

@@ -125,18 +125,18 @@ def words(dist: str) -> str:
 
 def _breaks(ev: "Evaluator", seed: int, dist: str) -> bool:
     """The reference stops being finite under `dist` (or refuses its inputs: binary_cross_entropy
-    of values outside [0, 1]) where it is finite on the problem's own inputs."""
-    with ev._lock:  # outputs too large to keep are read in place, until the reference's next request
-        try:
-            out, _ = ev.reference_outputs(seed, dist, borrow=True)
-        except ProblemError:  # the reference raised on these inputs; on its own ones it must not
-            ev.reference_outputs(seed, "problem", borrow=True)
-            return True
-        if not nonfinite(out):
-            return False
-        del out
-        base, _ = ev.reference_outputs(seed, "problem", borrow=True)
-        return not nonfinite(base)
+    of values outside [0, 1]) where it is finite on the problem's own inputs. Called under the
+    evaluator's lock (distribution()), which keeps outputs read in place valid while they are read."""
+    try:
+        out, _ = ev.reference_outputs(seed, dist, borrow=True)
+    except ProblemError:  # the reference raised on these inputs; on its own ones it must not
+        ev.reference_outputs(seed, "problem", borrow=True)
+        return True
+    if not nonfinite(out):
+        return False
+    del out
+    base, _ = ev.reference_outputs(seed, "problem", borrow=True)
+    return not nonfinite(base)
 
 
 def _choose_signed(ev: "Evaluator", seed: int) -> None:
