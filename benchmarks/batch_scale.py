@@ -30,8 +30,10 @@ at two (target >= 0.95) and two slots / one for each scheduler (target >= 1.9), 
 of the means with its range over every pairing of the repetitions (each run of one with each run
 of the other). The same again in steady state: problems per hour from the first problem's start
 to the last one's end (the batch's own start and exit left out: they weigh on a short benchmark,
-not on a batch of hours). --json OUT
-writes all of it. Exit 1 when a run (the warm-up included) exits non-zero, or a problem has no row
+not on a batch of hours). And with every slot warm: from the end of the last slot's first problem
+(its cold start: process, imports, evaluator workers) to the last problem's end, the problems run
+in that window (a batch of hundreds of problems approaches this rate). --warmup picks the
+configuration of the warm-up run (ray-2 is quicker on many copies). --json OUT writes all of it. Exit 1 when a run (the warm-up included) exits non-zero, or a problem has no row
 or one whose status is not `finished` (`unrecognized`: the built-in policy made no attempt).
 Each batch runs in its own process session; whatever it leaves there (a Ray instance) is killed.
 """
@@ -168,6 +170,7 @@ def one_run(label: str, config: dict[str, Any], suite: Path, names: list[str], a
         "problems_per_hour": round(len(rows) / seconds * 3600, 1) if seconds and not missing else None,
         "steady_per_hour": (round(len(rows) / (max(ends) - min(starts)) * 3600, 1)
                             if starts and ends and max(ends) > min(starts) and not missing else None),
+        "warm_per_hour": None if missing else warm_rate(rows, config["slots"]),
         # the batch's own overhead: from its launch to its first problem's start (Ray's start included),
         # and from its last problem's end to its exit (rows' wall clocks: this host's, with --ray local)
         "start_s": round(min(starts) - launched_at, 2) if starts else None,
@@ -187,6 +190,23 @@ def one_run(label: str, config: dict[str, Any], suite: Path, names: list[str], a
     return result
 
 
+def warm_rate(rows: list[dict[str, Any]], slots: int) -> float | None:
+    """Problems per hour once every slot is warm: the window runs from the end of the last of the
+    first `slots` problems to start (each slot's cold one: its process, imports and evaluator
+    workers) to the last problem's end; every other problem counts by the share of its own run
+    that falls in the window. What a batch of hundreds of problems approaches, where the cold
+    start of each slot is paid once."""
+    timed = sorted((r["started_at"], r["finished_at"]) for r in rows if r.get("started_at") and r.get("finished_at"))
+    if len(timed) != len(rows) or len(timed) <= slots:
+        return None
+    first, rest = timed[:slots], timed[slots:]
+    begin, end = max(e for _, e in first), max(e for _, e in timed)
+    if end <= begin:
+        return None
+    inside = sum(max(0.0, min(e, end) - max(s, begin)) / (e - s) for s, e in rest if e > s)
+    return round(inside / (end - begin) * 3600, 1)
+
+
 def faults(run: dict[str, Any]) -> str:
     """Why a run does not count (a non-zero exit, a problem without a row or not finished, the wrong
     executor), or ''."""
@@ -202,7 +222,8 @@ def faults(run: dict[str, Any]) -> str:
     return "; ".join(why)
 
 
-METRICS = {"problems_per_hour": "whole command", "steady_per_hour": "steady state"}
+METRICS = {"problems_per_hour": "whole command", "steady_per_hour": "steady state",
+           "warm_per_hour": "every slot warm"}
 
 
 def summarize(runs: list[dict[str, Any]], configs: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -263,7 +284,8 @@ def print_table(summary: dict[str, Any], reps: int) -> None:
             print(f"{name + ' (' + where + ')':<42}" + "".join(f"{fmt(x):>9}" for x in m["rates"])
                   + f"{fmt(m['mean']):>9}{spread:>8}   {device:<35}" + " ".join(fmt(b) for b in c["start_s"]))
         print("whole command: problems / wall seconds of the whole `ratchet batch` (Ray's start included); steady "
-              "state: problems / (last problem's end - first one's start); start: launch to first problem's start")
+              "state: problems / (last problem's end - first one's start); every slot warm: after each slot's first "
+              "problem (warm_rate); start: launch to first problem's start")
         print()
         for label, r in summary["ratios"][metric].items():
             verdict = "meets" if r["meets"] else "misses"
@@ -289,6 +311,9 @@ def main() -> int:
     parser.add_argument("--only", type=lambda text: [t.strip() for t in text.split(",") if t.strip()],
                         help=f"measure only these configurations (comma-separated, of {', '.join(CONFIG_ORDER)}): "
                              "e.g. ray-1,ray-2 for a longer run of Ray's scaling within one machine call")
+    parser.add_argument("--warmup", default="local-2", choices=CONFIG_ORDER,
+                        help="the configuration of the unmeasured warm-up run that fills the caches (default local-2; "
+                             "ray-2 is quicker on many copies: one process per slot, not per problem)")
     parser.add_argument("--scratch", type=Path,
                         help="keep the suite, caches, workspaces and run directories here (default: a temporary "
                              "directory, removed at the end)")
@@ -317,10 +342,10 @@ def main() -> int:
         suite = scratch / "suite"
         names = make_suite(args.problem.resolve(), args.copies, suite)
         env = base_env(args, scratch / "cache")
-        warm = every["local-2"]
+        warm = every[args.warmup]
         print(f"warm-up (unmeasured): {args.copies} copies of {args.problem.name}, {args.attempts} attempt(s) each",
               file=sys.stderr, flush=True)
-        warmup = one_run("local-2#warmup", warm, suite, names, args, env, scratch)
+        warmup = one_run(f"{args.warmup}#warmup", warm, suite, names, args, env, scratch)
         if faults(warmup):  # every measured run would fail the same way
             print(f"FAILED: {warmup['label']}: {faults(warmup)}; no run measured", file=sys.stderr)
             return 1
