@@ -21,7 +21,7 @@ from tools.guard_names import (
     ALLOWED_DUNDER_NAMES, ALLOWED_DUNDERS, ALLOWED_IMPORTS, BANNED_BUILTINS, CPP_EXTENSION_ALLOWED,
     CXX_FORBIDDEN, CXX_LIBRARIES, ENVIRON_WRITES, FORBIDDEN_NAMES, FRAME_ATTRIBUTES, HONEST_SUBMODULES,
     IDENTITY_ATTRIBUTES, KNOWN_MODULES, MODULE_ALIASES, OP_FAMILIES, OP_NAMESPACES, OS_ALLOWED, REACHING_MODULES, RULE_ROOTS,
-    MODULE_NAMES,
+    MODULE_NAMES, SELF_MATCHING,
 )
 
 
@@ -308,6 +308,23 @@ class _Visitor(CallChecks, ast.NodeVisitor):
     def visit_BinOp(self, node: ast.BinOp) -> None:
         if isinstance(node.op, ast.MatMult) and "matmul" in self.single_op_names and not self._kernel_depth:
             self.flag("single-op", node, "this problem is a matrix product; the @ operator leaves it to torch")
+        self.generic_visit(node)
+
+    def visit_MatchClass(self, node: ast.MatchClass) -> None:
+        # a class pattern reads attributes by name, as getattr does (`case object(__globals__=g)`),
+        # with no Attribute node for the checks above to see: keyword sub-patterns are refused, and
+        # positional ones (read through __match_args__) unless the class matches itself (int(x))
+        if node.kwd_attrs:
+            self.flag("dynamic-code", node, f"reads attributes by name in a class pattern ({', '.join(node.kwd_attrs)}); read them as attributes")
+        elif node.patterns and not (isinstance(node.cls, ast.Name) and node.cls.id in SELF_MATCHING):
+            self.flag("dynamic-code", node, "reads attributes in a class pattern (through __match_args__); read them as attributes")
+        self.generic_visit(node)
+
+    def visit_Subscript(self, node: ast.Subscript) -> None:
+        key = node.slice
+        if (isinstance(key, ast.Constant) and isinstance(key.value, str) and _dunder(key.value)
+                and key.value not in ALLOWED_DUNDER_NAMES):
+            self.flag("dunder", node, f"touches {key.value} by key")
         self.generic_visit(node)
 
     # statements ------------------------------------------------------------------------

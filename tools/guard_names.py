@@ -174,3 +174,7 @@ CXX_FORBIDDEN: tuple[tuple[str, str], ...] = (
     (r"\b(f|fd)?open\s*\(", "file-io"),
 )
 CXX_LIBRARIES = r"\b(cublas\w*|cudnn\w*|cublasLt\w*|at::(mm|matmul|bmm|addmm|conv\w*|linear|softmax|layer_norm)|torch::(mm|matmul|bmm|addmm|conv\w*|linear|softmax|layer_norm))\b"
+
+# builtin classes whose one positional class pattern matches the subject itself (`case int(n)`)
+SELF_MATCHING = frozenset({"bool", "bytearray", "bytes", "dict", "float", "frozenset", "int", "list", "set", "str",
+                           "tuple"})

@@ -44,10 +44,11 @@ def compare_reply(worker: "WorkerProcess", header: dict[str, Any], payload: byte
     `hold`), which keeps a whole input set out of its arena; on the CPU they come in the reply."""
     try:
         cand_out, cand_in = _candidate_values(worker, header, payload, fed)
+        aliased = aliasing(header["tree"])  # reads the worker's storage claims: malformed ones are its doing
     except (TransportError, KeyError, TypeError, ValueError) as exc:
         fail(result, Verdict.REJECTED, name, f"malformed output: {exc}", f"The worker sent malformed outputs ({exc}).")
         return Compared(readable=False)
-    problem = (aliasing(header["tree"]) or mismatch(ref_out, cand_out, stats, tolerances, "output")
+    problem = (aliased or mismatch(ref_out, cand_out, stats, tolerances, "output")
                or mismatch(ref_in, cand_in, Stats(), tolerances, "input", what="inputs after forward"))
     del cand_out, cand_in  # CUDA ones are views into the worker's arena; it frees its side at its next request
     return Compared(readable=True, problem=problem)
@@ -80,19 +81,30 @@ def mismatch(ref: Any, cand: Any, stats: Stats, tolerances: dict[str, Tolerance]
 
 
 def aliasing(tree: dict[str, Any]) -> Problem | None:
-    """An output that shares memory with an input (as the worker saw its storages)."""
+    """An output that shares memory with an input (as the worker saw its storages). A storage
+    claim that is not [address, bytes] of two non-negative integers raises TransportError: the
+    reply is malformed, the candidate's doing (compare_reply), never a fault of the parent."""
     items = tree.get("items") if isinstance(tree, dict) else None
     if not isinstance(items, list) or len(items) != 2:
         return None
-    inputs = [n.get("ptr") for n in tensor_nodes(items[1]) if n.get("ptr")]
+    inputs = [_storage(n) for n in tensor_nodes(items[1]) if n.get("ptr")]
     for node in tensor_nodes(items[0]):
-        ptr = node.get("ptr")
+        ptr = _storage(node) if node.get("ptr") else None
         if not ptr or not ptr[1]:
             continue
         for other in inputs:
             if other[1] and ptr[0] < other[0] + other[1] and other[0] < ptr[0] + ptr[1]:
                 return "output-alias", Verdict.REJECTED, "an output shares memory with an input; return a new tensor"
     return None
+
+
+def _storage(node: dict[str, Any]) -> tuple[int, int]:
+    """A tensor node's storage claim, (address, bytes), checked."""
+    ptr = node.get("ptr")
+    if (not isinstance(ptr, list) or len(ptr) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in ptr)):
+        raise TransportError(f"a tensor's storage is {str(ptr)[:60]}, not [address, bytes]")
+    return ptr[0], ptr[1]
 
 
 NONFINITE_CHUNK = 1 << 26  # elements per pass of nonfinite(): its temporaries stay a few hundred MB

@@ -239,3 +239,12 @@ def test_an_oversized_reply_is_refused_before_it_is_read(attack):
 def test_a_malformed_reply_is_the_candidates_doing(attack):
     result = attack("none", candidate="forge_malformed_reply", rules=FORGERY_RULES)
     assert result.verdict is Verdict.REJECTED and "malformed reply" in result.message, describe(result)
+
+
+@pytest.mark.parametrize("claim", ["string", "short", "negative"])
+def test_a_forged_storage_claim_is_the_candidates_doing(attack, claim):
+    """A wrong kernel whose reply claims a storage that is no [address, bytes] pair: before,
+    the parent's aliasing check raised on it (verdict `error`, an evaluator fault)."""
+    result = attack("none", claim, candidate="forge_reply_storage", rules=FORGERY_RULES | {"patching"})
+    assert result.verdict is Verdict.REJECTED and "malformed output" in result.message, describe(result)
+    assert "not [address, bytes]" in result.message, describe(result)
