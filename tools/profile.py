@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import random
+import secrets
 import statistics
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -59,12 +60,13 @@ def pool_slots(l2_bytes: int, set_bytes: int) -> int:
     return max(2, min(MAX_POOL, math.ceil(2 * l2_bytes / max(set_bytes, 1)) + 1))
 
 
-def plan(ev: "Evaluator") -> TimingPlan:
+def plan(ev: "Evaluator", salt: int = 0) -> TimingPlan:
+    """The timing plan; `salt` varies the timed inputs (see measure())."""
     l2 = int(ev_env(ev).get("l2_bytes") or 50 << 20)
     pool = pool_slots(l2, ev.problem.input_bytes)
     # a block's input sets are distinct pool sets, all written into the candidate before the block
     block = max(1, min(10, pool, KEEP_BYTES // max(ev.problem.output_bytes, 1), KEEP_BYTES // max(ev.problem.input_bytes, 1)))
-    return TimingPlan(pool=pool, block=block, budget_s=ev.options.timing_budget_s, seed=ev.seeds[0] ^ 0x71AE)
+    return TimingPlan(pool=pool, block=block, budget_s=ev.options.timing_budget_s, seed=ev.seeds[0] ^ 0x71AE ^ salt)
 
 
 def ev_env(ev: "Evaluator") -> dict[str, Any]:
@@ -78,8 +80,13 @@ def measure(ev: "Evaluator", worker: WorkerProcess, result: Result) -> None:
 
     Blocks alternate the arms (ABBA). Each arm stops sampling when its own median is known to
     +-1% (or its limit is reached); while the candidate still samples, the eager reference
-    keeps running the same calls untimed, so every timed candidate output is still verified."""
-    p = plan(ev)
+    keeps running the same calls untimed, so every timed candidate output is still verified.
+
+    Each evaluation times on inputs of its own (a fresh salt; deterministic only under an explicit
+    `seed`): a candidate that stored the outputs of an earlier evaluation's timed calls (in the
+    compiled-kernel files kept per source, tools/builds.py) and replayed them would be timed on
+    inputs it has not seen, and its outputs checked against them (an attacker helper's idea)."""
+    p = plan(ev, salt=0 if ev.options.seed is not None else secrets.randbits(62))
     timeout = ev.options.trial_timeout
     arms = {"candidate": worker, "eager": ev.reference}
     collectors = {a: SampleCollector(budget_s=p.budget_s, max_samples=ev.options.timing_max_samples) for a in arms}
