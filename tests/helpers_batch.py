@@ -3,9 +3,11 @@ so problems running at the same time in different workers each get their own rep
 (tests/loopback.py's server replays one script in arrival order)."""
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
+from agent.batch.log import RunLog
 from loopback import Loopback, Request, Step
 
 SUITE = Path(__file__).resolve().parents[1] / "suite"
@@ -59,3 +61,27 @@ def quiet_batch_env(monkeypatch, *also_unset: str) -> None:
                         ("RATCHET_RETRY_ATTEMPTS", "3"), ("RATCHET_RETRY_BASE_S", "0.01"),
                         ("RATCHET_RETRY_MAX_S", "0.05")):
         monkeypatch.setenv(name, value)
+
+
+# result rows and run directories written by hand (tests/batch/test_report.py, tests/loop/test_kept_eager.py)
+def row(name: str, *, correct: bool = True, measured: bool = True, eager: float | None = None,
+        compile: float | None = None, roofline: float | None = None, verdict: str | None = None, **extra) -> dict:
+    data = {"schema": 1, "problem": name, "status": "finished", "verdict": verdict or ("ok" if correct else "incorrect"),
+            "correct": correct, "timing_measured": measured and correct, "speedup_vs_eager": eager,
+            "speedup_vs_compile": compile, "roofline_fraction": roofline, "attempts": 4, "tokens": 1000,
+            "device_s": 60.0, "device": "cuda:0", "eager_ms": None, "compile_ms": None, "floor_ms": None,
+            "candidate_ms": None}
+    data.update(extra)
+    return data
+
+
+def write_run(tmp_path: Path, rows: list[dict], problems: list[str] | None = None, device: str = "cuda") -> Path:
+    run = tmp_path / "run"
+    run.mkdir()
+    log = RunLog(run / "results.jsonl")
+    for r in rows:
+        log.append(r)
+    meta = {"batch": 1, "suite": "/x/suite", "problems": problems or [r["problem"] for r in rows],
+            "settings": {"model": "m"}, "device": device}
+    (run / "run.json").write_text(json.dumps(meta))
+    return run

@@ -10,20 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.batch.log import RunLog
 from agent.cli import main
 from agent.batch.report import headline, load_run, render_html
-
-
-def row(name: str, *, correct: bool = True, measured: bool = True, eager: float | None = None,
-        compile: float | None = None, roofline: float | None = None, verdict: str | None = None, **extra) -> dict:
-    data = {"schema": 1, "problem": name, "status": "finished", "verdict": verdict or ("ok" if correct else "incorrect"),
-            "correct": correct, "timing_measured": measured and correct, "speedup_vs_eager": eager,
-            "speedup_vs_compile": compile, "roofline_fraction": roofline, "attempts": 4, "tokens": 1000,
-            "device_s": 60.0, "device": "cuda:0", "eager_ms": None, "compile_ms": None, "floor_ms": None,
-            "candidate_ms": None}
-    data.update(extra)
-    return data
+from helpers_batch import row, write_run
 
 
 # eager 1.0 ms for every problem, so candidate = 1/eager-speedup ms; the floor is candidate * fraction
@@ -34,18 +23,6 @@ GPU_ROWS = [
     row("4_faster", eager=4.0, compile=2.0, roofline=0.6, eager_ms=1.0, compile_ms=0.5, candidate_ms=0.25, floor_ms=0.15),
     row("5_crashed", correct=False, verdict="crashed", status="crashed"),
 ]
-
-
-def write_run(tmp_path: Path, rows: list[dict], problems: list[str] | None = None, device: str = "cuda") -> Path:
-    run = tmp_path / "run"
-    run.mkdir()
-    log = RunLog(run / "results.jsonl")
-    for r in rows:
-        log.append(r)
-    meta = {"batch": 1, "suite": "/x/suite", "problems": problems or [r["problem"] for r in rows],
-            "settings": {"model": "m"}, "device": device}
-    (run / "run.json").write_text(json.dumps(meta))
-    return run
 
 
 def test_headline_figures_by_hand(tmp_path, capsys):

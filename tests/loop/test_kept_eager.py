@@ -23,7 +23,7 @@ from agent.workspace.root import Workspace
 from agent.workspace.attempt import Attempt, beats_eager
 from helpers_workspace import timed, untimed, write_problem
 from helpers_workspace_checks import SRC, commit
-from test_report import row, write_run
+from helpers_batch import row, write_run
 from tools.exit_codes import EXIT_KEPT_EAGER, EXIT_OK, EXIT_USAGE
 from tools.record import Result, TimeStats, Verdict
 
