@@ -40,13 +40,12 @@ from pathlib import Path
 from typing import Any
 
 from agent.loop.render import render, render_feedback
-from agent.loop.turns import first_line, read_turn, system_text, task_text
+from agent.loop.turns import answer_aux, first_line, read_turn, system_text, task_text
 from agent.workspace.attempt import Attempt, beats
 from tools.env import target_name
 from tools.record import Result, Verdict
 from tools.reward import KernelReward, RewardConfig
-from tools.toolcalls import (DIFF_AGAINST_BEST, GET_BEST, GET_PROFILE, AuxRequest, Submission, best_payload,
-                             diff_payload, profile_payload, tool_schemas)
+from tools.toolcalls import AuxRequest, Submission, tool_schemas
 
 Message = dict[str, Any]
 
@@ -197,21 +196,9 @@ class KernelEnv:
         return content, reward, info
 
     def answer_aux(self, request: AuxRequest) -> str:
-        """get_best, diff_against_best and get_profile, from this episode's attempts."""
-        best = self.attempts.get(self.best["attempt"]) if self.best else None
-        if request.name == GET_BEST:
-            return best_payload(best[2].number, best[0], best[1]) if best else best_payload(None, None, None)
-        if request.name == DIFF_AGAINST_BEST:
-            source, name = request.arguments.get("source"), "your source"
-            if source is None and self.latest is not None:
-                source, name = self.attempts[self.latest][0], f"attempt {self.latest}"
-            return diff_payload(best[0] if best else None, source,
-                                best_name=f"attempt {best[2].number} (best)" if best else "best", name=name)
-        if request.name == GET_PROFILE:
-            number = request.arguments.get("attempt") or self.latest
-            found = self.attempts.get(number) if number else None
-            return profile_payload(number, found[1] if found else None)
-        return json.dumps({"error": f"unknown tool {request.name}"})
+        """get_best, diff_against_best and get_profile, from this episode's attempts (the agent
+        graph's handler, agent.loop.turns.answer_aux)."""
+        return answer_aux(request, EpisodeAttempts(self))
 
     def _info(self, kind: str, **extra: Any) -> dict[str, Any]:
         return {"kind": kind, "attempts_used": self.attempts_used, "best": self.best, **extra}
@@ -232,6 +219,24 @@ class KernelEnv:
     def gpu_name(self) -> str:
         """The target named in the system prompt, as `ratchet optimize` names it."""
         return target_name(str(self.evaluator.device), self.config.gpu)
+
+
+@dataclass
+class EpisodeAttempts:
+    """An episode's attempts as the auxiliary tools read them (agent.loop.turns.AttemptLookup)."""
+    env: KernelEnv
+
+    def best(self) -> tuple[int, str | None, dict[str, Any] | None] | None:
+        found = self.env.attempts.get(self.env.best["attempt"]) if self.env.best else None
+        return (found[2].number, found[0], found[1]) if found else None
+
+    def latest(self) -> tuple[int, str | None] | None:
+        number = self.env.latest
+        return (number, self.env.attempts[number][0]) if number is not None and number in self.env.attempts else None
+
+    def record(self, number: Any) -> dict[str, Any] | None:
+        found = self.env.attempts.get(number)
+        return found[1] if found else None
 
 
 def static_baseline(problem: Any) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from agent.loop import context as ctxbudget
 from agent.loop.render import render, render_feedback
@@ -77,7 +77,7 @@ def ask_model(state: AgentState, ctx: "Session", messages: list[Message]) -> dic
         messages.append(assistant)
 
         reading = read_turn([(c.id, c.name, c.arguments) for c in reply.tool_calls], reply.content,
-                            auxiliary=ctx.config.auxiliary_tools, answer_aux=lambda r: answer_aux(r, state, ctx),
+                            auxiliary=ctx.config.auxiliary_tools, answer_aux=lambda r: answer_aux(r, RepoAttempts(state, ctx)),
                             remaining_after=remaining_attempts(state, ctx, after=1))
         messages.extend(_tool_result(call_id, content, kind=kind) for call_id, content, kind in reading.answers)
         if reading.proposal is not None:
@@ -156,29 +156,59 @@ def _tool_result(tool_call_id: str, content: str, *, kind: str, **meta: Any) -> 
     return message
 
 
-def answer_aux(request: AuxRequest, state: AgentState, ctx: "Session") -> str:
-    """The JSON (or diff) text returned for get_best, diff_against_best and get_profile."""
-    repo = ctx.repo
-    best_number = (state.get("best") or {}).get("attempt")
-    best = repo.attempt(best_number) if best_number else repo.best()
+class AttemptLookup(Protocol):
+    """What the auxiliary tools read, from whichever store holds the attempts: the workspace's
+    repository (`ratchet optimize`) or an RL episode's memory (agent.learn.rl_env)."""
+
+    def best(self) -> tuple[int, str | None, dict[str, Any] | None] | None:
+        """(number, source, record) of the best attempt, or None."""
+
+    def latest(self) -> tuple[int, str | None] | None:
+        """(number, source) of the latest attempt, or None."""
+
+    def record(self, number: Any) -> dict[str, Any] | None:
+        """The result record of attempt `number` (as the model gave it), or None."""
+
+
+def answer_aux(request: AuxRequest, attempts: AttemptLookup) -> str:
+    """The JSON (or diff) text returned for get_best, diff_against_best and get_profile: one
+    handler for the agent graph and the RL environment, so their trajectories cannot drift."""
+    best = attempts.best()
     if request.name == GET_BEST:
-        if best is None:
-            return best_payload(None, None, None)
-        return best_payload(best.number, repo.source(best), repo.record(best))
+        return best_payload(*best) if best else best_payload(None, None, None)
+    latest = attempts.latest()
     if request.name == DIFF_AGAINST_BEST:
-        source = request.arguments.get("source")
-        name = "your source"
-        if source is None:
-            latest = repo.attempt(state["latest"]["attempt"]) if state.get("latest") else None
-            source = repo.source(latest) if latest else None
-            name = f"attempt {latest.number}" if latest else name
-        return diff_payload(repo.source(best) if best else None, source,
-                            best_name=f"attempt {best.number} (best)" if best else "best", name=name)
+        source, name = request.arguments.get("source"), "your source"
+        if source is None and latest is not None:
+            source, name = latest[1], f"attempt {latest[0]}"
+        return diff_payload(best[1] if best else None, source,
+                            best_name=f"attempt {best[0]} (best)" if best else "best", name=name)
     if request.name == GET_PROFILE:
-        number = request.arguments.get("attempt") or (state.get("latest") or {}).get("attempt")
-        attempt = repo.attempt(number) if number else None
-        return profile_payload(number, repo.record(attempt) if attempt else None)
+        number = request.arguments.get("attempt") or (latest[0] if latest else None)
+        return profile_payload(number, attempts.record(number) if number else None)
     return json.dumps({"error": f"unknown tool {request.name}"})
+
+
+@dataclass
+class RepoAttempts:
+    """The run's attempts in the workspace: the run's best (else the workspace's) and its latest."""
+    state: AgentState
+    ctx: "Session"
+
+    def best(self) -> tuple[int, str | None, dict[str, Any] | None] | None:
+        repo = self.ctx.repo
+        number = (self.state.get("best") or {}).get("attempt")
+        found = repo.attempt(number) if number else repo.best()
+        return (found.number, repo.source(found), repo.record(found)) if found else None
+
+    def latest(self) -> tuple[int, str | None] | None:
+        number = (self.state.get("latest") or {}).get("attempt")
+        found = self.ctx.repo.attempt(number) if number else None
+        return (found.number, self.ctx.repo.source(found)) if found else None
+
+    def record(self, number: Any) -> dict[str, Any] | None:
+        found = self.ctx.repo.attempt(number)
+        return self.ctx.repo.record(found) if found else None
 
 
 def feedback_message(state: AgentState, ctx: "Session") -> Message:
