@@ -193,6 +193,13 @@ def beats(new: Attempt, incumbent: Attempt | None) -> bool:
        (tools.stats.below_beyond_offset; a missing bound falls back to the median).
        Overlapping intervals, gaps within that offset, ties and NaNs keep the incumbent: two
        evaluations of one tiny kernel can have disjoint intervals.
+
+    The one place "best" is decided. Three callers apply it against their own incumbent: the
+    workspace against its best over every run (agent.workspace.repo: `became_best`, what
+    `ratchet best` hands out), a run against its own best (agent.loop.nodes: `improved`, which
+    patience counts), and an RL episode against the episode's (agent.learn.rl_env). The scopes
+    differ on purpose: a new run on a problem whose workspace already holds a best starts with
+    no best of its own, and improves on its own attempts before it beats the workspace's.
     """
     if not new.ok:
         return False
