@@ -232,6 +232,10 @@ def compare_baseline(args: argparse.Namespace) -> None:
         rows.append((name, per[0], per[1], per[0] / per[1], ours["runs"][-1]["median_ms"], base["runs"][-1]["median_ms"]))
         print(f"{name}: this tree per evaluation " + "; ".join(", ".join(f"{k} {v:.3f}" for k, v in r["phases"].items()) for r in ours["runs"]), flush=True)
         print(f"{name}: baseline per evaluation " + "; ".join(", ".join(f"{k} {v:.3f}" for k, v in r["phases"].items()) for r in base["runs"]), flush=True)
+        # as each problem ends, not only in the table: a run cut short by a time limit keeps its figures
+        print(f"{name}: steady state this {per[0]:.3f} s, baseline {per[1]:.3f} s, ratio {per[0] / per[1]:.2f}x", flush=True)
+        if args.json:
+            args.json.write_text(json.dumps(report, indent=2, default=str))
     starts = {}
     for label, root in (("this", ROOT), ("baseline", args.baseline)):
         out = subprocess.run([sys.executable, __file__, "--start-only", "--tools-root", str(root), "--device", args.device],
