@@ -173,20 +173,21 @@ class AttemptLookup(Protocol):
 def answer_aux(request: AuxRequest, attempts: AttemptLookup) -> str:
     """The JSON (or diff) text returned for get_best, diff_against_best and get_profile: one
     handler for the agent graph and the RL environment, so their trajectories cannot drift."""
+    if request.name == GET_PROFILE:
+        number = request.arguments.get("attempt") or None
+        if number is None and (latest := attempts.latest()) is not None:
+            number = latest[0]
+        return profile_payload(number, attempts.record(number) if number else None)
+    if request.name not in (GET_BEST, DIFF_AGAINST_BEST):
+        return json.dumps({"error": f"unknown tool {request.name}"})
     best = attempts.best()
     if request.name == GET_BEST:
         return best_payload(*best) if best else best_payload(None, None, None)
-    latest = attempts.latest()
-    if request.name == DIFF_AGAINST_BEST:
-        source, name = request.arguments.get("source"), "your source"
-        if source is None and latest is not None:
-            source, name = latest[1], f"attempt {latest[0]}"
-        return diff_payload(best[1] if best else None, source,
-                            best_name=f"attempt {best[0]} (best)" if best else "best", name=name)
-    if request.name == GET_PROFILE:
-        number = request.arguments.get("attempt") or (latest[0] if latest else None)
-        return profile_payload(number, attempts.record(number) if number else None)
-    return json.dumps({"error": f"unknown tool {request.name}"})
+    source, name = request.arguments.get("source"), "your source"
+    if source is None and (latest := attempts.latest()) is not None:
+        source, name = latest[1], f"attempt {latest[0]}"
+    return diff_payload(best[1] if best else None, source,
+                        best_name=f"attempt {best[0]} (best)" if best else "best", name=name)
 
 
 @dataclass
