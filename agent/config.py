@@ -56,7 +56,7 @@ class AgentConfig:
     max_tokens: int = 2_000_000  # prompt + completion tokens over the whole run
     max_wall_s: float = 4 * 3600.0
     patience: int = 8  # stop after this many attempts without a new best (0: never)
-    roofline_target: float = 0.9  # stop when the best (faster than eager) reaches this fraction of the roofline floor
+    roofline_target: float = 0.9  # stop when the best (faster than eager) reaches this fraction of the roofline floor; 0: never
     memory_roofline_target: float = 0.8  # the same for a memory-bound problem (the record's roofline.bound)
     stop_untimed: bool = True  # where nothing is timed (a CPU), the first correct kernel ends the run
     context_tokens: int = 32_000  # budget of one request's messages (approximate tokens)
@@ -179,9 +179,9 @@ def _check(config: AgentConfig) -> None:
     if not (math.isfinite(config.heartbeat_s) and config.heartbeat_s >= 0):
         raise ConfigError(f"heartbeat_s must be a finite number of seconds, 0 or more (from "
                           f"{config.sources()['heartbeat_s']})")
-    for name in ("roofline_target", "memory_roofline_target"):
-        if not 0 < getattr(config, name) <= 1:
-            raise ConfigError(f"{name} must be in (0, 1] (from {config.sources()[name]})")
+    for name in ("roofline_target", "memory_roofline_target"):  # 0: no roofline stop, as patience 0 is none
+        if not 0 <= getattr(config, name) <= 1:
+            raise ConfigError(f"{name} must be in [0, 1], 0 for no roofline stop (from {config.sources()[name]})")
 
 
 def public(config: AgentConfig) -> dict[str, Any]:

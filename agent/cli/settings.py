@@ -40,7 +40,7 @@ SETTINGS = (
     Setting("--max-wall-s", "max_wall_s", "wall-time budget {scope} in seconds (default 14400)", float, "S"),
     Setting("--patience", "patience", "stop after N attempts without a new best (0: never)", int, "N"),
     Setting("--roofline-target", "roofline_target", "stop when the best, faster than eager, reaches F of the "
-            "roofline floor (default 0.9)", float, "F"),
+            "roofline floor (default 0.9; 0: never)", float, "F"),
     Setting("--memory-roofline-target", "memory_roofline_target", "the same for a memory-bound problem "
             "(default 0.8)", float, "F"),
     Setting("--context-tokens", "context_tokens", "context budget of one request (default 32000)", int, "N"),

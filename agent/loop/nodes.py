@@ -141,11 +141,11 @@ def decide(state: AgentState, runtime: Node) -> dict[str, Any]:
 
 def _roofline_stop(best: AttemptSummary, baseline: dict[str, Any], config: AgentConfig) -> float | None:
     """The roofline target the best has reached, or None: a memory-bound problem's target is
-    `memory_roofline_target`, any other's `roofline_target`; and never before the best beat eager
-    PyTorch beyond noise (agent.workspace.attempt.beats_eager, the kept-eager rule)."""
+    `memory_roofline_target`, any other's `roofline_target` (0: no roofline stop); and never before
+    the best beat eager PyTorch beyond noise (agent.workspace.attempt.beats_eager, the kept-eager rule)."""
     fraction = best.get("roofline_fraction")
     target = config.memory_roofline_target if baseline.get("bound") == "memory" else config.roofline_target
-    if fraction is None or fraction < target:
+    if not target or fraction is None or fraction < target:
         return None
     eager = TimeStats(measured=baseline.get("eager_ms") is not None, median_ms=baseline.get("eager_ms"),
                       ci_low_ms=baseline.get("eager_ci_low_ms"))

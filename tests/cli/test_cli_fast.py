@@ -78,6 +78,7 @@ USAGE_ERRORS = [  # (arguments, what the one line says)
     (["optimize", "no_such_problem.py"], "no_such_problem.py: cannot read the problem module: no such file"),
     (["eval", EXAMPLE, CANDIDATE, "--device", "tpu"], "--device tpu: expected cpu, cuda or cuda:N"),
     (["eval", EXAMPLE, CANDIDATE, "--trials", "0"], "--trials must be at least 1"),
+    (["optimize", EXAMPLE, "--roofline-target", "1.5"], "roofline_target must be in [0, 1], 0 for no roofline stop"),
     (["suite", "check", "no_such_dir"], "no_such_dir: no such directory"),
     (["report", "no_such_run"], "no_such_run: no results.jsonl"),
     (["batch", "no_such_suite"], "no_such_suite: not a directory"),

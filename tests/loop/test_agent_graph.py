@@ -89,6 +89,14 @@ def test_the_roofline_stop_takes_the_problems_bound_and_needs_eager_beaten(bound
         assert out["stop_reason"] is None
 
 
+@pytest.mark.parametrize("fraction", [0.5, 1.0, 1.3])  # a fused kernel can read and write faster than the floor's copy
+def test_a_roofline_target_of_zero_never_stops(fraction):
+    baseline = {**nodes.empty_baseline(), "bound": "memory", "eager_ms": 2.0, "eager_ci_low_ms": 1.98, "measured": True}
+    out = decide({"attempts_used": 1, "best": summary(1, roofline=fraction, median=1.0), "baseline": baseline},
+                 roofline_target=0, memory_roofline_target=0)
+    assert out["stop_reason"] is None
+
+
 def test_profile_keeps_the_problems_bound_and_eagers_interval():
     record = {"verdict": "ok", "candidate_time": {"measured": True},
               "eager_time": {"measured": True, "median_ms": 2.0, "ci_low_ms": 1.9}, "compile_time": {"measured": False},
