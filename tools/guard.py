@@ -21,7 +21,7 @@ from tools.guard_names import (
     ALLOWED_DUNDER_NAMES, ALLOWED_DUNDERS, ALLOWED_IMPORTS, BANNED_BUILTINS, CPP_EXTENSION_ALLOWED,
     CXX_FORBIDDEN, CXX_LIBRARIES, ENVIRON_WRITES, FORBIDDEN_NAMES, FRAME_ATTRIBUTES, HONEST_SUBMODULES,
     IDENTITY_ATTRIBUTES, KNOWN_MODULES, MODULE_ALIASES, OP_FAMILIES, OP_NAMESPACES, OS_ALLOWED, REACHING_MODULES, RULE_ROOTS,
-    MODULE_NAMES, SELF_MATCHING,
+    MODULE_NAMES, NAMESPACE_ATTRIBUTES, KEYED_BUILTINS, KEY_READERS,
 )
 
 
@@ -264,6 +264,10 @@ class _Visitor(CallChecks, ast.NodeVisitor):
             self.flag("dunder", node, f"touches {node.attr}")
         if node.attr in FRAME_ATTRIBUTES:
             self.flag("dynamic-code", node, f"reads {node.attr}: frames and their locals are the evaluator's, not the kernel's")
+        if node.attr in NAMESPACE_ATTRIBUTES:
+            self.flag("dynamic-code", node, f"reads {node.attr}: a builtin or a module's namespace reached through an object")
+        if node.attr in KEY_READERS and called(node, self.parents) and self.parents[id(node)].args:
+            self._check_key(self.parents[id(node)].args[0], node)
         if node.attr == "from_file":
             self.flag("file-io", node, "reads a file with from_file (native I/O the sandbox cannot see)")
         if node.attr == "load_library":
@@ -312,19 +316,33 @@ class _Visitor(CallChecks, ast.NodeVisitor):
 
     def visit_MatchClass(self, node: ast.MatchClass) -> None:
         # a class pattern reads attributes by name, as getattr does (`case object(__globals__=g)`),
-        # with no Attribute node for the checks above to see: keyword sub-patterns are refused, and
-        # positional ones (read through __match_args__) unless the class matches itself (int(x))
+        # with no Attribute node for the checks above to see. Keyword sub-patterns are refused, and so
+        # are positional ones, whatever the class is called: they read what the class's
+        # __match_args__ names, and `int` may be any class a module binds to that name (stop 29)
         if node.kwd_attrs:
             self.flag("dynamic-code", node, f"reads attributes by name in a class pattern ({', '.join(node.kwd_attrs)}); read them as attributes")
-        elif node.patterns and not (isinstance(node.cls, ast.Name) and node.cls.id in SELF_MATCHING):
-            self.flag("dynamic-code", node, "reads attributes in a class pattern (through __match_args__); read them as attributes")
+        elif node.patterns:
+            self.flag("dynamic-code", node, "reads attributes in a class pattern (through __match_args__); "
+                      "match the class alone (`case int() as n`) and read attributes as attributes")
         self.generic_visit(node)
 
-    def visit_Subscript(self, node: ast.Subscript) -> None:
-        key = node.slice
-        if (isinstance(key, ast.Constant) and isinstance(key.value, str) and _dunder(key.value)
-                and key.value not in ALLOWED_DUNDER_NAMES):
+    def visit_MatchMapping(self, node: ast.MatchMapping) -> None:
+        for key in node.keys:  # `case {'__builtins__': b}` reads by key, as a subscript does
+            self._check_key(key, node)
+        self.generic_visit(node)
+
+    def _check_key(self, key: ast.AST, node: ast.AST) -> None:
+        """A constant string key that names a dunder or a banned builtin: `g['__builtins__']`,
+        `b.get('exec')`. Reading a namespace by key is reading it by attribute."""
+        if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
+            return
+        if _dunder(key.value) and key.value not in ALLOWED_DUNDER_NAMES:
             self.flag("dunder", node, f"touches {key.value} by key")
+        elif key.value in KEYED_BUILTINS:
+            self.flag("dynamic-code", node, f"reads the builtin {key.value} by key")
+
+    def visit_Subscript(self, node: ast.Subscript) -> None:
+        self._check_key(node.slice, node)
         self.generic_visit(node)
 
     # statements ------------------------------------------------------------------------

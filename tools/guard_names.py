@@ -175,6 +175,12 @@ CXX_FORBIDDEN: tuple[tuple[str, str], ...] = (
 )
 CXX_LIBRARIES = r"\b(cublas\w*|cudnn\w*|cublasLt\w*|at::(mm|matmul|bmm|addmm|conv\w*|linear|softmax|layer_norm)|torch::(mm|matmul|bmm|addmm|conv\w*|linear|softmax|layer_norm))\b"
 
-# builtin classes whose one positional class pattern matches the subject itself (`case int(n)`)
-SELF_MATCHING = frozenset({"bool", "bytearray", "bytes", "dict", "float", "frozenset", "int", "list", "set", "str",
-                           "tuple"})
+# Attributes that are a builtin or reach a namespace from any object: `builtins.exec` once the
+# builtins are in hand, Triton's JITFunction.get_capture_scope() (its module's globals). `eval`
+# and `compile` are left out: nn.Module.eval() and torch.compile are honest. Rule `dynamic-code`.
+NAMESPACE_ATTRIBUTES = frozenset({"exec", "getattr", "setattr", "delattr", "globals", "locals", "vars",
+                                  "breakpoint", "get_capture_scope"})
+# Builtins that a constant key must not name (`b['exec']`, `b.get('eval')`, `case {'open': f}`).
+KEYED_BUILTINS = frozenset(name for name, rule in BANNED_BUILTINS.items() if rule in ("dynamic-code", "file-io"))
+# Methods that read a mapping by key: their first argument is checked as a subscript's key is.
+KEY_READERS = frozenset({"get", "pop", "setdefault"})

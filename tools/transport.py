@@ -10,6 +10,7 @@ hostile worker can send wrong data but cannot run code in the parent.
 """
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
@@ -38,6 +39,9 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 ALIGN = 256
 MAX_DEPTH = 64  # nesting of output trees: a deeper one is forged, not an honest output
+# a tensor's extents, empty dimensions counted as 1 (what its strides span): beyond this no honest
+# output goes (its bytes must fit an arena), and torch cannot even make the strides of an empty one
+MAX_SPAN = 1 << 48
 
 
 class Arena:
@@ -173,7 +177,12 @@ def decode(tree: dict[str, Any], payload: bytes, arena: torch.Tensor | None = No
         if kind == "scalar":
             value = node.get("value")
             if node.get("kind") == "float":
-                return float(value)
+                if not isinstance(value, str):  # encode() sends repr(v); an int beyond any float
+                    raise TransportError("bad float scalar")  # made float() raise OverflowError
+                try:
+                    return float(value)
+                except ValueError:
+                    raise TransportError("bad float scalar") from None
             if node.get("kind") == "int" and isinstance(value, int) and not isinstance(value, bool):
                 return value
             if node.get("kind") == "bool" and isinstance(value, bool):
@@ -234,7 +243,9 @@ def _decode_tensor(node: dict[str, Any], buf: bytearray, arena: torch.Tensor | N
         raise TransportError("a tensor whose values were not sent")
     dtype = DTYPES.get(node.get("dtype"))
     shape = node.get("shape")
-    if dtype is None or not isinstance(shape, list) or not all(isinstance(s, int) and s >= 0 for s in shape):
+    if (dtype is None or not isinstance(shape, list)
+            or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape)
+            or math.prod(max(s, 1) for s in shape) > MAX_SPAN):
         raise TransportError("bad tensor dtype or shape")
     perm = node.get("perm")
     if perm is not None:
