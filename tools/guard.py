@@ -89,9 +89,10 @@ def _scan_cxx(node: ast.Constant, policy: GuardPolicy, scan: Scan) -> None:
 
 
 def _torch_or_method(dotted: str | None) -> bool:
-    """Whether a name that matches a single-op family stands for torch's op: a torch name, or a
-    method on some value (x.matmul, x.softmax). Triton's own tl.dot / tl.sum are the kernel's."""
-    return dotted is None or dotted.split(".")[0] == "torch"
+    """Whether a name that matches a single-op family stands for torch's op: a torch name, a
+    method on some value (x.matmul, x.softmax), or the operator module's (operator.matmul is `@`
+    by name, on whatever its operands are). Triton's own tl.dot / tl.sum are the kernel's."""
+    return dotted is None or dotted.split(".")[0] in ("torch", "operator")
 
 
 def _on_self(node: ast.Attribute) -> bool:
@@ -206,6 +207,10 @@ class _Visitor(CallChecks, ast.NodeVisitor):
                 self.flag(rule, node, f"uses {shown}")
                 return
         parts = dotted.split(".")
+        if parts[0] == "torch" and any(p.startswith(("Sym", "sym_")) for p in parts[1:]):
+            # symbolic sizes (torch.SymInt, torch.sym_int): C++ calls their Python methods back from
+            # inside an op, where torch has taken the op recorder off its mode stack (stop 29)
+            self.flag("dynamic-code", node, f"uses {shown}: symbolic sizes run Python inside torch's ops")
         if parts[0] in ("torch", "triton") and any(p.startswith("_") and not p.startswith("__") for p in parts[1:]):
             self.flag("private-api", node, f"uses the private API {shown}")
         if dotted.startswith("torch.utils.cpp_extension.") and dotted not in CPP_EXTENSION_ALLOWED:
@@ -264,6 +269,8 @@ class _Visitor(CallChecks, ast.NodeVisitor):
             self.flag("dunder", node, f"touches {node.attr}")
         if node.attr in FRAME_ATTRIBUTES:
             self.flag("dynamic-code", node, f"reads {node.attr}: frames and their locals are the evaluator's, not the kernel's")
+        if node.attr == "numpy":  # Tensor.numpy(): numpy's arrays, and their BLAS, by a method (stop 29)
+            self.flag("import", node, "reads .numpy(): numpy is a module outside the allowlist, reached through a tensor")
         if node.attr in NAMESPACE_ATTRIBUTES:
             self.flag("dynamic-code", node, f"reads {node.attr}: a builtin or a module's namespace reached through an object")
         if node.attr in KEY_READERS and called(node, self.parents) and self.parents[id(node)].args:

@@ -70,6 +70,7 @@ STATIC = [  # (candidate, the guard rule that rejects it)
     ("forged_channel", "import"),  # sys.argv for the result pipe's fd
     ("sys_exit", "exit"),
     ("os_exit", "threads-processes"),
+    ("symbolic_size", "dynamic-code"),  # torch.SymInt: torch's ops run from its callback, unrecorded
 ]
 
 
@@ -118,6 +119,14 @@ def test_second_line_catches_at_run_time(second_line, candidate, rule, detail):
     assert not any(n.startswith("guard:") for n in failed(result))
     if candidate == "file_write":
         assert not escape.exists()
+
+
+def test_a_symbolic_size_is_refused_by_the_op_recorder(second_line):
+    """With the gate's rule off, the op recorder refuses the symbolic argument before the op runs,
+    so its callback, where torch had taken the recorder off its mode stack, never runs."""
+    result = second_line.evaluate(source("symbolic_size"))
+    assert result.verdict is Verdict.RUNTIME_ERROR, describe(result)
+    assert "aten::arange was given a symbolic size" in result.message, describe(result)
 
 
 def test_tensor_subclass_output_rejected_at_run_time(second_line):
@@ -229,6 +238,7 @@ def test_single_op_left_to_torch_after_the_first_call(softmax):
     ("import torch\ndef f(a, b):\n    return torch.matmul(a, b)", True),
     ("import torch\ndef f(a, b):\n    return a.mm(b)", True),
     ("def f(a, b):\n    return a @ b", True),
+    ("import operator\ndef f(a, b):\n    return operator.matmul(a, b)", True),  # `@` by name (stop 29)
     ("from torch import matmul as mul2\ndef f(a, b):\n    return mul2(a, b)", True),
     ("import torch.nn.functional as F\ndef f(a, w):\n    return F.linear(a, w)", True),
     # the kernel's own tl.dot, a @ b inside a @triton.jit body: not torch's op

@@ -128,6 +128,11 @@ HOLES = [  # (id, source, rule)
     ("a kernel's globals", "def f(kernel):\n    return kernel.get_capture_scope()", "dynamic-code"),
     ("mapping pattern dunder", "match g:\n    case {'__builtins__': b}:\n        pass", "dunder"),
     ("mapping pattern builtin", "match b:\n    case {'open': o}:\n        pass", "dynamic-code"),
+    # 7. a third helper, stop 29: torch's ops run from a symbolic size's callback, unrecorded; numpy's
+    # BLAS reached through Tensor.numpy()
+    ("symbolic size", "import torch\nS = torch.SymInt", "dynamic-code"),
+    ("symbolic function", "import torch as t\ndef f(n):\n    return t.sym_int(n)", "dynamic-code"),
+    ("tensor to numpy", "def f(x):\n    return x.numpy()", "import"),
 ]
 
 

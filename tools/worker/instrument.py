@@ -11,7 +11,11 @@ import functools
 import types
 from typing import Any
 
+import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
 
 def op_name(func: Any) -> str:
@@ -28,6 +32,12 @@ class OpRecorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: A002 - torch's name
         self.ops[op_name(func)] += 1
+        if any(isinstance(leaf, SYMBOLIC) for leaf in tree_leaves((args, kwargs))):
+            # a symbolic size's Python methods run inside func, where torch has taken this mode off
+            # its stack: a matmul done there went unrecorded (attacker helper, stop 29). Eager
+            # code has no symbolic sizes, and torch.compile is refused by the gate.
+            raise RuntimeError(f"{op_name(func)} was given a symbolic size (torch.SymInt and the like): "
+                               "not allowed in a candidate's forward")
         return func(*args, **(kwargs or {}))
 
 
