@@ -17,11 +17,12 @@ from dataclasses import dataclass, field
 
 from tools.guard_calls import CALL_ONLY, CallChecks
 from tools.guard_context import Parents, alignment_test, attribute_base, bound_to_name, called, parents_of
+from tools.guard_keys import KeyChecks, dunder
 from tools.guard_names import (
     ALLOWED_DUNDER_NAMES, ALLOWED_DUNDERS, ALLOWED_IMPORTS, BANNED_BUILTINS, CPP_EXTENSION_ALLOWED,
     CXX_FORBIDDEN, CXX_LIBRARIES, ENVIRON_WRITES, FORBIDDEN_NAMES, FRAME_ATTRIBUTES, HONEST_SUBMODULES,
     IDENTITY_ATTRIBUTES, KNOWN_MODULES, MODULE_ALIASES, OP_FAMILIES, OP_NAMESPACES, OS_ALLOWED, REACHING_MODULES, RULE_ROOTS,
-    MODULE_NAMES, NAMESPACE_ATTRIBUTES, KEYED_BUILTINS, KEY_READERS,
+    MODULE_NAMES, NAMESPACE_ATTRIBUTES, KEY_READERS,
 )
 
 
@@ -101,11 +102,7 @@ def _on_self(node: ast.Attribute) -> bool:
     return isinstance(node.value, ast.Name) and node.value.id == "self"
 
 
-def _dunder(name: str) -> bool:
-    return name.startswith("__") and name.endswith("__")
-
-
-class _Visitor(CallChecks, ast.NodeVisitor):
+class _Visitor(CallChecks, KeyChecks, ast.NodeVisitor):
     def __init__(self, policy: GuardPolicy, parents: Parents) -> None:
         self.policy = policy
         self.parents = parents
@@ -265,7 +262,7 @@ class _Visitor(CallChecks, ast.NodeVisitor):
             self.flag("dynamic-code", node, f"uses {dotted} as a value; it may only be called, with literal names")
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
-        if _dunder(node.attr) and node.attr not in ALLOWED_DUNDERS:
+        if dunder(node.attr) and node.attr not in ALLOWED_DUNDERS:
             self.flag("dunder", node, f"touches {node.attr}")
         if node.attr in FRAME_ATTRIBUTES:
             self.flag("dynamic-code", node, f"reads {node.attr}: frames and their locals are the evaluator's, not the kernel's")
@@ -274,7 +271,7 @@ class _Visitor(CallChecks, ast.NodeVisitor):
         if node.attr in NAMESPACE_ATTRIBUTES:
             self.flag("dynamic-code", node, f"reads {node.attr}: a builtin or a module's namespace reached through an object")
         if node.attr in KEY_READERS and called(node, self.parents) and self.parents[id(node)].args:
-            self._check_key(self.parents[id(node)].args[0], node)
+            self.check_key(self.parents[id(node)].args[0], node)
         if node.attr == "from_file":
             self.flag("file-io", node, "reads a file with from_file (native I/O the sandbox cannot see)")
         if node.attr == "load_library":
@@ -307,7 +304,7 @@ class _Visitor(CallChecks, ast.NodeVisitor):
     def visit_Name(self, node: ast.Name) -> None:
         if node.id in BANNED_BUILTINS and node.id not in self.aliases:
             self.flag(BANNED_BUILTINS[node.id], node, f"uses the builtin {node.id}")
-        if _dunder(node.id) and node.id not in ALLOWED_DUNDER_NAMES:
+        if dunder(node.id) and node.id not in ALLOWED_DUNDER_NAMES:
             self.flag("dunder", node, f"touches {node.id}")
         target = self.aliases.get(node.id, "")
         if self.single_op_names and target.split(".")[-1] in self.single_op_names and _torch_or_method(target):
@@ -319,37 +316,6 @@ class _Visitor(CallChecks, ast.NodeVisitor):
     def visit_BinOp(self, node: ast.BinOp) -> None:
         if isinstance(node.op, ast.MatMult) and "matmul" in self.single_op_names and not self._kernel_depth:
             self.flag("single-op", node, "this problem is a matrix product; the @ operator leaves it to torch")
-        self.generic_visit(node)
-
-    def visit_MatchClass(self, node: ast.MatchClass) -> None:
-        # a class pattern reads attributes by name, as getattr does (`case object(__globals__=g)`),
-        # with no Attribute node for the checks above to see. Keyword sub-patterns are refused, and so
-        # are positional ones, whatever the class is called: they read what the class's
-        # __match_args__ names, and `int` may be any class a module binds to that name (stop 29)
-        if node.kwd_attrs:
-            self.flag("dynamic-code", node, f"reads attributes by name in a class pattern ({', '.join(node.kwd_attrs)}); read them as attributes")
-        elif node.patterns:
-            self.flag("dynamic-code", node, "reads attributes in a class pattern (through __match_args__); "
-                      "match the class alone (`case int() as n`) and read attributes as attributes")
-        self.generic_visit(node)
-
-    def visit_MatchMapping(self, node: ast.MatchMapping) -> None:
-        for key in node.keys:  # `case {'__builtins__': b}` reads by key, as a subscript does
-            self._check_key(key, node)
-        self.generic_visit(node)
-
-    def _check_key(self, key: ast.AST, node: ast.AST) -> None:
-        """A constant string key that names a dunder or a banned builtin: `g['__builtins__']`,
-        `b.get('exec')`. Reading a namespace by key is reading it by attribute."""
-        if not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
-            return
-        if _dunder(key.value) and key.value not in ALLOWED_DUNDER_NAMES:
-            self.flag("dunder", node, f"touches {key.value} by key")
-        elif key.value in KEYED_BUILTINS:
-            self.flag("dynamic-code", node, f"reads the builtin {key.value} by key")
-
-    def visit_Subscript(self, node: ast.Subscript) -> None:
-        self._check_key(node.slice, node)
         self.generic_visit(node)
 
     # statements ------------------------------------------------------------------------
