@@ -268,6 +268,8 @@ class _Visitor(CallChecks, KeyChecks, ast.NodeVisitor):
             self.flag("dynamic-code", node, f"reads {node.attr}: frames and their locals are the evaluator's, not the kernel's")
         if node.attr == "numpy":  # Tensor.numpy(): numpy's arrays, and their BLAS, by a method (stop 29)
             self.flag("import", node, "reads .numpy(): numpy is a module outside the allowlist, reached through a tensor")
+        if node.attr == "set_":  # frees the old storage inside torch's op, unseen by the op recorder (stop 29)
+            self.flag("dynamic-code", node, "swaps a tensor's storage (x.set_): finalizers of the old one run inside torch's op")
         if node.attr in NAMESPACE_ATTRIBUTES:
             self.flag("dynamic-code", node, f"reads {node.attr}: a builtin or a module's namespace reached through an object")
         if node.attr in KEY_READERS and called(node, self.parents) and self.parents[id(node)].args:

@@ -71,6 +71,7 @@ STATIC = [  # (candidate, the guard rule that rejects it)
     ("sys_exit", "exit"),
     ("os_exit", "threads-processes"),
     ("symbolic_size", "dynamic-code"),  # torch.SymInt: torch's ops run from its callback, unrecorded
+    ("storage_finalizer", "dynamic-code"),  # x.set_(): torch's ops run from a finalizer inside it, unrecorded
 ]
 
 

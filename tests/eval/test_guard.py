@@ -133,6 +133,7 @@ HOLES = [  # (id, source, rule)
     ("symbolic size", "import torch\nS = torch.SymInt", "dynamic-code"),
     ("symbolic function", "import torch as t\ndef f(n):\n    return t.sym_int(n)", "dynamic-code"),
     ("tensor to numpy", "def f(x):\n    return x.numpy()", "import"),
+    ("storage swap", "def f(x, s):\n    x.set_(s)", "dynamic-code"),
 ]
 
 
