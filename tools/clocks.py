@@ -131,9 +131,9 @@ def _check(ev: "Evaluator", worker: WorkerProcess, plan: "TimingPlan", result: R
         many = _candidate_pass(ev, worker, calls, room, passes.handover, result)
         if many is None:
             return False
-        ms, outs, passes.copy, passes.copy_timed, copies = many
-        passes.candidate.append(ms)
-        passes.copies.append(copies)
+        passes.candidate.append(many.ms)
+        passes.copy, passes.copy_timed = many.charged, many.timed
+        passes.copies.append(many.copies)
         one = _request(ev, ev.reference, {"calls": calls[:1]}, result) if k > 1 else None
         eager = _request(ev, ev.reference, {"calls": calls}, result)
         if eager is None or (k > 1 and one is None):
@@ -141,13 +141,13 @@ def _check(ev: "Evaluator", worker: WorkerProcess, plan: "TimingPlan", result: R
         one = one or eager  # one call per pass: the same pass
         passes.eager_one.append(one[3] - passes.handover)
         passes.eager_k.append(eager[3] - k * passes.handover)
-        if not _verify(ev, outs, eager, rep * k, result):
+        if not _verify(ev, many.outputs, eager, rep * k, result):
             return False
         if k > 1:  # the same pass with one call: whatever a pass costs besides its calls cancels in the slope
             single = _candidate_pass(ev, worker, calls[:1], room, passes.handover, result)
             if single is None:
                 return False
-            passes.candidate_one.append(single[0])
+            passes.candidate_one.append(single.ms)
     median = result.candidate_time.median_ms or 0.0
     parent, overhead = passes.per_call(k, result.eager_time.median_ms or 0.0)
     allowed = RATIO * median + HOST_ALLOWANCE_MS + passes.noise(k)
@@ -163,14 +163,23 @@ def _check(ev: "Evaluator", worker: WorkerProcess, plan: "TimingPlan", result: R
     return passed(result, "timing:two-clocks", detail)
 
 
+@dataclass
+class CandidatePass:
+    """One pass of the candidate, as the parent's clock saw it."""
+    ms: float  # the parent's clock for the pass, less the charged copies and hand-overs
+    outputs: Any
+    charged: float  # ms charged for the parent's copies in and out
+    timed: float  # ... what those copies took by the parent's events
+    copies: str  # "in+out timed/predicted", for the record
+
+
 def _candidate_pass(ev: "Evaluator", worker: WorkerProcess, calls: list[tuple[int, int]], room: Any,
-                    handover: float, result: Result) -> tuple[float, Any, float, float, str] | None:
+                    handover: float, result: Result) -> CandidatePass | None:
     """One pass of the candidate: its input sets copied in, the calls back to back, the parent's
-    own copy of the outputs. Returns (the parent's clock for it less the charged copies and
-    hand-overs, in ms; the outputs; the copies' charge; their event-timed duration; the copies as
-    "in+out timed/predicted"), or None when the verdict is set. The k-call pass and the one-call pass are the same steps, so that the
-    parent's own work around a pass (the copies' launches and synchronizations, mapping the reply)
-    is in both and cancels in the candidate's slope rather than counting as work of its calls."""
+    own copy of the outputs; None when the verdict is set. The k-call pass and the one-call pass
+    take the same steps, so that the parent's own work around a pass (the copies' launches and
+    synchronizations, mapping the reply) is in both and cancels in the candidate's slope rather
+    than counting as work of its calls."""
     stamps: dict[str, float] = {}
     trees, _ = feed(ev, worker, [(slot, seed, "problem") for slot, seed in calls], stamps)
     start = stamps.get("copy_start", time.perf_counter())
@@ -186,8 +195,8 @@ def _candidate_pass(ev: "Evaluator", worker: WorkerProcess, calls: list[tuple[in
     timed = stamps.get("copy_ms", 0.0) + taken.get("copy_ms", 0.0)
     predicted = copy_ms(ev, stamps.get("copied", 0.0) + taken.get("copied", 0.0))
     charged = min(timed, COPY_SLACK * predicted) if timed else predicted
-    copies = f"{stamps.get('copy_ms', 0.0):.3g}+{taken.get('copy_ms', 0.0):.3g}/{predicted:.3g}"
-    return (end - start) * 1e3 - charged - len(calls) * handover, outs, charged, timed, copies
+    return CandidatePass((end - start) * 1e3 - charged - len(calls) * handover, outs, charged, timed,
+                         f"{stamps.get('copy_ms', 0.0):.3g}+{taken.get('copy_ms', 0.0):.3g}/{predicted:.3g}")
 
 
 def burst_size(input_bytes: int, output_bytes: int, pool: int, median_ms: float) -> int:

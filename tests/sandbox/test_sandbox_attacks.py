@@ -245,7 +245,7 @@ def test_a_malformed_reply_is_the_candidates_doing(attack):
 def test_a_forged_storage_claim_is_the_candidates_doing(attack, claim):
     """A wrong kernel whose reply claims a storage that is no [address, bytes] pair: before,
     the parent's aliasing check raised on it (verdict `error`, an evaluator fault)."""
-    result = attack("none", claim, candidate="forge_reply_storage", rules=FORGERY_RULES | {"patching"})
+    result = attack("none", claim, candidate="forge_reply_node", rules=FORGERY_RULES | {"patching"})
     assert result.verdict is Verdict.REJECTED and "malformed output" in result.message, describe(result)
     assert "not [address, bytes]" in result.message, describe(result)
 
@@ -254,5 +254,5 @@ def test_a_forged_storage_claim_is_the_candidates_doing(attack, claim):
 def test_a_forged_output_node_is_the_candidates_doing(attack, node):
     """A wrong kernel whose reply carries an output node the parent's decoder could not turn into
     a value: before, the decoder raised OverflowError or RuntimeError (verdict `error`)."""
-    result = attack("none", node, candidate="forge_reply_values", rules=FORGERY_RULES | {"patching"})
+    result = attack("none", node, candidate="forge_reply_node", rules=FORGERY_RULES | {"patching"})
     assert result.verdict is Verdict.REJECTED and "malformed output" in result.message, describe(result)

@@ -1,15 +1,21 @@
-"""Forges its output's node in a trial's reply, after switching the in-process hooks off: values
-the parent's decoder turned into an exception of its own rather than a refusal, so a wrong kernel
-got verdict `error` (an evaluator fault, masked from training) instead of a verdict on itself.
-The constructor's `arg` names the forgery: "float" (a float scalar beyond any float: OverflowError)
-or "span" (an empty tensor whose strides overflow: RuntimeError in torch.empty). Found by an
-attacker helper in stop 29; the reply must be refused as malformed."""
+"""Forges its output's node in a trial's reply, after switching the in-process hooks off, where
+the parent read it unchecked and raised, so a wrong kernel got verdict `error` (an evaluator
+fault, masked from training) instead of a verdict on itself. The constructor's `arg` names the
+forgery; every one must be refused as a malformed output.
+
+- a storage claim ("ptr": address, bytes) that is no pair of non-negative integers: "string",
+  "short", "negative" (the aliasing check raised; attacker helper, stop 28);
+- a node the decoder could not turn into a value: "float", a float scalar beyond any float
+  (OverflowError), or "span", an empty tensor whose strides overflow (RuntimeError in
+  torch.empty) (attacker helper, stop 29).
+"""
 import _thread
 
 import torch
 import torch.nn as nn
 import tools.transport
 
+CLAIMS = {"string": ["not-an-address", 1], "short": [1], "negative": [-4096, 4096]}
 NODES = {
     "float": {"t": "scalar", "kind": "float", "value": 10**400},
     "span": {"t": "tensor", "plain": True, "dtype": "float32", "shape": [0, 2**62, 2**62], "bytes": [0, 0]},
@@ -23,14 +29,17 @@ def disarm():
             cell.cell_contents.violations.clear()
 
 
-def forge(node):
+def forge(what):
     original = tools.transport.encode
 
     def encode(value, arena=None, hold=False):
         tree, payload = original(value, arena, hold)
         items = tree.get("items") if isinstance(tree, dict) else None
         if items and len(items) == 2 and items[0].get("t") == "tensor":
-            items[0] = node
+            if what in CLAIMS:
+                items[0]["ptr"] = CLAIMS[what]
+            else:
+                items[0] = NODES[what]
         return tree, payload
 
     tools.transport.encode = encode
@@ -39,9 +48,9 @@ def forge(node):
 class ModelNew(nn.Module):
     def __init__(self, what, arg):
         super().__init__()
-        self.node = NODES[arg]
+        self.what = arg
 
     def forward(self, x):
         disarm()
-        forge(self.node)
+        forge(self.what)
         return torch.full_like(x, 123.0)  # wrong: the verdict must still be the candidate's
