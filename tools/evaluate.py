@@ -284,7 +284,8 @@ class Evaluator:
             if ready.get("op") != "ready":
                 raise WorkerGone("crashed", f"the candidate worker did not start: {ready.get('message')}")
             result.environment["sandbox"]["applied"] = ready.get("confined", [])
-            result.phases["start"] = round(time.monotonic() - t0, 4)
+            result.phases["start"] = round(time.monotonic() - t0, 4)  # what this evaluation waited for it
+            result.phases.update(worker.boot_phases(ready))
             builds.publish_tools_layer(self, worker)
             t0 = time.monotonic()
             if files[0]:

@@ -108,6 +108,21 @@ class WorkerProcess:
         self.started = True
         return self._checked(header)
 
+    BOOT_STEPS = ("main", "confined", "torch", "dynamo", "context", "triton", "ready")
+
+    def boot_phases(self, ready: dict[str, Any]) -> dict[str, float]:
+        """Seconds of each start-up step of this worker (its ready frame's stamps, on the monotonic
+        clock it was spawned by), as result phases: `boot` from spawn to ready, then `boot_<step>`,
+        `boot_main` being the interpreter and bwrap. A diagnostic only: no verdict reads it; a
+        worker that sent no stamps (or odd ones) gives none."""
+        stamps = ready.get("boot") if isinstance(ready.get("boot"), dict) else {}
+        times = [self.spawned_at] + [stamps.get(step) for step in self.BOOT_STEPS]
+        if any(not isinstance(t, (int, float)) for t in times) or sorted(times) != times:
+            return {}
+        phases = {f"boot_{step}": round(b - a, 4) for step, a, b in zip(self.BOOT_STEPS, times, times[1:])}
+        phases["boot"] = round(times[-1] - self.spawned_at, 4)
+        return phases
+
     def _checked(self, header: dict[str, Any]) -> dict[str, Any]:
         if not self.untrusted:
             return header

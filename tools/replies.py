@@ -47,6 +47,7 @@ FIELDS: dict[str, Callable[[Any], bool]] = {
     "files": _list_of(lambda e: isinstance(e, dict), 100_000),
     "truncated": lambda v: isinstance(v, bool),
     "confined": _list_of(_str, 100),
+    "boot": _dict_of(_number, 20),
     "installed": _int,
 }
 

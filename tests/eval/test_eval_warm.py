@@ -121,3 +121,16 @@ def test_a_worker_still_starting_is_killed_at_close_and_a_started_one_is_asked_t
         assert started.wait_ready(120)["op"] == "ready"
         started.close()
         assert started.proc.returncode == 0
+
+
+def test_a_result_says_how_long_its_worker_took_to_start(tmp_path: Path) -> None:
+    """The worker's start-up steps come back as phases (`boot`, then `boot_<step>`), beside what the
+    evaluation waited for it (`start`): where a batch slot's seconds go, without a profiler."""
+    with Evaluator(PROBLEMS / "elementwise.py", options(tmp_path / "cache")) as ev:
+        phases = ev.evaluate(source("elementwise_ok")).phases
+    steps = {k: v for k, v in phases.items() if k.startswith("boot_")}
+    assert set(steps) == {f"boot_{s}" for s in ("main", "confined", "torch", "dynamo", "context", "triton", "ready")}
+    assert all(v >= 0 for v in steps.values())
+    assert sum(steps.values()) == pytest.approx(phases["boot"], abs=1e-3)
+    assert steps["boot_torch"] > 0.05  # a real import of torch, in the worker
+    assert phases["start"] <= phases["boot"] + 0.5  # it waited at most for the rest of the start

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +19,11 @@ from tools.protocol import FrameReader, write_frame
 
 
 def serve(in_fd: int, out_fd: int, memory_fd: int) -> None:
+    boot = {"main": time.monotonic()}  # start-up steps, on the clock the parent spawned it by
     reader = FrameReader(in_fd)
     config, files = reader.read()
     config["memory_fd"] = memory_fd
+    config["boot"] = boot
     memory = socket.socket(fileno=memory_fd)  # device memory handles go to the parent over it
     try:
         from tools.worker import confine
@@ -28,6 +31,7 @@ def serve(in_fd: int, out_fd: int, memory_fd: int) -> None:
         scratch = Path(config["scratch"])
         (scratch / "tmp").mkdir(parents=True, exist_ok=True)
         applied = confine.apply(config.get("confine"))  # before torch: one thread, no candidate yet
+        boot["confined"] = time.monotonic()
         if files:  # the evaluator's own compiled kernels (tools/builds.py: the tools layer), before prewarm
             from tools.worker.candidate import install_files, roots
 
@@ -39,7 +43,8 @@ def serve(in_fd: int, out_fd: int, memory_fd: int) -> None:
         kind, message = describe_exception(exc, Path(config.get("problem") or "worker").name)
         write_frame(out_fd, {"op": "error", "kind": "problem", "message": message, "cause": kind})
         return
-    write_frame(out_fd, {"op": "ready", "confined": applied})
+    boot["ready"] = time.monotonic()
+    write_frame(out_fd, {"op": "ready", "confined": applied, "boot": boot})
     handlers = worker.handlers()
     violations = worker.violations  # bound before candidate code loads: patching the class misses it
     while True:

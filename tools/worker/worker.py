@@ -20,11 +20,15 @@ class Worker:
     role = ""
 
     def __init__(self, config: dict[str, Any]) -> None:
+        boot = config.setdefault("boot", {})  # start-up steps (tools/worker/__main__.py)
         import torch
+
+        boot["torch"] = time.monotonic()
         import torch._dynamo  # noqa: F401 - imported lazily by torch otherwise, mid-trial, where it
         # rebinds torch.manual_seed and would trip the tripwires; loading it here also keeps it
         # off the critical path of a warm worker
 
+        boot["dynamo"] = time.monotonic()
         from tools.worker.instrument import LaunchCounter
 
         self.config = config
@@ -34,8 +38,10 @@ class Worker:
             torch.empty(1, device=self.device)  # create the context now, not inside a trial
             if config.get("gpu_memory_fraction"):
                 torch.cuda.set_per_process_memory_fraction(config["gpu_memory_fraction"], self.device)
+        boot["context"] = time.monotonic()
         self.launches = LaunchCounter()
         self.launches.install_triton()
+        boot["triton"] = time.monotonic()
         if self.device.type == "cpu":
             interpret_autotune()
         self.model: Any = None
