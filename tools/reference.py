@@ -77,7 +77,10 @@ class Reference:
         return self.proc.alive()
 
     def close(self) -> None:
-        self.proc.close()
+        """Kill the worker and reap it, without asking it to exit first: it is trusted, holds nothing
+        to flush, and an interpreter with torch and a CUDA context takes about a second to shut down
+        politely (seen on an H100 as 7% of a warm batch slot's time)."""
+        self.proc.kill()
         self.cache.clear()
 
     # requests ---------------------------------------------------------------------------
