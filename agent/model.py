@@ -79,6 +79,8 @@ class ModelClient(Protocol):
     """What the agent needs from a model. `name` goes into commit trailers and trajectories."""
 
     name: str
+    # optional: `answers_at_once = True` on a client whose next turn needs no server (the built-in
+    # policy), so attempts come back to back and the evaluator keeps one more worker started ahead
 
     def complete(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]) -> Reply:
         """The next assistant turn. Raises ModelError when no answer can be had."""

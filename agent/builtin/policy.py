@@ -47,6 +47,7 @@ class BuiltinPolicy:
     """`ModelClient` of the built-in policy for one problem."""
 
     name = NAME
+    answers_at_once = True  # no server to wait on: its attempts come back to back (agent/model.py)
 
     def __init__(self, problem: str | Path, entry: str = "Model") -> None:
         self.path = Path(problem)

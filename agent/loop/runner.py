@@ -63,7 +63,7 @@ def optimize(problem: Path, config: AgentConfig, model: ModelClient, *, resume: 
     store = store or LocalStore(config.workspace)
     with ExitStack() as stack:
         # the evaluator first: an invalid problem gets no workspace
-        evaluator = stack.enter_context(_evaluator(problem, config, pools))
+        evaluator = stack.enter_context(_evaluator(problem, config, pools, back_to_back=getattr(model, "answers_at_once", False)))
         opened = stack.enter_context(store.open(problem))
         repo = opened.repo
         pointer = opened.read_pointer()
@@ -159,10 +159,19 @@ def _kept_eager(repo, number: int) -> bool:
     return attempt is not None and kept_eager(attempt, repo.record(attempt))
 
 
-def _evaluator(problem: Path, config: AgentConfig, pools: Any = None):
+def _evaluator(problem: Path, config: AgentConfig, pools: Any = None, *, back_to_back: bool = False):
+    """`back_to_back`: the model answers at once (the built-in policy), so the next evaluation starts
+    as soon as one ends. On a GPU a candidate worker takes longer to start (torch, a CUDA context:
+    4.5-4.8 s on an H100, docs/evaluator.md "Worker start") than one evaluation of a small problem
+    lasts (1.4-2.5 s), so two are kept started ahead instead of one; a
+    model behind a server gives the one spare its answer's time to start. On the CPU a run stops
+    at its first correct kernel (nothing is timed), where a second spare would start for nothing."""
     from tools import EvalOptions, Evaluator
+    from tools.env import resolve_device
 
-    options = EvalOptions(device=config.device, trials=config.trials, timing=True, sandbox=config.sandbox)
+    ahead = 2 if back_to_back and resolve_device(config.device).startswith("cuda") else 1
+    options = EvalOptions(device=config.device, trials=config.trials, timing=True, sandbox=config.sandbox,
+                          spares=ahead)
     return Evaluator(problem, options, entry=config.entry, pool=pools.for_options(options) if pools else None)
 
 
