@@ -69,6 +69,7 @@ class EvalOptions:
     scratch_mb: int = 2048  # a confined worker's /tmp (its scratch) and /dev/shm, each
     max_processes: int = 1024  # processes and threads of one confined worker
     artifact_cache_mb: int = 4096  # build products kept between evaluations (tools/artifacts.py)
+    bytecode_cache: str = "auto"  # workers' .pyc where torch has none: "auto", "on", "off" (tools/bytecode.py)
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tools import builds
+from tools import builds, bytecode
 from tools.artifacts import ArtifactCache
 from tools.baseline_cache import default_cache_dir
 from tools.env import environment, resolve_device
@@ -32,7 +32,7 @@ INIT_SEED = 42  # both models are built after torch.manual_seed(INIT_SEED), so w
 PROBE_SEED = 1234  # inputs of the one descriptive reference run (shapes, ops); not a trial seed
 # the options a started worker depends on: two evaluators may share workers only where these agree
 SPAWN_FIELDS = ("device", "sandbox", "scratch_mb", "max_processes", "host_memory_mb", "file_mb", "gpu_memory_fraction",
-                "cache_dir", "artifact_cache_mb")
+                "cache_dir", "artifact_cache_mb", "bytecode_cache")
 
 
 def spawn_key(options: "EvalOptions") -> tuple[Any, ...]:
@@ -63,6 +63,8 @@ class Spawner:
             (self.cache_dir / sub).mkdir(parents=True, exist_ok=True)
         self.artifacts = ArtifactCache(self.cache_dir / "artifacts", options.artifact_cache_mb << 20)
         self.toolchain = builds.toolchain(self.device)
+        m = self.sandbox.mechanisms
+        self.bytecode = bytecode.prefix_for(self.cache_dir, options.bytecode_cache, protected=bool(m.bwrap or m.landlock_abi))
         self.root = Path(tempfile.mkdtemp(prefix="ratchet-eval-")).resolve()
         self.root.chmod(0o755)  # a best-effort worker running as its own uid reaches its scratch
         self.spawned = 0  # workers started so far (their scratch directories are numbered by it)
@@ -93,20 +95,23 @@ class Spawner:
         files: tuple[list[dict[str, Any]], bytes] | None = None
         if role == "reference":
             config.update(probe_seed=PROBE_SEED)
-            extra.update(TRITON_HOME=str(scratch), TRITON_CACHE_DIR=str(self.cache_dir / "triton" / "reference"))
+            extra.update(TRITON_HOME=str(scratch), TRITON_CACHE_DIR=str(self.cache_dir / "triton" / "reference"),
+                         **bytecode.worker_env(self.bytecode, writer=True))
             launch = plain_launch(worker_env(device, extra))
         else:
             # one path in every sandbox (its private /tmp): Triton's cache records absolute paths
             triton = Path("/tmp/ratchet-triton") if self.sandbox.mechanisms.bwrap else scratch / "triton"
             extra["TRITON_CACHE_DIR"] = str(triton)
+            extra.update(bytecode.worker_env(self.bytecode, writer=False))
             if profile_name == "build":
                 extra["CUDA_VISIBLE_DEVICES"] = ""
             config.update(profile=profile_name, writable=[str(scratch), str(triton)], triton_cache=str(triton),
                           hidden=[str(self.cache_dir)],  # not even mounted under bwrap; refused in Python without it
                           executables=[str(p) for p in builds.executables(profile_name)])
             files = builds.tools_layer(self) if profile_name == "run" else None
+            readable = [self.bytecode] if self.bytecode else []
             launch = lambda fds: self.sandbox.launch(fds, scratch=scratch, profile=profile_name, device=device,  # noqa: E731
-                                                     gpu=device.startswith("cuda"), extra_env=extra)
+                                                     gpu=device.startswith("cuda"), extra_env=extra, readable=readable)
         if files:
             config["files"] = files[0]
         proc = WorkerProcess(config, launch=launch, cwd=self.root, log=scratch / "output.log", limits=limits,

@@ -114,6 +114,29 @@ def test_a_file_outside_cannot_be_linked_or_moved_in(attack, monkeypatch, how):
         folder.rmdir()
 
 
+@pytest.mark.parametrize("sandbox", ["required", "best-effort"])
+def test_the_workers_bytecode_cache_cannot_be_written(attack, cache_dir, monkeypatch, sandbox):
+    """Where torch has no bytecode, the reference worker (trusted, unconfined) writes its .pyc
+    files into a directory beside the cache, and candidates read them (tools/bytecode.py). A
+    candidate that plants a file there, from native code, is refused: under bwrap the directory
+    is a read-only bind, and with landlock alone (best-effort, no bwrap) landlock refuses it."""
+    from tools.sandbox.probe import probe
+
+    if sandbox == "best-effort":
+        monkeypatch.setenv("RATCHET_BWRAP", "/nonexistent/bwrap")
+        probe.cache_clear()
+    prefix = cache_dir.parent / f"{cache_dir.name}-bytecode"
+    try:
+        result = attack("write", str(prefix / attack.token), bytecode_cache="on", sandbox=sandbox)
+    finally:
+        probe.cache_clear()
+    assert result.verdict is Verdict.RUNTIME_ERROR, describe(result)
+    assert report(result).startswith("err:open:"), describe(result)
+    assert not files_named(attack.token, [(prefix, -1)])
+    assert any(prefix.rglob("__init__.*.pyc"))  # the reference worker's, which the candidate read
+    assert {p.stat().st_uid for p in prefix.rglob("*")} == {os.getuid()}  # nothing of a candidate's uid
+
+
 def test_no_shell_in_the_run_sandbox(attack):
     result = attack("exec", "/bin/sh")
     assert result.verdict is Verdict.RUNTIME_ERROR, describe(result)

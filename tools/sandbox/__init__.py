@@ -79,8 +79,9 @@ class Sandbox:
         return {"mode": self.mode, "mechanisms": used, "missing": list(m.missing)}
 
     def launch(self, fds: tuple[int, ...], *, scratch: Path, profile: str, device: str, gpu: bool,
-               extra_env: dict[str, str]) -> Launch:
-        """The command, environment and self-confinement of one worker of `profile`."""
+               extra_env: dict[str, str], readable: list[Path] | None = None) -> Launch:
+        """The command, environment and self-confinement of one worker of `profile`; `readable`:
+        more directories it may read (bound read-only under bwrap)."""
         m = self.mechanisms
         command = bw.python_command(fds)
         env = candidate_env(device, scratch, profile, extra_env)
@@ -96,7 +97,8 @@ class Sandbox:
                 _hand_over(scratch, uid)
             return Launch(argv=command, env=env, user=uid, confine=confine)
         seccomp_fd = _bpf_fd() if m.seccomp else None
-        spec = bw.Spec(scratch=scratch, gpu=gpu, tmp_bytes=self.tmp_bytes, uid=uid, seccomp_fd=seccomp_fd)
+        spec = bw.Spec(scratch=scratch, gpu=gpu, tmp_bytes=self.tmp_bytes, uid=uid, seccomp_fd=seccomp_fd,
+                       extra_readable=list(readable or []))
         extra = [] if seccomp_fd is None else [seccomp_fd]
         return Launch(argv=bw.argv(m.bwrap, spec, command), env=env, pass_fds=tuple(extra), close_after=extra,
                       confine=confine)
