@@ -16,8 +16,12 @@ beside its cache directory (candidates may not read that one):
   environment says PYTHONDONTWRITEBYTECODE, and bwrap and landlock refuse its writes outside its
   scratch directory.
 
-Only where a candidate cannot write there: with bwrap or landlock. Without both, a candidate could
-plant bytecode that the next reference worker would run, so there is no cache.
+Only where a candidate cannot change it: under bwrap, or with landlock and a uid of the worker's
+own (landlock refuses writes but not chmod or chown, which a candidate of the files' own uid could
+use to open the directory to anyone). Otherwise a candidate could plant bytecode that the next
+reference worker would run, so there is no cache. The problem's and the candidate's own files are
+never compiled into it (tools/worker/errors.py, load_module): the next problems' candidates would
+read them.
 
 EvalOptions.bytecode_cache: "auto" (the default, as above), "on" (whatever torch has), "off".
 """
@@ -41,7 +45,7 @@ def torch_has_bytecode() -> bool:
 
 def prefix_for(cache_dir: Path, mode: str, *, protected: bool) -> Path | None:
     """The workers' PYTHONPYCACHEPREFIX, made if need be, or None for none (module docstring).
-    `protected`: a candidate's worker cannot write outside its scratch (bwrap or landlock)."""
+    `protected`: a candidate's worker can change nothing outside its scratch (see tools/spawner.py)."""
     if mode not in MODES:
         raise ValueError(f"bytecode_cache={mode!r}: expected one of {', '.join(MODES)}")
     if mode == "off" or not protected or (mode == "auto" and torch_has_bytecode()):

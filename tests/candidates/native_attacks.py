@@ -16,6 +16,8 @@ SOURCE = r"""
 #include <sys/prctl.h>
 #include <sys/ptrace.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -136,6 +138,12 @@ std::string attack(std::string what, std::string arg) {
     }
     if (what == "mark") return std::string("ok:mark=") + STR(RATCHET_MARK) + " tick=" + STR(RATCHET_TICK);
     if (what == "uid") return "ok:uid=" + std::to_string(getuid());
+    if (what == "mknod") {  // a device node (the host's /dev/null numbers) in its own scratch ($TMPDIR)
+        const char* tmp = getenv("TMPDIR");
+        std::string path = std::string(tmp ? tmp : "/tmp") + "/node";
+        int r = mknod(path.c_str(), S_IFCHR | 0666, makedev(1, 3));
+        return r == 0 ? "ok:made " + path : err("mknod");
+    }
     return "err:unknown attack";
 }
 

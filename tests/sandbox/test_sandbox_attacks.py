@@ -126,15 +126,39 @@ def test_the_workers_bytecode_cache_cannot_be_written(attack, cache_dir, monkeyp
         monkeypatch.setenv("RATCHET_BWRAP", "/nonexistent/bwrap")
         probe.cache_clear()
     prefix = cache_dir.parent / f"{cache_dir.name}-bytecode"
+    before = {p: (st.st_mode, st.st_uid, st.st_mtime) for p in prefix.rglob("*") for st in [p.stat()]}
     try:
         result = attack("write", str(prefix / attack.token), bytecode_cache="on", sandbox=sandbox)
+        without_bwrap = probe()
     finally:
         probe.cache_clear()
     assert result.verdict is Verdict.RUNTIME_ERROR, describe(result)
     assert report(result).startswith("err:open:"), describe(result)
     assert not files_named(attack.token, [(prefix, -1)])
-    assert any(prefix.rglob("__init__.*.pyc"))  # the reference worker's, which the candidate read
+    after = {p: (st.st_mode, st.st_uid, st.st_mtime) for p in prefix.rglob("*") for st in [p.stat()]}
+    assert {p: v for p, v in after.items() if p in before} == before  # nothing it had was changed
     assert {p.stat().st_uid for p in prefix.rglob("*")} == {os.getuid()}  # nothing of a candidate's uid
+    cached = sandbox == "required" or (without_bwrap.root and without_bwrap.drop_uid)
+    assert not any(prefix.rglob("attack_target*"))  # the problem's own bytecode is never cached
+    if cached:
+        assert any(prefix.rglob("__init__.*.pyc"))  # the reference worker's, which the candidate read
+
+
+@pytest.mark.parametrize("sandbox", ["required", "best-effort"])
+def test_no_device_node_is_made(attack, monkeypatch, sandbox):
+    """A worker left root (best-effort without a uid of its own: landlock alone) could make a node
+    of the host's disk in its scratch and write through it: landlock allows no device node."""
+    from tools.sandbox.probe import probe
+
+    if sandbox == "best-effort":
+        monkeypatch.setenv("RATCHET_BWRAP", "/nonexistent/bwrap")
+        probe.cache_clear()
+    try:
+        result = attack("mknod", sandbox=sandbox)
+    finally:
+        probe.cache_clear()
+    assert result.verdict is Verdict.RUNTIME_ERROR, describe(result)
+    assert report(result).startswith("err:mknod:"), describe(result)
 
 
 def test_no_shell_in_the_run_sandbox(attack):

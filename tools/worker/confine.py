@@ -52,8 +52,10 @@ def _restrict(writable: list[str], executable: list[str], devices: list[str]) ->
     if abi >= 3:
         changes |= FSAccess.TRUNCATE
     ruleset = Ruleset(restrict_rules=changes | FSAccess.EXECUTE)
+    # device nodes are made nowhere: a worker left root (best-effort, no uid of its own) could
+    # otherwise make one of the host's disk in its scratch and write through it
     for path in writable:
-        ruleset.allow(path, rules=changes)
+        ruleset.allow(path, rules=changes & ~(FSAccess.MAKE_CHAR | FSAccess.MAKE_BLOCK))
     file_rights = FSAccess.WRITE_FILE | (FSAccess.TRUNCATE if abi >= 3 else 0)
     # its own /proc/<pid> (resolved now, from /proc/self): CUDA names its threads through
     # /proc/self/task/<tid>/comm and fails to start when it cannot

@@ -29,7 +29,13 @@ def load_module(path: Path, name: str):
         raise Failure("compile_error", f"cannot load {path.name}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    spec.loader.exec_module(module)
+    # no bytecode of the problem's or a candidate's own file in the workers' shared cache
+    # (tools/bytecode.py), where later candidates, of other problems too, could read it
+    previous, sys.dont_write_bytecode = sys.dont_write_bytecode, True
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.dont_write_bytecode = previous
     return module
 
 
