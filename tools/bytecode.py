@@ -51,8 +51,11 @@ def prefix_for(cache_dir: Path, mode: str, *, protected: bool) -> Path | None:
     if mode == "off" or not protected or (mode == "auto" and torch_has_bytecode()):
         return None
     prefix = cache_dir.parent / f"{cache_dir.name}-bytecode"
-    prefix.mkdir(parents=True, exist_ok=True)
-    prefix.chmod(0o755)  # a worker running as its own uid reads it
+    try:
+        prefix.mkdir(parents=True, exist_ok=True)
+        prefix.chmod(0o755)  # a worker running as its own uid reads it
+    except OSError:  # e.g. a cache directory whose parent only root may write: workers compile, as without it
+        return None
     return prefix
 
 

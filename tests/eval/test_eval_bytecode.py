@@ -35,5 +35,7 @@ def test_no_cache_where_torch_has_bytecode_or_it_is_off(tmp_path: Path) -> None:
     assert prefix_for(tmp_path / "c", "off", protected=True) is None
     assert prefix_for(tmp_path / "c", "on", protected=False) is None  # a candidate could plant bytecode
     assert prefix_for(tmp_path / "c", "on", protected=True) == tmp_path / "c-bytecode"
+    (tmp_path / "d-bytecode").write_text("a file where the directory would go")
+    assert prefix_for(tmp_path / "d", "on", protected=True) is None  # cannot be made: no cache, no failure
     with pytest.raises(ValueError, match="bytecode_cache='yes'"):
         prefix_for(tmp_path / "c", "yes", protected=True)
