@@ -45,7 +45,7 @@ def torch_has_bytecode() -> bool:
 
 def prefix_for(cache_dir: Path, mode: str, *, protected: bool) -> Path | None:
     """The workers' PYTHONPYCACHEPREFIX, made if need be, or None for none (module docstring).
-    `protected`: a candidate's worker can change nothing outside its scratch (see tools/spawner.py)."""
+    `protected`: a candidate's worker cannot change it (Sandbox.read_only_for_candidates)."""
     if mode not in MODES:
         raise ValueError(f"bytecode_cache={mode!r}: expected one of {', '.join(MODES)}")
     if mode == "off" or not protected or (mode == "auto" and torch_has_bytecode()):

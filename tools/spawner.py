@@ -63,11 +63,8 @@ class Spawner:
             (self.cache_dir / sub).mkdir(parents=True, exist_ok=True)
         self.artifacts = ArtifactCache(self.cache_dir / "artifacts", options.artifact_cache_mb << 20)
         self.toolchain = builds.toolchain(self.device)
-        m = self.sandbox.mechanisms
-        # a candidate cannot change the cache: bwrap binds it read-only; landlock refuses writes but not
-        # chmod or chown, which only a uid other than the files' owner's stops (tools/bytecode.py)
-        protected = bool(m.bwrap) or bool(m.landlock_abi and m.root and m.drop_uid)
-        self.bytecode = bytecode.prefix_for(self.cache_dir, options.bytecode_cache, protected=protected)
+        self.bytecode = bytecode.prefix_for(self.cache_dir, options.bytecode_cache,
+                                            protected=self.sandbox.read_only_for_candidates)
         self.root = Path(tempfile.mkdtemp(prefix="ratchet-eval-")).resolve()
         self.root.chmod(0o755)  # a best-effort worker running as its own uid reaches its scratch
         self.spawned = 0  # workers started so far (their scratch directories are numbered by it)

@@ -126,22 +126,27 @@ def test_the_workers_bytecode_cache_cannot_be_written(attack, cache_dir, monkeyp
         monkeypatch.setenv("RATCHET_BWRAP", "/nonexistent/bwrap")
         probe.cache_clear()
     prefix = cache_dir.parent / f"{cache_dir.name}-bytecode"
-    before = {p: (st.st_mode, st.st_uid, st.st_mtime) for p in prefix.rglob("*") for st in [p.stat()]}
+    before = _metadata(prefix)
     try:
         result = attack("write", str(prefix / attack.token), bytecode_cache="on", sandbox=sandbox)
-        without_bwrap = probe()
+        mechanisms = probe()
     finally:
         probe.cache_clear()
     assert result.verdict is Verdict.RUNTIME_ERROR, describe(result)
     assert report(result).startswith("err:open:"), describe(result)
     assert not files_named(attack.token, [(prefix, -1)])
-    after = {p: (st.st_mode, st.st_uid, st.st_mtime) for p in prefix.rglob("*") for st in [p.stat()]}
+    after = _metadata(prefix)
     assert {p: v for p, v in after.items() if p in before} == before  # nothing it had was changed
-    assert {p.stat().st_uid for p in prefix.rglob("*")} == {os.getuid()}  # nothing of a candidate's uid
-    cached = sandbox == "required" or (without_bwrap.root and without_bwrap.drop_uid)
+    assert {uid for _, uid, _ in after.values()} == {os.getuid()}  # nothing of a candidate's uid
+    cached = sandbox == "required" or (mechanisms.root and mechanisms.drop_uid)
     assert not any(prefix.rglob("attack_target*"))  # the problem's own bytecode is never cached
     if cached:
         assert any(prefix.rglob("__init__.*.pyc"))  # the reference worker's, which the candidate read
+
+
+def _metadata(root: Path) -> dict[Path, tuple[int, int, float]]:
+    """Mode, owner and mtime of everything below `root`."""
+    return {p: (st.st_mode, st.st_uid, st.st_mtime) for p in root.rglob("*") for st in [p.stat()]}
 
 
 @pytest.mark.parametrize("sandbox", ["required", "best-effort"])

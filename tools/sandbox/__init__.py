@@ -64,6 +64,14 @@ class Sandbox:
                 f"the OS sandbox is required but {'; '.join(self.mechanisms.missing)}; "
                 "use --sandbox best-effort (EvalOptions(sandbox='best-effort')) to run with weaker isolation")
 
+    @property
+    def read_only_for_candidates(self) -> bool:
+        """Whether a directory of ours that a candidate's worker may read is one it cannot change:
+        bwrap binds it read-only; without bwrap, landlock refuses writes but not chmod or chown,
+        which only a uid of the worker's own (not the files' owner) stops."""
+        m = self.mechanisms
+        return bool(m.bwrap) or bool(m.landlock_abi and m.root and m.drop_uid)
+
     def isolation(self) -> dict[str, Any]:
         """For the result's environment: the mode, what confined the worker, what was missing."""
         m = self.mechanisms
