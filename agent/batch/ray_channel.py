@@ -10,11 +10,13 @@ why). The transport has two halves and one actor between them:
   outcome)` wakes the waiting call. An actor rather than a server socket, so it works the same
   whether the driver runs on the head node (`--ray local`, `auto`) or outside the cluster as a Ray
   Client (`ray://HOST:PORT`): every connection goes out from the driver and the nodes into Ray.
-- `MailboxServer`, a thread in the driver's process: it takes requests, runs
-  `service.handle(request)` one at a time (so requests of one problem are answered in the order
-  they were taken), and posts each outcome, an exception included: a `Fenced` raised by the
-  service arrives on the node as `Fenced`, any other WorkspaceError as itself, a bug in the
-  service as one `ServiceError` line naming the problem and the op.
+- `MailboxServer`, a thread in the driver's process: it takes requests and runs
+  `service.handle(request)` on a few threads, one problem at a time on each: a problem's requests
+  are answered one after the other in the order they were taken, while different problems' are
+  served at once (the service locks per problem), so one slot's commit never waits behind another
+  slot's. It posts each outcome, an exception included: a `Fenced` raised by the service arrives
+  on the node as `Fenced`, any other WorkspaceError as itself, a bug in the service as one
+  `ServiceError` line naming the problem and the op.
 - `RayChannel`, the node side (an agent.batch.channel.Channel): `call(request)` sends it through
   the mailbox and waits (at most `timeout_s`) for the outcome. It waits on the reference's
   future, not in `ray.get`, so Ray does not count the task as blocked and hand its CPU slot to
@@ -25,6 +27,7 @@ The driver's death ends the actor (it is not detached), and with it every waitin
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import itertools
 import threading
@@ -36,6 +39,7 @@ from agent.workspace.repo import WorkspaceError
 
 CALL_TIMEOUT_S = 600.0  # one request's round trip; the service answers in seconds (a commit, a checkpoint)
 POLL_S = 1.0  # the driver's long poll; also how soon its thread notices stop()
+SERVICE_THREADS = 8  # problems whose requests the driver answers at once (a slot runs one problem)
 
 
 class Mailbox:
@@ -95,15 +99,21 @@ def outcome_of(handle: Callable[[Request], Any], request: Request) -> tuple[str,
 
 
 class MailboxServer:
-    """The driver's thread serving the mailbox with `handle` (a WorkspaceService's)."""
+    """The driver's side of the mailbox: a thread that takes requests, and up to `threads` threads
+    that answer them with `handle` (a WorkspaceService's), each request of one problem after the
+    one before it, in the order taken (see the module docstring)."""
 
     def __init__(self, mailbox: Any, handle: Callable[[Request], Any], *,
-                 warn: Callable[[str], None] = lambda line: None):
+                 warn: Callable[[str], None] = lambda line: None, threads: int = SERVICE_THREADS):
         self.mailbox = mailbox
         self.handle = handle
         self.warn = warn
         self.served = 0
         self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._queues: dict[Any, collections.deque] = {}  # problem key -> its requests not yet answered
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="ray-service")
+        self._lost = threading.Event()  # warned once that answers cannot be posted
         self._thread = threading.Thread(target=self._serve, name="ray-mailbox", daemon=True)
         self._thread.start()
 
@@ -119,12 +129,43 @@ class MailboxServer:
                               "running problems will fail and --resume continues them")
                 return
             for number, request in taken:
-                self.mailbox.answer.remote(number, outcome_of(self.handle, request))
+                self._enqueue(number, request)
+
+    def _enqueue(self, number: int, request: Request) -> None:
+        """Queue a request behind its problem's unanswered ones; start a drain if there are none."""
+        key = request.key if isinstance(request.key, str) else repr(request.key)
+        with self._lock:
+            queue = self._queues.get(key)
+            if queue is not None:  # a drain of this problem is running: it will get to this one
+                queue.append((number, request))
+                return
+            self._queues[key] = collections.deque([(number, request)])
+        self._pool.submit(self._drain, key)
+
+    def _drain(self, key: str) -> None:
+        """Answer the problem's requests in order until none is left (then forget its queue)."""
+        while True:
+            with self._lock:
+                queue = self._queues[key]
+                if not queue:
+                    del self._queues[key]
+                    return
+                number, request = queue[0]
+            outcome = outcome_of(self.handle, request)
+            try:
+                self.mailbox.answer.remote(number, outcome)
+            except Exception as exc:  # noqa: BLE001 - Ray is gone (the end of the driver): the node's call times out
+                if not self._lost.is_set():
+                    self._lost.set()
+                    self.warn(f"batch: an answer could not be posted to the Ray mailbox ({type(exc).__name__}: {exc})")
+            with self._lock:
+                queue.popleft()
                 self.served += 1
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=POLL_S + 10)
+        self._pool.shutdown(wait=True)
 
 
 class RayChannel:

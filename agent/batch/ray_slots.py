@@ -47,7 +47,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agent.batch.ray_channel import MailboxServer, RayChannel, mailbox_actor
+from agent.batch.ray_channel import SERVICE_THREADS, MailboxServer, RayChannel, mailbox_actor
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 INSTALL_LINE = "--ray needs Ray: pip install -e '.[ray]'"
@@ -245,7 +245,7 @@ class RayScheduler:
             **needs, max_restarts=max_retries, max_task_retries=max_retries, max_concurrency=2)
         self._actor_args = (dict(env or {}), api_key_env)
         self.mailbox = mailbox_actor()
-        self.server = MailboxServer(self.mailbox, handle, warn=warn)
+        self.server = MailboxServer(self.mailbox, handle, warn=warn, threads=max(SERVICE_THREADS, self.slots))
         self._lock = threading.Lock()
         self._idle: list[Any] = []  # actors waiting for a problem
         self._actors = 0  # actors alive (idle or running)
