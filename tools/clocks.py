@@ -28,14 +28,17 @@ per call is the calls' own work.
 A disagreement, the parent's time per call above RATIO times the worker's median plus
 HOST_ALLOWANCE_MS (the worker's protocol hides up to 0.2 ms of host work per call behind a GPU
 busy-wait; back-to-back calls do not) plus the noise of the reference's passes, rejects the
-candidate under the rule `two-clocks`. docs/integrity.md has the measurements these constants
+candidate under the rule `two-clocks`. It is read after REPS rounds of passes; while it is over,
+up to MORE_REPS rounds more are measured, one at a time, and the minima taken over all of them
+(noise only adds time, so more passes only bring a minimum nearer the true wall; the allowance
+stays what the first REPS rounds set). docs/integrity.md has the measurements these constants
 come from and the smallest kernel time at which a forged 1.5x is caught.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from tools.feed import feed
 from tools.process import WorkerProcess
@@ -49,6 +52,11 @@ if TYPE_CHECKING:
     from tools.profile import TimingPlan
 
 REPS = 3  # passes per arm; the smallest wall of each is used (noise only ever adds time)
+# rounds added, one at a time, while the parent's clock still reads above the allowed: on a busy host
+# (two Ray slots starting workers) an honest swish kernel at k = 2 read 0.55-0.70 ms per call after
+# three rounds against 0.54-0.58 allowed, in 4 of 80 attempts; more passes only bring each minimum
+# nearer the true wall, and the allowance stays what the first REPS rounds set (docs/integrity.md)
+MORE_REPS = 6
 RATIO = 1.1
 # the worker's 0.2 ms pre-roll hides host work from its samples; back to back shows it (measured
 # on an H200: an honest kernel with nine launches per call, 0.14-0.22 ms between the two clocks)
@@ -107,8 +115,16 @@ class Passes:
         return (min(self.candidate) - min(self.candidate_one)) / (k - 1)
 
     def noise(self, k: int) -> float:
-        """Spread of the eager arm's k-call passes, per call: how far an honest pass may wander."""
-        return (max(self.eager_k) - min(self.eager_k)) / k
+        """Spread of the eager arm's first REPS k-call passes, per call: how far an honest pass may
+        wander (the rounds added while in doubt sharpen the minima, never widen the allowance)."""
+        first = self.eager_k[:REPS]
+        return (max(first) - min(first)) / k
+
+    def judge(self, k: int, median_ms: float, eager_median_ms: float) -> tuple[float, float, float]:
+        """(the parent's time per call, the most it may be for a worker median of `median_ms`, the
+        request overhead subtracted)."""
+        parent, overhead = self.per_call(k, eager_median_ms)
+        return parent, RATIO * median_ms + HOST_ALLOWANCE_MS + self.noise(k), overhead
 
 
 def check(ev: "Evaluator", worker: WorkerProcess, plan: "TimingPlan", result: Result) -> bool:
@@ -126,41 +142,74 @@ def _check(ev: "Evaluator", worker: WorkerProcess, plan: "TimingPlan", result: R
     k = burst_size(ev.problem.input_bytes, ev.problem.output_bytes, plan.pool, result.candidate_time.median_ms or 0.0)
     passes = Passes([], [], [], [], handover=copy_ms(ev, ev.problem.output_bytes))
     room = _output_room(ev, k)  # the parent's copy of the outputs: allocated before any clock starts
-    for rep in range(REPS):
-        calls = [plan.call(FIRST_CALL + rep * k + i) for i in range(k)]
-        many = _candidate_pass(ev, worker, calls, room, passes.handover, result)
-        if many is None:
-            return False
-        passes.candidate.append(many.ms)
-        passes.copy, passes.copy_timed = many.charged, many.timed
-        passes.copies.append(many.copies)
-        one = _request(ev, ev.reference, {"calls": calls[:1]}, result) if k > 1 else None
-        eager = _request(ev, ev.reference, {"calls": calls}, result)
-        if eager is None or (k > 1 and one is None):
-            return False
-        one = one or eager  # one call per pass: the same pass
-        passes.eager_one.append(one[3] - passes.handover)
-        passes.eager_k.append(eager[3] - k * passes.handover)
-        if not _verify(ev, many.outputs, eager, rep * k, result):
-            return False
-        if k > 1:  # the same pass with one call: whatever a pass costs besides its calls cancels in the slope
-            single = _candidate_pass(ev, worker, calls[:1], room, passes.handover, result)
-            if single is None:
-                return False
-            passes.candidate_one.append(single.ms)
     median = result.candidate_time.median_ms or 0.0
-    parent, overhead = passes.per_call(k, result.eager_time.median_ms or 0.0)
-    allowed = RATIO * median + HOST_ALLOWANCE_MS + passes.noise(k)
+    eager_median = result.eager_time.median_ms or 0.0
+    reading = settle(passes, k, median, eager_median,
+                     lambda rep: _round(ev, worker, plan, k, rep, room, passes, result))
+    if reading is None:
+        return False
+    parent, allowed, overhead, first = reading
     slope = passes.own_slope(k)
+    rounds = len(passes.candidate)
     detail = (f"parent's clock {parent:.4g} ms per call back to back, worker's median {median:.4g} ms "
               f"(allowed {allowed:.4g} ms; {k} calls per pass, request overhead {overhead:.4g} ms"
-              + (f", slope of its own passes {slope:.4g} ms" if slope is not None else "") + f"; {passes.describe()})")
+              + (f", slope of its own passes {slope:.4g} ms" if slope is not None else "")
+              + (f"; {rounds} rounds, {first:.4g} ms after {REPS}" if first is not None else "")
+              + f"; {passes.describe()})")
     if parent > allowed:
         return fail(result, Verdict.REJECTED, "timing:two-clocks", detail,
                     f"Rejected (rule two-clocks): {detail}. The times the worker reported are shorter than "
                     "the work takes: either they were altered, or each call spends far more time launching "
                     "on the host than running on the GPU.")
     return passed(result, "timing:two-clocks", detail)
+
+
+def settle(passes: Passes, k: int, median_ms: float, eager_median_ms: float,
+           measure: Callable[[int], bool]) -> tuple[float, float, float, float | None] | None:
+    """Measure rounds (`measure(rep)` adds one to `passes`; False: the verdict is set, None is
+    returned) until, from the REPS-th on, the parent's time per call is within the allowed, or
+    REPS + MORE_REPS rounds are spent. Returns (parent's time per call, allowed, overhead, the
+    parent's time after REPS rounds if more were needed, else None)."""
+    first: float | None = None
+    for rep in range(REPS + MORE_REPS):
+        if not measure(rep):
+            return None
+        if rep + 1 < REPS:
+            continue
+        parent, allowed, overhead = passes.judge(k, median_ms, eager_median_ms)
+        if parent <= allowed:
+            break
+        if first is None:
+            first = parent
+    return parent, allowed, overhead, first
+
+
+def _round(ev: "Evaluator", worker: WorkerProcess, plan: "TimingPlan", k: int, rep: int, room: Any,
+           passes: Passes, result: Result) -> bool:
+    """One round of passes on fresh pool calls: the candidate's k calls, the reference's one and k,
+    the candidate's one (its outputs checked against the reference's); False when the verdict is set."""
+    calls = [plan.call(FIRST_CALL + rep * k + i) for i in range(k)]
+    many = _candidate_pass(ev, worker, calls, room, passes.handover, result)
+    if many is None:
+        return False
+    passes.candidate.append(many.ms)
+    passes.copy, passes.copy_timed = many.charged, many.timed
+    passes.copies.append(many.copies)
+    one = _request(ev, ev.reference, {"calls": calls[:1]}, result) if k > 1 else None
+    eager = _request(ev, ev.reference, {"calls": calls}, result)
+    if eager is None or (k > 1 and one is None):
+        return False
+    one = one or eager  # one call per pass: the same pass
+    passes.eager_one.append(one[3] - passes.handover)
+    passes.eager_k.append(eager[3] - k * passes.handover)
+    if not _verify(ev, many.outputs, eager, rep * k, result):
+        return False
+    if k > 1:  # the same pass with one call: whatever a pass costs besides its calls cancels in the slope
+        single = _candidate_pass(ev, worker, calls[:1], room, passes.handover, result)
+        if single is None:
+            return False
+        passes.candidate_one.append(single.ms)
+    return True
 
 
 @dataclass

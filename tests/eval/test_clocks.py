@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tools.clocks import BURST_MAX, HOST_ALLOWANCE_MS, PASS_MS, RATIO, REQUEST_ALLOWANCE_MS, Passes, burst_size
+from tools.clocks import (BURST_MAX, HOST_ALLOWANCE_MS, MORE_REPS, PASS_MS, RATIO, REPS, REQUEST_ALLOWANCE_MS, Passes,
+                          burst_size, settle)
 
 
 def walls(overhead: float, per_call: float, k: int, reps: int = 3) -> tuple[list[float], list[float]]:
@@ -54,6 +55,66 @@ def test_a_forged_factor_of_one_and_a_half_is_caught_on_a_few_millisecond_kernel
     parent, _ = p.per_call(5, 5.0)
     assert parent > RATIO * reported + HOST_ALLOWANCE_MS + p.noise(5)
     assert parent <= RATIO * true_ms + HOST_ALLOWANCE_MS + p.noise(5)  # the honest report passes
+
+
+def rounds_of(passes: Passes, walls_per_round: list[tuple[float, float, float, float]]):
+    """A `measure` for settle(): round n adds the n-th (candidate k, candidate 1, eager 1, eager k)
+    walls; it records how many rounds were asked for."""
+    asked: list[int] = []
+
+    def measure(rep: int) -> bool:
+        asked.append(rep)
+        cand_k, cand_one, eager_one, eager_k = walls_per_round[min(rep, len(walls_per_round) - 1)]
+        passes.candidate.append(cand_k)
+        passes.candidate_one.append(cand_one)
+        passes.eager_one.append(eager_one)
+        passes.eager_k.append(eager_k)
+        return True
+    return measure, asked
+
+
+# an honest swish kernel at 2^26 elements, k = 2, in a two-slot Ray batch on an H100 host
+# (2026-11-27): its first three rounds, as the rejection's detail gave them
+BUSY_HOST = [(17.5, 1.64, 1.49, 1.58), (2.05, 1.92, 1.15, 1.53), (2.01, 1.46, 1.15, 1.50)]
+
+
+def test_an_honest_kernel_on_a_busy_host_is_judged_on_more_rounds_not_rejected():
+    passes = Passes([], [], [], [])
+    quiet = (1.85, 1.55, 1.16, 1.52)  # a fourth round with the host less busy
+    measure, asked = rounds_of(passes, [*BUSY_HOST, quiet])
+    parent, allowed, _, first = settle(passes, 2, 0.1836, 0.35, measure)
+    assert first == pytest.approx(0.5535, abs=0.01) and first > 0.5416  # three rounds alone rejected it (the detail
+    # gave the walls to three digits: 0.5535 was read from the unrounded ones)
+    assert len(asked) == REPS + 1 and parent <= allowed
+    assert parent == pytest.approx(0.39, abs=0.01)
+
+
+def test_a_forged_time_stays_rejected_through_every_added_round():
+    """The worker reports 4 ms / 1.5: every round tells the parent the same truth."""
+    eager_k, eager_one = walls(0.6, 5.0, 5, reps=1)
+    cand_k, cand_one = walls(1.0, 4.0, 5, reps=1)
+    passes = Passes([], [], [], [])
+    measure, asked = rounds_of(passes, [(cand_k[0], cand_one[0], eager_one[0], eager_k[0])])
+    parent, allowed, _, first = settle(passes, 5, 4.0 / 1.5, 5.0, measure)
+    assert len(asked) == REPS + MORE_REPS
+    assert parent > allowed and first == pytest.approx(parent)
+
+
+def test_the_added_rounds_never_widen_the_allowance():
+    """Only the first REPS rounds' reference spread counts as noise: a candidate that loads the GPU
+    while the reference runs its later passes cannot buy itself room."""
+    passes = Passes([], [], [], [])
+    rounds = [*BUSY_HOST, *[(2.3, 1.5, 1.2, 9.0)] * MORE_REPS]  # slow eager passes from round four on
+    measure, asked = rounds_of(passes, rounds)
+    parent, allowed, _, _ = settle(passes, 2, 0.1836, 0.35, measure)
+    assert len(asked) == REPS + MORE_REPS and parent > allowed
+    assert passes.noise(2) == pytest.approx((1.58 - 1.50) / 2)
+    assert allowed == pytest.approx(RATIO * 0.1836 + HOST_ALLOWANCE_MS + (1.58 - 1.50) / 2)
+
+
+def test_a_round_that_sets_the_verdict_ends_the_check():
+    passes = Passes([], [], [], [])
+    assert settle(passes, 2, 0.2, 0.3, lambda rep: False) is None
 
 
 def test_calls_per_pass_respect_the_pool_memory_and_work_bounds():
