@@ -183,6 +183,7 @@ def one_run(label: str, config: dict[str, Any], suite: Path, names: list[str], a
         "statuses": sorted({str(r.get("status")) for r in rows}),
         "executors": sorted({str(r.get("executor")) for r in rows}),
         "summary": stdout.strip().splitlines()[-1] if stdout.strip() else None, "leftover_pids": leftover,
+        "not_ok": not_ok(workspace, suite, names),
     }
     if proc.returncode or missing:
         tail = stderr_path.read_text(errors="replace").strip().splitlines()[-15:]
@@ -191,7 +192,32 @@ def one_run(label: str, config: dict[str, Any], suite: Path, names: list[str], a
     print(f"[{label}] {len(rows)} problems ({result['correct']} correct, {result['attempts']} attempts) in "
           f"{seconds:.1f} s = {result['problems_per_hour']} problems/hour (exit {proc.returncode})"
           + (f"; killed {len(leftover)} leftover process(es)" if leftover else ""), file=sys.stderr, flush=True)
+    if result["not_ok"]:
+        print(f"[{label}] attempts not ok (every copy is the same honest kernel): "
+              + ", ".join(f"{why} {n}" for why, n in sorted(result["not_ok"].items())), file=sys.stderr, flush=True)
     return result
+
+
+def not_ok(workspace: Path, suite: Path, names: list[str]) -> dict[str, int]:
+    """Attempts whose verdict is not ok, counted by the check that decided it (say
+    `timing:two-clocks`): the copies all get the same honest draft, so each one is a verdict that
+    noise or load decided, worth reading in the workspace's records."""
+    from agent.workspace.root import Workspace
+    from agent.workspace.repo import WorkspaceError
+
+    counts: dict[str, int] = {}
+    for name in names:
+        try:
+            with Workspace(workspace).open_existing(suite / f"{name}.py") as repo:
+                for attempt in repo.attempts():
+                    if attempt.ok:
+                        continue
+                    failed = [c for c in repo.record(attempt).get("checks", []) if not c.get("passed", True)]
+                    why = failed[0].get("name", "?") if failed else attempt.verdict.value
+                    counts[why] = counts.get(why, 0) + 1
+        except WorkspaceError:  # no workspace: the problem has no row either, which faults() reports
+            continue
+    return counts
 
 
 def warm_rate(rows: list[dict[str, Any]], slots: int) -> float | None:
@@ -353,8 +379,13 @@ def main() -> int:
         if faults(warmup):  # every measured run would fail the same way
             print(f"FAILED: {warmup['label']}: {faults(warmup)}; no run measured", file=sys.stderr)
             return 1
-        runs = [one_run(f"{name}#{rep}", configs[name], suite, names, args, env, scratch)
-                for rep in range(1, args.reps + 1) for name in configs]
+        runs = []
+        for rep in range(1, args.reps + 1):
+            for name in configs:
+                runs.append(one_run(f"{name}#{rep}", configs[name], suite, names, args, env, scratch))
+                if args.json:  # so far, in case the machine's time runs out before the end
+                    write_json(args, {"wall_s": round(time.monotonic() - started, 1), "warmup": warmup, "runs": runs,
+                                      "partial": True})
     finally:
         if not args.scratch:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -370,12 +401,14 @@ def main() -> int:
     for label, why in failed.items():
         print(f"FAILED: {label}: {why}")
     if args.json:
-        args.json.write_text(json.dumps({"settings": {"problem": str(args.problem), "copies": args.copies,
-                                                      "attempts": args.attempts, "reps": args.reps, "cpu": args.cpu,
-                                                      "gpus_one": args.gpus_one, "gpus_two": args.gpus_two},
-                                         "wall_s": round(wall, 1), "warmup": warmup, "runs": runs, **summary,
-                                         "failed": failed}, indent=1) + "\n")
+        write_json(args, {"wall_s": round(wall, 1), "warmup": warmup, "runs": runs, **summary, "failed": failed})
     return 1 if failed else 0
+
+
+def write_json(args: argparse.Namespace, figures: dict[str, Any]) -> None:
+    settings = {"problem": str(args.problem), "copies": args.copies, "attempts": args.attempts, "reps": args.reps,
+                "cpu": args.cpu, "gpus_one": args.gpus_one, "gpus_two": args.gpus_two}
+    args.json.write_text(json.dumps({"settings": settings, **figures}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

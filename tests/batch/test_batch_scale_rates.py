@@ -1,5 +1,6 @@
 """benchmarks/batch_scale.py's every-slot-warm rate (warm_rate), on rows written by hand: the rate
-issue 17's 1-to-2 GPU ratio is read from, so its window and its partial counting are pinned here."""
+issue 17's 1-to-2 GPU ratio is read from, so its window and its partial counting are pinned here;
+and its count of attempts that were not ok (not_ok), read from a real workspace."""
 from __future__ import annotations
 
 import importlib.util
@@ -11,11 +12,16 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "batch_scale.py"
 
 
 @pytest.fixture(scope="module")
-def warm_rate():
+def script():
     spec = importlib.util.spec_from_file_location("batch_scale", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.warm_rate
+    return module
+
+
+@pytest.fixture(scope="module")
+def warm_rate(script):
+    return script.warm_rate
 
 
 def rows(*spans: tuple[float, float]) -> list[dict]:
@@ -42,3 +48,24 @@ def test_the_window_opens_when_the_last_slot_is_warm(warm_rate):
 def test_no_rate_without_a_warm_problem_or_with_an_untimed_row(warm_rate):
     assert warm_rate(rows((0, 10), (0, 10)), 2) is None
     assert warm_rate(rows((0, 10), (10, 12)) + [{"started_at": None, "finished_at": None}], 1) is None
+
+
+def test_attempts_that_were_not_ok_are_counted_by_the_check_that_decided_them(script, tmp_path):
+    from helpers_workspace import timed, write_problem
+
+    from agent.workspace.root import Workspace
+    from tools.record import Check, Verdict
+
+    suite = tmp_path / "suite"
+    names = ["c01_p", "c02_p", "c03_p"]  # c03 has no workspace: its missing row is faults()' to report
+    for name in names:
+        write_problem(suite / f"{name}.py")
+    rejected = timed(Verdict.REJECTED, 0.2)
+    rejected.checks = [Check("guard", True), Check("timing:two-clocks", False, "parent 0.55 ms, allowed 0.54")]
+    with Workspace(tmp_path / "ws").open_problem(suite / "c01_p.py") as repo:
+        repo.commit_attempt("a", rejected, model="builtin", run_id="r")
+        repo.commit_attempt("b", timed(Verdict.OK, 0.2), model="builtin", run_id="r")
+    with Workspace(tmp_path / "ws").open_problem(suite / "c02_p.py") as repo:
+        repo.commit_attempt("a", rejected, model="builtin", run_id="r")
+        repo.commit_attempt("b", timed(Verdict.INCORRECT, 0.2), model="builtin", run_id="r")
+    assert script.not_ok(tmp_path / "ws", suite, names) == {"timing:two-clocks": 2, "incorrect": 1}
