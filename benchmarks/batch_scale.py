@@ -365,6 +365,10 @@ def main() -> int:
 
     every = configurations(args)
     configs = {name: c for name, c in every.items() if not args.only or name in args.only}
+    # `timeout` and a machine's time limit send SIGTERM: stop the running batch as on Ctrl-C (one_run),
+    # not leave it and its Ray instance running on (seen: a batch that outlived its benchmark kept
+    # writing into the scratch directory while the next job ran)
+    signal.signal(signal.SIGTERM, _interrupt)
     started = time.monotonic()
     scratch = args.scratch.resolve() if args.scratch else Path(tempfile.mkdtemp(prefix="ratchet-batch-scale-"))
     scratch.mkdir(parents=True, exist_ok=True)
@@ -405,6 +409,10 @@ def main() -> int:
     return 1 if failed else 0
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def write_json(args: argparse.Namespace, figures: dict[str, Any]) -> None:
     settings = {"problem": str(args.problem), "copies": args.copies, "attempts": args.attempts, "reps": args.reps,
                 "cpu": args.cpu, "gpus_one": args.gpus_one, "gpus_two": args.gpus_two}
@@ -412,4 +420,8 @@ def write_json(args: argparse.Namespace, figures: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the running batch was stopped (one_run); --json has the runs so far
+        print("batch_scale: interrupted", file=sys.stderr)
+        sys.exit(130)

@@ -57,6 +57,7 @@ REPS = 3  # passes per arm; the smallest wall of each is used (noise only ever a
 # three rounds against 0.54-0.58 allowed, in 4 of 80 attempts; more passes only bring each minimum
 # nearer the true wall, and the allowance stays what the first REPS rounds set (docs/integrity.md)
 MORE_REPS = 6
+MORE_TIME = 3.0  # ... and while they have taken less than this many times what the first REPS rounds took
 RATIO = 1.1
 # the worker's 0.2 ms pre-roll hides host work from its samples; back to back shows it (measured
 # on an H200: an honest kernel with nine launches per call, 0.14-0.22 ms between the two clocks)
@@ -164,13 +165,17 @@ def _check(ev: "Evaluator", worker: WorkerProcess, plan: "TimingPlan", result: R
     return passed(result, "timing:two-clocks", detail)
 
 
-def settle(passes: Passes, k: int, median_ms: float, eager_median_ms: float,
-           measure: Callable[[int], bool]) -> tuple[float, float, float, float | None] | None:
+def settle(passes: Passes, k: int, median_ms: float, eager_median_ms: float, measure: Callable[[int], bool],
+           clock: Callable[[], float] = time.monotonic) -> tuple[float, float, float, float | None] | None:
     """Measure rounds (`measure(rep)` adds one to `passes`; False: the verdict is set, None is
     returned) until, from the REPS-th on, the parent's time per call is within the allowed, or
-    REPS + MORE_REPS rounds are spent. Returns (parent's time per call, allowed, overhead, the
-    parent's time after REPS rounds if more were needed, else None)."""
+    REPS + MORE_REPS rounds are spent, or the added rounds have taken MORE_TIME times what the
+    first REPS took (a worker that stalls its answers does not hold the check for nine rounds of
+    trial timeouts). Returns (parent's time per call, allowed, overhead, the parent's time after
+    REPS rounds if more were needed, else None)."""
     first: float | None = None
+    began = clock()
+    limit = float("inf")
     for rep in range(REPS + MORE_REPS):
         if not measure(rep):
             return None
@@ -179,8 +184,12 @@ def settle(passes: Passes, k: int, median_ms: float, eager_median_ms: float,
         parent, allowed, overhead = passes.judge(k, median_ms, eager_median_ms)
         if parent <= allowed:
             break
+        now = clock()
         if first is None:
             first = parent
+            limit = now + MORE_TIME * (now - began)
+        elif now >= limit:
+            break
     return parent, allowed, overhead, first
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tools.clocks import (BURST_MAX, HOST_ALLOWANCE_MS, MORE_REPS, PASS_MS, RATIO, REPS, REQUEST_ALLOWANCE_MS, Passes,
+from tools.clocks import (BURST_MAX, HOST_ALLOWANCE_MS, MORE_REPS, MORE_TIME, PASS_MS, RATIO, REPS, REQUEST_ALLOWANCE_MS, Passes,
                           burst_size, settle)
 
 
@@ -110,6 +110,26 @@ def test_the_added_rounds_never_widen_the_allowance():
     assert len(asked) == REPS + MORE_REPS and parent > allowed
     assert passes.noise(2) == pytest.approx((1.58 - 1.50) / 2)
     assert allowed == pytest.approx(RATIO * 0.1836 + HOST_ALLOWANCE_MS + (1.58 - 1.50) / 2)
+
+
+def test_a_worker_that_stalls_its_answers_does_not_hold_the_check_for_every_added_round():
+    """Each round takes one second by the check's clock; the first three took three, so the added
+    rounds stop once they have taken MORE_TIME times that, still rejected."""
+    eager_k, eager_one = walls(0.6, 5.0, 5, reps=1)
+    cand_k, cand_one = walls(1.0, 4.0, 5, reps=1)
+    passes = Passes([], [], [], [])
+    measure, asked = rounds_of(passes, [(cand_k[0], cand_one[0], eager_one[0], eager_k[0])])
+    now = [0.0]
+
+    def clock() -> float:
+        return now[0]
+
+    def slow(rep: int) -> bool:
+        now[0] += 1.0 if rep < REPS else 4.0  # the added rounds stall
+        return measure(rep)
+    parent, allowed, _, _ = settle(passes, 5, 4.0 / 1.5, 5.0, slow, clock=clock)
+    assert parent > allowed
+    assert len(asked) == REPS + int(MORE_TIME * REPS // 4.0) + 1 < REPS + MORE_REPS
 
 
 def test_a_round_that_sets_the_verdict_ends_the_check():
