@@ -251,6 +251,14 @@ class KernelReward(RewardFunction):
                 if self._closed:
                     raise RewardClosed("the reward was closed")
                 ev = Evaluator(key[0], replace(self._options), entry=entry)  # ProblemError for a bad problem file
+                try:  # the eager and torch.compile baselines, measured before any completion's code runs,
+                    # alone on the device: measured later, beside a completion's worker, the compile time
+                    # (kept on disk for every later completion) would be whatever that worker let it be
+                    with self._device_lock(ev):
+                        ev.baseline()
+                except BaseException:
+                    ev.close()
+                    raise
                 self._slots[key] = threading.BoundedSemaphore(max(1, self.config.spares))
                 self._serial[key] = threading.Lock() if _cache_too_small(ev) else _NO_LOCK
                 with self._lock:

@@ -215,6 +215,16 @@ def test_a_malformed_completion_is_a_format_error_never_an_exception(completion)
     assert isinstance(extract_source(completion), FormatError)
 
 
+def test_a_problems_baselines_are_taken_before_any_completion_runs():
+    """The evaluator is asked for its baselines when it is made, so that on a GPU the eager and
+    torch.compile times (the latter kept on disk) are measured before any completion's worker
+    exists, not beside one (docs/integrity.md, residual risks)."""
+    with KernelReward(RewardConfig(device="cpu", trials=1, spares=1)) as r:
+        ev = r.evaluator(PROBLEM)
+        assert ev._baseline is not None  # measured already (on the CPU: bytes and flops only)
+        assert r.score_source(PROBLEM, FAST).verdict == "ok"
+
+
 def test_max_problems_bounds_the_warm_evaluators(tmp_path):
     """With max_problems=1, a second problem closes the first one's evaluator (its workers stop);
     the first problem, asked for again, gets a fresh evaluator and the same verdict."""
