@@ -1,5 +1,5 @@
-"""benchmarks/batch_scale.py's every-slot-warm rate (warm_rate), on rows written by hand: the rate
-issue 17's 1-to-2 GPU ratio is read from, so its window and its partial counting are pinned here;
+"""benchmarks/batch_scale.py's every-slot-warm rate (warm_rate, in benchmarks/batch_rows.py), on rows
+written by hand: the rate issue 17's 1-to-2 GPU ratio is read from, so its window and its partial counting are pinned here;
 and its count of attempts that were not ok (not_ok), read from a real workspace."""
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "batch_scale.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "batch_rows.py"
 
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("batch_scale", SCRIPT)
+    spec = importlib.util.spec_from_file_location("batch_rows", SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
