@@ -37,8 +37,9 @@ come from and the smallest kernel time at which a forged 1.5x is caught.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from tools.feed import feed
 from tools.process import WorkerProcess

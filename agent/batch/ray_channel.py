@@ -111,7 +111,7 @@ class MailboxServer:
         self.served = 0
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._queues: dict[Any, collections.deque] = {}  # problem key -> its requests not yet answered
+        self._queues: dict[str, collections.deque] = {}  # problem key -> its requests not yet answered
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="ray-service")
         self._lost = threading.Event()  # warned once that answers cannot be posted
         self._thread = threading.Thread(target=self._serve, name="ray-mailbox", daemon=True)
@@ -133,7 +133,7 @@ class MailboxServer:
 
     def _enqueue(self, number: int, request: Request) -> None:
         """Queue a request behind its problem's unanswered ones; start a drain if there are none."""
-        key = request.key if isinstance(request.key, str) else repr(request.key)
+        key = request.key
         with self._lock:
             queue = self._queues.get(key)
             if queue is not None:  # a drain of this problem is running: it will get to this one
