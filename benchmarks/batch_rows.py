@@ -1,5 +1,5 @@
 """What one `ratchet batch` run's rows and workspace say, for benchmarks/batch_scale.py: the rate
-with every slot warm, why a run does not count, and which attempts were not ok."""
+with every slot warm, why a run does not count, and which attempts were not ok and why."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -23,14 +23,23 @@ def warm_rate(rows: list[dict[str, Any]], slots: int) -> float | None:
     return round(inside / (end - begin) * 3600, 1)
 
 
-def not_ok(workspace: Path, suite: Path, names: list[str]) -> dict[str, int]:
-    """Attempts whose verdict is not ok, counted by the check that decided it (say
-    `timing:two-clocks`): the copies all get the same honest draft, so each one is a verdict that
-    noise or load decided, worth reading in the workspace's records."""
+def by_check(attempts: list[dict[str, Any]]) -> dict[str, int]:
+    """not_ok_attempts counted by the check that decided them (say `timing:two-clocks`)."""
+    counts: dict[str, int] = {}
+    for attempt in attempts:
+        counts[attempt["check"]] = counts.get(attempt["check"], 0) + 1
+    return counts
+
+
+def not_ok_attempts(workspace: Path, suite: Path, names: list[str], detail_chars: int = 600) -> list[dict[str, Any]]:
+    """Each attempt whose verdict is not ok: its problem, number, the check that decided it and that
+    check's detail (its first `detail_chars`). The copies all get the same honest draft, so each
+    one is a verdict that noise or load decided; the detail says why even after a GPU machine's
+    scratch is gone."""
     from agent.workspace.root import Workspace
     from agent.workspace.repo import WorkspaceError
 
-    counts: dict[str, int] = {}
+    found = []
     for name in names:
         try:
             with Workspace(workspace).open_existing(suite / f"{name}.py") as repo:
@@ -38,11 +47,13 @@ def not_ok(workspace: Path, suite: Path, names: list[str]) -> dict[str, int]:
                     if attempt.ok:
                         continue
                     failed = [c for c in repo.record(attempt).get("checks", []) if not c.get("passed", True)]
-                    why = failed[0].get("name", "?") if failed else attempt.verdict.value
-                    counts[why] = counts.get(why, 0) + 1
+                    check = failed[0].get("name", "?") if failed else attempt.verdict.value
+                    detail = str(failed[0].get("detail", "")) if failed else ""
+                    found.append({"problem": name, "attempt": attempt.number, "check": check,
+                                  "detail": detail[:detail_chars]})
         except WorkspaceError:  # no workspace: the problem has no row either, which faults() reports
             continue
-    return counts
+    return found
 
 
 def faults(run: dict[str, Any]) -> str:

@@ -58,7 +58,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
 from agent.batch.log import RunLog  # noqa: E402
-from benchmarks.batch_rows import faults, not_ok, warm_rate  # noqa: E402
+from benchmarks.batch_rows import by_check, faults, not_ok_attempts, warm_rate  # noqa: E402
 
 DEFAULT_PROBLEM = ROOT / "suite" / "01_swish_scale.py"
 CONFIG_ORDER = ("local-1", "local-2", "ray-1", "ray-2")
@@ -167,6 +167,7 @@ def one_run(label: str, config: dict[str, Any], suite: Path, names: list[str], a
     missing = [name for name in names if name not in latest]
     starts = [r["started_at"] for r in rows if r.get("started_at")]
     ends = [r["finished_at"] for r in rows if r.get("finished_at")]
+    refused = not_ok_attempts(workspace, suite, names)
     result = {
         "label": label, "config": label.rsplit("#", 1)[0], "command": command[3:], "env": config["env"],
         "exit_code": proc.returncode, "seconds": round(seconds, 2), "problems": len(rows), "missing": missing,
@@ -184,7 +185,7 @@ def one_run(label: str, config: dict[str, Any], suite: Path, names: list[str], a
         "statuses": sorted({str(r.get("status")) for r in rows}),
         "executors": sorted({str(r.get("executor")) for r in rows}),
         "summary": stdout.strip().splitlines()[-1] if stdout.strip() else None, "leftover_pids": leftover,
-        "not_ok": not_ok(workspace, suite, names),
+        "not_ok_attempts": refused, "not_ok": by_check(refused),
     }
     if proc.returncode or missing:
         tail = stderr_path.read_text(errors="replace").strip().splitlines()[-15:]
@@ -196,6 +197,9 @@ def one_run(label: str, config: dict[str, Any], suite: Path, names: list[str], a
     if result["not_ok"]:
         print(f"[{label}] attempts not ok (every copy is the same honest kernel): "
               + ", ".join(f"{why} {n}" for why, n in sorted(result["not_ok"].items())), file=sys.stderr, flush=True)
+        for attempt in refused:
+            print(f"  {attempt['problem']} attempt {attempt['attempt']}: {attempt['check']}: {attempt['detail'][:300]}",
+                  file=sys.stderr, flush=True)
     return result
 
 

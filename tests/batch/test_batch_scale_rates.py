@@ -1,6 +1,6 @@
 """benchmarks/batch_scale.py's every-slot-warm rate (warm_rate, in benchmarks/batch_rows.py), on rows
 written by hand: the rate issue 17's 1-to-2 GPU ratio is read from, so its window and its partial counting are pinned here;
-and its count of attempts that were not ok (not_ok), read from a real workspace."""
+and its count and list of attempts that were not ok (not_ok_attempts, by_check), read from a real workspace."""
 from __future__ import annotations
 
 import importlib.util
@@ -68,4 +68,8 @@ def test_attempts_that_were_not_ok_are_counted_by_the_check_that_decided_them(sc
     with Workspace(tmp_path / "ws").open_problem(suite / "c02_p.py") as repo:
         repo.commit_attempt("a", rejected, model="builtin", run_id="r")
         repo.commit_attempt("b", timed(Verdict.INCORRECT, 0.2), model="builtin", run_id="r")
-    assert script.not_ok(tmp_path / "ws", suite, names) == {"timing:two-clocks": 2, "incorrect": 1}
+    listed = script.not_ok_attempts(tmp_path / "ws", suite, names)
+    assert script.by_check(listed) == {"timing:two-clocks": 2, "incorrect": 1}
+    assert [(a["problem"], a["attempt"], a["check"]) for a in listed] == [
+        ("c01_p", 1, "timing:two-clocks"), ("c02_p", 1, "timing:two-clocks"), ("c02_p", 2, "incorrect")]
+    assert listed[0]["detail"] == "parent 0.55 ms, allowed 0.54"
