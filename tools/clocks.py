@@ -85,6 +85,9 @@ class Passes:
     copy_timed: float = 0.0  # ... what those copies took by the parent's events
     handover: float = 0.0  # ms charged per call for the worker's hand-over of its outputs
     copies: list[str] = field(default_factory=list)  # per pass: "in+out timed/predicted" (for the record)
+    # per pass, where its clock went besides the copies: the parent's host work before sending, the
+    # request (sent to reply), the parent's host work after the reply ("before+request+after", ms)
+    phases: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
         def ms(xs: list[float]) -> str:
@@ -92,7 +95,8 @@ class Passes:
         return (f"passes in ms: candidate {ms(self.candidate)}, candidate x1 {ms(self.candidate_one)}, "
                 f"eager x1 {ms(self.eager_one)}, eager {ms(self.eager_k)}; copies charged {self.copy:.3g} "
                 f"(timed {self.copy_timed:.3g}), hand-over {self.handover:.3g} per call; copies per pass, "
-                f"in+out timed/predicted: {', '.join(self.copies) or '-'}")
+                f"in+out timed/predicted: {', '.join(self.copies) or '-'}; the rest of each pass, host before + "
+                f"request + host after: {', '.join(self.phases) or '-'}")
 
     def per_call(self, k: int, eager_median_ms: float) -> tuple[float, float]:
         """(candidate's time per call by the parent's clock, the request overhead subtracted).
@@ -205,6 +209,7 @@ def _round(ev: "Evaluator", worker: WorkerProcess, plan: "TimingPlan", k: int, r
     passes.candidate.append(many.ms)
     passes.copy, passes.copy_timed = many.charged, many.timed
     passes.copies.append(many.copies)
+    passes.phases.append(many.phases)
     one = _request(ev, ev.reference, {"calls": calls[:1]}, result) if k > 1 else None
     eager = _request(ev, ev.reference, {"calls": calls}, result)
     if eager is None or (k > 1 and one is None):
@@ -230,6 +235,7 @@ class CandidatePass:
     charged: float  # ms charged for the parent's copies in and out
     timed: float  # ... what those copies took by the parent's events
     copies: str  # "in+out timed/predicted", for the record
+    phases: str  # "host before + request + host after", ms, the copies excluded, for the record
 
 
 def _candidate_pass(ev: "Evaluator", worker: WorkerProcess, calls: list[tuple[int, int]], room: Any,
@@ -251,11 +257,15 @@ def _candidate_pass(ev: "Evaluator", worker: WorkerProcess, calls: list[tuple[in
         fail(result, Verdict.REJECTED, "timing:two-clocks", f"malformed outputs of back-to-back calls: {exc}")
         return None
     end = time.perf_counter()
-    timed = stamps.get("copy_ms", 0.0) + taken.get("copy_ms", 0.0)
+    copy_in, copy_out = stamps.get("copy_ms", 0.0), taken.get("copy_ms", 0.0)
+    timed = copy_in + copy_out
     predicted = copy_ms(ev, stamps.get("copied", 0.0) + taken.get("copied", 0.0))
     charged = min(timed, COPY_SLACK * predicted) if timed else predicted
+    replied, request_ms = cand[2], cand[3]
+    before = (replied - start) * 1e3 - request_ms - copy_in
+    after = (end - replied) * 1e3 - copy_out
     return CandidatePass((end - start) * 1e3 - charged - len(calls) * handover, outs, charged, timed,
-                         f"{stamps.get('copy_ms', 0.0):.3g}+{taken.get('copy_ms', 0.0):.3g}/{predicted:.3g}")
+                         f"{copy_in:.3g}+{copy_out:.3g}/{predicted:.3g}", f"{before:.3g}+{request_ms:.3g}+{after:.3g}")
 
 
 def burst_size(input_bytes: int, output_bytes: int, pool: int, median_ms: float) -> int:

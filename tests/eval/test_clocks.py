@@ -159,3 +159,12 @@ def test_every_call_of_a_run_must_be_answered_and_right():
     assert calls_mismatch(refs, {"0": refs[0]}, None, 0, "timed")[:2] == ("count", Verdict.REJECTED)
     kind, verdict, message = calls_mismatch(refs, [refs[0], refs[0]], None, 10, "back-to-back")
     assert (kind, verdict) == ("values", Verdict.INCORRECT) and message.startswith("back-to-back call 12 ")
+
+
+def test_the_record_says_where_each_pass_went_besides_its_copies():
+    """A big problem runs one call per pass, where nothing cancels the parent's own work around the
+    pass; the record keeps, per pass, the host work before sending, the request and the host work after."""
+    passes = Passes([4.3, 4.4], [], [7.1, 7.2], [7.1, 7.2], phases=["0.21+9.8+0.95", "0.2+9.9+0.9"])
+    text = passes.describe()
+    assert text.endswith("host before + request + host after: 0.21+9.8+0.95, 0.2+9.9+0.9")
+    assert Passes([], [], [], []).describe().endswith("host after: -")
