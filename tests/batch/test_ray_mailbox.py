@@ -62,6 +62,18 @@ def call_in_thread(channel: RayChannel, request: Request, answers: dict) -> thre
     return thread
 
 
+def wait_parked(server: MailboxServer, key: str, count: int, timeout_s: float = 30.0) -> None:
+    """Until the driver holds `count` of the problem's requests unanswered (taken from the mailbox in
+    the order they arrived). Two requests sent at once from two threads may arrive in either order."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with server._lock:
+            if len(server._queues.get(key, ())) >= count:
+                return
+        assert time.monotonic() < deadline, f"{count} requests of {key} never reached the driver"
+        time.sleep(0.01)
+
+
 def test_two_problems_are_answered_at_once_and_one_problems_requests_in_order(cluster):
     service = Service()
     mailbox = mailbox_actor()
@@ -74,8 +86,10 @@ def test_two_problems_are_answered_at_once_and_one_problems_requests_in_order(cl
         while ("a", "slow", "start") not in service.events:
             assert time.monotonic() < deadline, "the first request was never served"
             time.sleep(0.01)
-        after = [call_in_thread(channel, Request("a", "t", op), answers) for op in ("second", "third")]
-        time.sleep(0.3)  # both are parked behind "slow" by now
+        after = []
+        for parked, op in enumerate(("second", "third"), start=2):  # sent one after the other, as a problem does
+            after.append(call_in_thread(channel, Request("a", "t", op), answers))
+            wait_parked(server, "a", parked)
         other = call_in_thread(channel, Request("b", "t", "commit"), answers)
         for thread in (slow, *after, other):
             thread.join(60)
