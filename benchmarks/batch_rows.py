@@ -2,6 +2,7 @@
 with every slot warm, why a run does not count, and which attempts were not ok and why."""
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +26,7 @@ def warm_rate(rows: list[dict[str, Any]], slots: int) -> float | None:
 
 def by_check(attempts: list[dict[str, Any]]) -> dict[str, int]:
     """not_ok_attempts counted by the check that decided them (say `timing:two-clocks`)."""
-    counts: dict[str, int] = {}
-    for attempt in attempts:
-        counts[attempt["check"]] = counts.get(attempt["check"], 0) + 1
-    return counts
+    return dict(Counter(attempt["check"] for attempt in attempts))
 
 
 def not_ok_attempts(workspace: Path, suite: Path, names: list[str], detail_chars: int = 600) -> list[dict[str, Any]]:
