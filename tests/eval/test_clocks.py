@@ -59,18 +59,22 @@ def test_a_forged_factor_of_one_and_a_half_is_caught_on_a_few_millisecond_kernel
 
 def rounds_of(passes: Passes, walls_per_round: list[tuple[float, float, float, float]]):
     """A `measure` for settle(): round n adds the n-th (candidate k, candidate 1, eager 1, eager k)
-    walls; it records how many rounds were asked for."""
+    walls; it records how many rounds were asked for. Each round takes one second on the returned
+    clock: on the real one these rounds take microseconds, and a pause of the test machine during
+    the first three made the added rounds' time limit cut them short (CI, stop 32)."""
     asked: list[int] = []
+    now = [0.0]
 
     def measure(rep: int) -> bool:
         asked.append(rep)
+        now[0] += 1.0
         cand_k, cand_one, eager_one, eager_k = walls_per_round[min(rep, len(walls_per_round) - 1)]
         passes.candidate.append(cand_k)
         passes.candidate_one.append(cand_one)
         passes.eager_one.append(eager_one)
         passes.eager_k.append(eager_k)
         return True
-    return measure, asked
+    return measure, asked, lambda: now[0]
 
 
 # an honest swish kernel at 2^26 elements, k = 2, in a two-slot Ray batch on an H100 host
@@ -81,8 +85,8 @@ BUSY_HOST = [(17.5, 1.64, 1.49, 1.58), (2.05, 1.92, 1.15, 1.53), (2.01, 1.46, 1.
 def test_an_honest_kernel_on_a_busy_host_is_judged_on_more_rounds_not_rejected():
     passes = Passes([], [], [], [])
     quiet = (1.85, 1.55, 1.16, 1.52)  # a fourth round with the host less busy
-    measure, asked = rounds_of(passes, [*BUSY_HOST, quiet])
-    parent, allowed, _, first = settle(passes, 2, 0.1836, 0.35, measure)
+    measure, asked, clock = rounds_of(passes, [*BUSY_HOST, quiet])
+    parent, allowed, _, first = settle(passes, 2, 0.1836, 0.35, measure, clock=clock)
     assert first == pytest.approx(0.5535, abs=0.01) and first > 0.5416  # three rounds alone rejected it (the detail
     # gave the walls to three digits: 0.5535 was read from the unrounded ones)
     assert len(asked) == REPS + 1 and parent <= allowed
@@ -94,8 +98,8 @@ def test_a_forged_time_stays_rejected_through_every_added_round():
     eager_k, eager_one = walls(0.6, 5.0, 5, reps=1)
     cand_k, cand_one = walls(1.0, 4.0, 5, reps=1)
     passes = Passes([], [], [], [])
-    measure, asked = rounds_of(passes, [(cand_k[0], cand_one[0], eager_one[0], eager_k[0])])
-    parent, allowed, _, first = settle(passes, 5, 4.0 / 1.5, 5.0, measure)
+    measure, asked, clock = rounds_of(passes, [(cand_k[0], cand_one[0], eager_one[0], eager_k[0])])
+    parent, allowed, _, first = settle(passes, 5, 4.0 / 1.5, 5.0, measure, clock=clock)
     assert len(asked) == REPS + MORE_REPS
     assert parent > allowed and first == pytest.approx(parent)
 
@@ -105,8 +109,8 @@ def test_the_added_rounds_never_widen_the_allowance():
     while the reference runs its later passes cannot buy itself room."""
     passes = Passes([], [], [], [])
     rounds = [*BUSY_HOST, *[(2.3, 1.5, 1.2, 9.0)] * MORE_REPS]  # slow eager passes from round four on
-    measure, asked = rounds_of(passes, rounds)
-    parent, allowed, _, _ = settle(passes, 2, 0.1836, 0.35, measure)
+    measure, asked, clock = rounds_of(passes, rounds)
+    parent, allowed, _, _ = settle(passes, 2, 0.1836, 0.35, measure, clock=clock)
     assert len(asked) == REPS + MORE_REPS and parent > allowed
     assert passes.noise(2) == pytest.approx((1.58 - 1.50) / 2)
     assert allowed == pytest.approx(RATIO * 0.1836 + HOST_ALLOWANCE_MS + (1.58 - 1.50) / 2)
@@ -118,7 +122,7 @@ def test_a_worker_that_stalls_its_answers_does_not_hold_the_check_for_every_adde
     eager_k, eager_one = walls(0.6, 5.0, 5, reps=1)
     cand_k, cand_one = walls(1.0, 4.0, 5, reps=1)
     passes = Passes([], [], [], [])
-    measure, asked = rounds_of(passes, [(cand_k[0], cand_one[0], eager_one[0], eager_k[0])])
+    measure, asked, _ = rounds_of(passes, [(cand_k[0], cand_one[0], eager_one[0], eager_k[0])])
     now = [0.0]
 
     def clock() -> float:
