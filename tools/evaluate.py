@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from tools import builds, profile, trials
 from tools.compare import Tolerance
+from tools import precision
 from tools.env import environment, resolve_device
 from tools.problem import ProblemError, ProblemInfo, read_problem
 from tools.process import WorkerGone, WorkerProcess
@@ -49,6 +50,7 @@ class EvalOptions:
     device: str | None = None  # None: cuda:0 when there is a GPU, else cpu (Triton interpreter)
     trials: int = 5
     timing: bool = True
+    precision: str = "fp32"  # float32 arithmetic of the baselines and both workers: fp32 | tf32 (tools/precision.py)
     disabled_rules: frozenset[str] = frozenset()  # guard rules switched off (see docs/evaluator.md)
     tolerances: dict[str, Tolerance] | None = None  # per dtype name, overriding compare.TOLERANCES
     seed: int | None = None  # None: a secret seed per Evaluator (per run)
@@ -80,6 +82,7 @@ class Evaluator:
         this evaluator takes first, and to which it gives its unused ones back when it closes; its
         options must agree with `options` where workers depend on them (ValueError otherwise)."""
         self.options = options or EvalOptions()
+        precision.check(self.options.precision)  # PrecisionError (a ValueError): refuse before any worker starts
         self.device = resolve_device(self.options.device)
         self.problem: ProblemInfo = read_problem(Path(problem_path), entry)
         if pool is not None:
@@ -234,7 +237,8 @@ class Evaluator:
     def _new_result(self, source: str) -> Result:
         env = {**environment(self.device), "sandbox": self.sandbox.isolation()}
         return Result(verdict=Verdict.OK, message="", problem=str(self.problem.path), problem_hash=self.problem.hash,
-                      source_hash=hashlib.sha256(source.encode()).hexdigest(), environment=env)
+                      source_hash=hashlib.sha256(source.encode()).hexdigest(), environment=env,
+                      precision=self.options.precision)
 
     def _evaluate_once(self, source: str) -> Result:
         started = time.monotonic()

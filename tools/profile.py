@@ -212,12 +212,13 @@ def time_reference(ev: "Evaluator", p: TimingPlan, fn: str) -> TimeStats:
 def compile_baseline(ev: "Evaluator", p: TimingPlan) -> TimeStats:
     env = ev_env(ev)
     cache = BaselineCache(ev.cache_dir / "baselines")
-    cached = cache.get_compile_time(ev.problem.hash, env)
+    key = f"{ev.problem.hash}/{ev.options.precision}"  # a TF32 time is not an fp32 one
+    cached = cache.get_compile_time(key, env)
     if cached is not None:
         return cached
     stats = time_reference(ev, p, "compiled")
     if stats.measured:
-        cache.put_compile_time(ev.problem.hash, env, stats)
+        cache.put_compile_time(key, env, stats)
     return stats
 
 

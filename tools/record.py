@@ -9,7 +9,9 @@ input distribution of each trial passed) and `dropped` (a distribution the probl
 allow, and why); 4 adds `generalizes` (whether the candidate computes the module's function on
 held-out sizes and constructor arguments: the drop-in check, tools/heldout.py) and `heldout` (each
 held-out variant and its outcome); 5 adds `roofline.bound` ("memory" or "compute": which ceiling
-sets the floor, so the agent can stop a memory-bound search at its own target). `Result.from_dict`
+sets the floor, so the agent can stop a memory-bound search at its own target); 6 adds `precision`
+("fp32" or "tf32": the float32 arithmetic of the baselines and both workers, tools/precision.py; an
+older record's runs used PyTorch's defaults, TF32 convolutions included). `Result.from_dict`
 reads every version (an older record simply lacks the newer fields, and is written back without
 them). The exit code of each verdict: tools/exit_codes.py.
 """
@@ -21,10 +23,10 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-SCHEMA_VERSION = 5
-READABLE_VERSIONS = (1, 2, 3, 4, 5)  # from_dict reads these; workspaces hold records of every one
+SCHEMA_VERSION = 6
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)  # from_dict reads these; workspaces hold records of every one
 # fields an older record does not have (written back without them); "a.b" is field b of the record's a
-ADDED_IN = {"distributions": 3, "dropped": 3, "generalizes": 4, "heldout": 4, "roofline.bound": 5}
+ADDED_IN = {"distributions": 3, "dropped": 3, "generalizes": 4, "heldout": 4, "roofline.bound": 5, "precision": 6}
 
 
 class Verdict(str, enum.Enum):
@@ -112,6 +114,7 @@ class Result:
     torch_ops: list[str] = field(default_factory=list)  # aten ops the candidate left to torch
     phases: dict[str, float] = field(default_factory=dict)  # seconds per phase
     environment: dict[str, Any] = field(default_factory=dict)
+    precision: str | None = None  # "fp32" | "tf32" (tools/precision.py); None: a record from before version 6
 
     @property
     def ok(self) -> bool:

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 INIT_SEED = 42  # both models are built after torch.manual_seed(INIT_SEED), so weights match
 PROBE_SEED = 1234  # inputs of the one descriptive reference run (shapes, ops); not a trial seed
 # the options a started worker depends on: two evaluators may share workers only where these agree
-SPAWN_FIELDS = ("device", "sandbox", "scratch_mb", "max_processes", "host_memory_mb", "file_mb", "gpu_memory_fraction",
+SPAWN_FIELDS = ("device", "precision", "sandbox", "scratch_mb", "max_processes", "host_memory_mb", "file_mb", "gpu_memory_fraction",
                 "cache_dir", "artifact_cache_mb", "bytecode_cache")
 
 
@@ -91,7 +91,8 @@ class Spawner:
         if self.device.startswith("cuda"):  # the same arch flags with and without a GPU: one build
             extra["TORCH_CUDA_ARCH_LIST"] = str(environment(self.device).get("capability") or "")
         config: dict[str, Any] = {"role": role, "device": device, "scratch": str(scratch), "init_seed": INIT_SEED,
-                                  "gpu_memory_fraction": self.options.gpu_memory_fraction}
+                                  "gpu_memory_fraction": self.options.gpu_memory_fraction,
+                                  "precision": self.options.precision}
         files: tuple[list[dict[str, Any]], bytes] | None = None
         if role == "reference":
             config.update(probe_seed=PROBE_SEED)

@@ -36,7 +36,7 @@ SCHEMA_1 = {
 
 
 def test_schema_1_records_are_still_read():
-    assert SCHEMA_VERSION == 5 and READABLE_VERSIONS == (1, 2, 3, 4, 5)
+    assert SCHEMA_VERSION == 6 and READABLE_VERSIONS == (1, 2, 3, 4, 5, 6)
     result = Result.from_dict(json.loads(json.dumps(SCHEMA_1)))
     assert result.verdict is Verdict.INCORRECT and result.schema_version == 1  # it says what wrote it
     assert result.errors.max_abs == 1.0 and result.checks[2].name == "trial-1" and result.roofline.bytes_moved == 8192
@@ -45,16 +45,19 @@ def test_schema_1_records_are_still_read():
     assert result.distributions == [] and result.dropped == {}  # schema 3's fields, absent before
     assert result.generalizes is None and result.heldout == []  # schema 4's
     assert result.roofline.bound is None and "bound" not in result.to_dict()["roofline"]  # schema 5's, nested
-    current = Result(verdict=Verdict.ERROR, message="the evaluator failed").to_dict()
-    assert current["schema_version"] == 5 and Result.from_dict(current).verdict is Verdict.ERROR
+    assert result.precision is None and "precision" not in result.to_dict()  # schema 6's
+    current = Result(verdict=Verdict.ERROR, message="the evaluator failed", precision="tf32").to_dict()
+    assert current["schema_version"] == 6 and Result.from_dict(current).precision == "tf32"
     assert current["roofline"]["bound"] is None
-    schema_4 = {**current, "schema_version": 4, "roofline": {k: v for k, v in current["roofline"].items() if k != "bound"}}
+    schema_5 = {k: v for k, v in current.items() if k != "precision"} | {"schema_version": 5}
+    assert Result.from_dict(schema_5).to_dict() == schema_5  # a schema 5 record is written back as it was
+    schema_4 = {**schema_5, "schema_version": 4, "roofline": {k: v for k, v in current["roofline"].items() if k != "bound"}}
     assert Result.from_dict(schema_4).to_dict() == schema_4  # a schema 4 record is written back as it was
     assert current["distributions"] == [] and current["dropped"] == {} and current["heldout"] == []
     schema_3 = {**schema_4, "schema_version": 3}
     del schema_3["generalizes"], schema_3["heldout"]
     assert Result.from_dict(schema_3).to_dict() == schema_3  # a schema 3 record is written back as it was
-    for version in (None, 0, 6, "2"):
+    for version in (None, 0, 7, "2"):
         with pytest.raises(ValueError, match="schema_version"):
             Result.from_dict({**SCHEMA_1, "schema_version": version})
 

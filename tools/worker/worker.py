@@ -38,6 +38,9 @@ class Worker:
             torch.empty(1, device=self.device)  # create the context now, not inside a trial
             if config.get("gpu_memory_fraction"):
                 torch.cuda.set_per_process_memory_fraction(config["gpu_memory_fraction"], self.device)
+        from tools.precision import apply
+
+        apply(config.get("precision", "fp32"))  # before any model exists (the candidate's tripwires read it)
         boot["context"] = time.monotonic()
         self.launches = LaunchCounter()
         self.launches.install_triton()
