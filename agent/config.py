@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tools.precision import PRECISIONS
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # Python 3.10: the same parser from PyPI (pyproject.toml requires tomli there)
@@ -48,6 +50,7 @@ class AgentConfig:
     language: str = "triton"  # triton | cuda
     device: str | None = None  # None: cuda:0 when there is a GPU, else cpu (Triton interpreter)
     trials: int = 5
+    precision: str = "fp32"  # fp32 | tf32: the float32 arithmetic of the baselines, the workers and the built-in policy's dots
     sandbox: str = "required"  # required | best-effort: how candidates' workers are confined (tools/sandbox/)
     workspace: str | None = None  # the root; None: $RATCHET_WORKSPACE (read below), else ./workspaces
     gpu: str | None = None  # the target named in the system prompt; None: ask the device
@@ -74,7 +77,7 @@ class AgentConfig:
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(AgentConfig)}
-CHOICES = {"language": ("triton", "cuda"), "sandbox": ("required", "best-effort")}
+CHOICES = {"language": ("triton", "cuda"), "sandbox": ("required", "best-effort"), "precision": PRECISIONS}
 SECRET = {"api_key"}
 
 

@@ -306,7 +306,7 @@ class KernelReward(RewardFunction):
 
         resolve_device(config.device)  # ValueError now for a device this machine does not have
         options = EvalOptions(device=config.device, trials=config.trials, timing=config.timing,
-                              spares=max(1, config.spares), **config.eval_options)
+                              precision=config.precision, spares=max(1, config.spares), **config.eval_options)
         Sandbox(options.sandbox)  # SandboxUnavailable now (the trainer's machine), not per completion
         return options
 

@@ -43,6 +43,7 @@ class RewardConfig:
     device: str | None = None  # None: cuda:0 when there is a GPU, else cpu (Triton interpreter)
     trials: int = 5
     timing: bool = True
+    precision: str = "fp32"  # float32 arithmetic of the baselines and the workers: fp32 | tf32 (tools/precision.py)
     spares: int = 2  # warm candidate workers per problem; also the concurrency per problem
     max_workers: int | None = None  # threads over all problems (None: spares x problems in the batch, at most 32)
     exclusive_timing: bool = True  # on a GPU with timing on: one evaluation per device at a time
@@ -63,6 +64,9 @@ class RewardConfig:
             raise ValueError(f"baseline must be one of {', '.join(BASELINES)}, not {self.baseline!r}")
         if self.cap <= 0:
             raise ValueError("cap must be positive")
+        from tools.precision import check
+
+        check(self.precision)  # PrecisionError, a ValueError
         if self.executor not in EXECUTORS:
             raise ValueError(f"executor must be one of {', '.join(EXECUTORS)}, not {self.executor!r}")
         if self.max_problems is not None and self.max_problems < 1:
@@ -85,6 +89,7 @@ class RewardOutcome:
     speedup_term: float = 0.0  # c * min(speedup, cap) when correct, else 0
     timing_measured: bool = False
     baseline: str = "eager"
+    precision: str | None = None  # the record's: the baselines' float32 arithmetic (None: no record, or one before schema 6)
     reason: str = ""  # why the reward is what it is (failed check, rejection rule, format problem)
     note: str = ""  # e.g. why the speedup term is 0
     problem: str = ""
@@ -108,7 +113,7 @@ def score_record(record: Result | dict[str, Any], config: RewardConfig | None = 
     verdict = data["verdict"]
     checks = data.get("checks") or []
     failed = next((c for c in checks if not c.get("passed")), None)
-    base = dict(verdict=verdict, baseline=config.baseline, problem=data.get("problem", ""),
+    base = dict(verdict=verdict, baseline=config.baseline, precision=data.get("precision"), problem=data.get("problem", ""),
                 problem_hash=data.get("problem_hash", ""), source_hash=data.get("source_hash"), record=data)
     compiled = any(c.get("name") == "build" and c.get("passed") for c in checks)
     if verdict == Verdict.ERROR.value:

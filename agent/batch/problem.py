@@ -106,7 +106,7 @@ def agent_row(spec: dict[str, Any], log: Callable[[str], None], *, problem: Path
     if unrecognized:  # the built-in policy has no kernel for it: no attempt, as `ratchet optimize` does
         log(f"batch: {unrecognized}")
         return {"status": "unrecognized", "verdict": "unrecognized", "error": _one_line(unrecognized),
-                "correct": False, "attempts": 0, "model": "builtin"}
+                "correct": False, "attempts": 0, "model": "builtin", "precision": config.precision}
     if resume is None:
         resume = bool(spec.get("resume")) and _has_unfinished_run(problem, config, spec.get("since"))
     try:
@@ -147,6 +147,7 @@ def agent_row(spec: dict[str, Any], log: Callable[[str], None], *, problem: Path
         "correct_attempts": s["correct"], "format_errors": s["format_errors"], "tokens": s["tokens_used"],
         "model_calls": s["model_calls"], "agent_wall_s": s["wall_s"], "model": s["model"], "run_id": s["run_id"],
         "stop_reason": s["stop_reason"], "error": error, "workspace": s["workspace"], "best_path": s["best_path"],
+        "precision": config.precision,
     }
     if store is None:
         row.update(_baseline_times(Path(s["workspace"]), best.get("attempt")))
@@ -224,7 +225,7 @@ def _complete_row(row: dict[str, Any]) -> dict[str, Any]:
                 "speedup_vs_eager", "speedup_vs_compile", "roofline_fraction", "candidate_ms", "eager_ms",
                 "compile_ms", "floor_ms", "best_attempt", "attempts", "attempts_used", "correct_attempts",
                 "evaluator_faults", "format_errors", "tokens", "model_calls", "agent_wall_s", "model", "run_id",
-                "stop_reason", "workspace", "best_path", "device_s", "executor", "node", "warm_workers"):
+                "stop_reason", "workspace", "best_path", "device_s", "executor", "node", "warm_workers", "precision"):
         row.setdefault(key, None)
     for key in ("attempts", "attempts_used", "correct_attempts", "evaluator_faults", "format_errors", "tokens",
                 "model_calls"):

@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -139,7 +140,7 @@ def headline(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "evaluator_faults": len(faults), "evaluator_fault_problems": faults,
         "evaluator_fault_attempts": sum(r.get("evaluator_faults") or 0 for r in rows),
         "attempts": sum(r.get("attempts") or 0 for r in rows), "tokens": sum(r.get("tokens") or 0 for r in rows),
-        "device_s": round(sum(r.get("device_s") or 0 for r in rows), 3),
+        "device_s": round(sum(r.get("device_s") or 0 for r in rows), 3), "precision": precision_cell(rows),
     }
     if not measured or not n:
         return out
@@ -193,6 +194,16 @@ def one_problem(row: dict[str, Any]) -> str:
     return f"ok, {figures}, {row.get('attempts') or 0} attempt(s)"
 
 
+def precision_cell(rows: list[dict[str, Any]]) -> str:
+    """The rows' precision (tools/precision.py): one value, or each with its count where a resumed
+    run mixed them (their speedups then compare with different baselines); rows from before the
+    setting existed count as "not recorded"."""
+    counts = Counter(r.get("precision") or "not recorded" for r in rows)
+    if len(counts) <= 1:
+        return next(iter(counts), "-")
+    return ", ".join(f"{name} ({n})" for name, n in sorted(counts.items())) + ": mixed, the speedups do not compare"
+
+
 def device_label(run: Run) -> str:
     if run.meta.get("device") == "cpu" or (run.rows and all(r.get("device") == "cpu" for r in run.rows)):
         return "CPU s"
@@ -216,7 +227,8 @@ def headline_lines(run: Run) -> list[str]:
     h = headline(run.rows)
     n = h["problems"]
     done = f"{n} problem(s)" + (f" ({len(run.missing)} more of the run not finished: not counted)" if run.missing else "")
-    lines = [done, f"correct:                          {h['correct']}/{n} ({_pct(h['fraction_correct'])})"]
+    lines = [done, f"correct:                          {h['correct']}/{n} ({_pct(h['fraction_correct'])})",
+             f"precision:                        {h['precision']}"]
     if h["evaluator_faults"]:
         lines.append(f"evaluator faults:                 {h['evaluator_faults']}/{n} never judged "
                      f"({', '.join(h['evaluator_fault_problems'])}): ratchet failed, not the model; "
@@ -350,7 +362,8 @@ def render_html(run: Run) -> str:
                            "eager": eager, "compile": compiled, "roofline": roof, "attempts": r.get("attempts") or 0,
                            "tokens": r.get("tokens") or 0,
                            "seconds": "-" if r.get("device_s") is None else f"{r['device_s']:.1f}"})
-    tiles = [("correct", _pct(h["fraction_correct"]), f"{h['correct']} of {h['problems']}")]
+    tiles = [("correct", _pct(h["fraction_correct"]), f"{h['correct']} of {h['problems']}"),
+             ("precision", h["precision"], "the baselines' float32 arithmetic")]
     if h["timing_measured"]:
         tiles += [("faster than eager", _pct(h["fraction_faster_than_eager"]), f"{h['faster_than_eager']} of {h['problems']}"),
                   ("faster than torch.compile", _pct(h["fraction_faster_than_compile"]),

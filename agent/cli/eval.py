@@ -15,6 +15,7 @@ from pathlib import Path
 
 from agent.cli.checks import UsageError, check_device, readable_file
 from tools.exit_codes import EVAL_EXIT_CODES, EXIT_BAD_PROBLEM, EXIT_SANDBOX
+from tools.precision import PRECISIONS
 from tools.record import Result, Verdict, describe_exception, fault_result
 
 
@@ -30,6 +31,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-timing", action="store_true", help="skip timing (correctness only)")
     p.add_argument("--allow", action="append", default=[], metavar="RULE", help="switch off a guard rule (repeatable; see docs/evaluator.md)")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds allowed per trial (default 60)")
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                   help="float32 arithmetic of the baselines and both workers: fp32 (default; IEEE, TF32 off) or tf32 "
+                        "(TF32 tensor cores admitted); docs/precision.md")
     p.add_argument("--sandbox", choices=("required", "best-effort"), default=os.environ.get("RATCHET_SANDBOX", "required"),
                    help="confinement of the candidate's code: required (default; refuse without it) or best-effort "
                         "(run with what this machine offers; the record says what was missing); docs/sandbox.md")
@@ -57,13 +61,14 @@ def run(args: argparse.Namespace) -> int:
         return bad_problem(exc)
     early = precheck(source, problem, frozenset(args.allow))  # refused statically: no worker needs to start
     if early is not None:
+        early.precision = args.precision  # the setting it would have run under
         return report(early, args)
     from tools.evaluate import EvalOptions, Evaluator  # torch: only for a file that passed the static checks
     from tools.sandbox import SandboxUnavailable
 
     options = EvalOptions(device=args.device, trials=args.trials, timing=not args.no_timing,
                           disabled_rules=frozenset(args.allow), trial_timeout=args.timeout, warm=False,
-                          sandbox=args.sandbox)
+                          sandbox=args.sandbox, precision=args.precision)
     try:
         evaluator = Evaluator(args.reference, options, entry=args.entry)
     except ProblemError as exc:

@@ -12,6 +12,7 @@ from typing import Any
 
 from agent.cli.checks import UsageError
 from agent.config import AgentConfig, ConfigError, load_config
+from tools.precision import PRECISIONS
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,9 @@ SETTINGS = (
             "(default 0.8)", float, "F"),
     Setting("--context-tokens", "context_tokens", "context budget of one request (default 32000)", int, "N"),
     Setting("--trials", "trials", "correctness trials per attempt (default 5)", int, "N"),
+    Setting("--precision", "precision", "float32 arithmetic of the baselines, the workers and the built-in policy's "
+            "dots: fp32 (default; IEEE, TF32 off) or tf32 (TF32 tensor cores admitted); docs/precision.md",
+            choices=PRECISIONS),
     Setting("--sandbox", "sandbox", "confinement of candidate code: required (default; refuse without it) or "
             "best-effort (docs/sandbox.md)", choices=("required", "best-effort")),
 )

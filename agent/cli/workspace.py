@@ -75,14 +75,16 @@ def run_log(args: argparse.Namespace) -> int:
         for a in attempts:
             print(json.dumps(a.to_dict()))
         return EXIT_OK
-    header = ("", "#", "verdict", "vs eager", "vs compile", "median ms", "95% interval", "roofline", "model", "commit")
+    header = ("", "#", "verdict", "vs eager", "vs compile", "median ms", "95% interval", "roofline", "precision", "model",
+              "commit")
     rows = [header]
     for a in attempts:
         interval = ("n/a" if not a.timed or a.ci_low_ms is None or a.ci_high_ms is None
                     else f"{format_ms(a.ci_low_ms)}-{format_ms(a.ci_high_ms)}")
         rows.append(("*" if a.is_best else "", str(a.number), a.verdict.value, _fmt(a.speedup_vs_eager, ".2f", "x"),
                      _fmt(a.speedup_vs_compile, ".2f", "x"), format_ms(a.median_ms) if a.timed else "n/a", interval,
-                     _fmt(a.roofline_fraction and a.roofline_fraction * 100, ".1f", "%"), a.model or "n/a", a.sha[:10]))
+                     _fmt(a.roofline_fraction and a.roofline_fraction * 100, ".1f", "%"), a.precision or "n/a",
+                     a.model or "n/a", a.sha[:10]))
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     right = {1, 3, 4, 5, 7}
     for row in rows:
@@ -118,7 +120,8 @@ def run_show(args: argparse.Namespace) -> int:
         print(json.dumps({"attempt": attempt.to_dict(), "source": source, "result": record}))
         return EXIT_OK
     best = " (best)" if attempt.is_best else ""
-    print(f"# attempt {attempt.number}{best}: {attempt.summary()}; model {attempt.model or 'n/a'}, "
+    print(f"# attempt {attempt.number}{best}: {attempt.summary()}; precision {attempt.precision or 'n/a'}, "
+          f"model {attempt.model or 'n/a'}, "
           f"run {attempt.run_id or 'n/a'}, commit {attempt.sha}")
     print("# ---- candidate.py ----")
     print(source, end="" if source.endswith("\n") else "\n")

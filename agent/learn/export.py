@@ -152,6 +152,7 @@ def outcome(attempt: Attempt, record: dict[str, Any]) -> dict[str, Any]:
             "source_hash": attempt.source_sha256,
             "speedup_vs_eager": record.get("speedup_vs_eager"), "speedup_vs_compile": record.get("speedup_vs_compile"),
             "median_ms": timing.get("median_ms"), "timing_measured": bool(timing.get("measured")),
+            "precision": record.get("precision"),  # the speedups' baselines (None: a record before schema 6)
             "message": first_line(record.get("message"))}
 
 
@@ -292,7 +293,8 @@ def rl_rows(paths: Iterable[str | Path], *, device: str | None = "cpu", gpu: str
         name = Path(info.get("problem") or problem_file).name
         prompt = [
             {"role": "system", "content": system_text(problem, language=lang, gpu=gpu or config.get("gpu") or DEFAULT_GPU,
-                                                      entry=entry, auxiliary=aux)},
+                                                      entry=entry, auxiliary=aux,
+                                                      precision=config.get("precision") or "fp32")},
             {"role": "user", "content": task_text(problem, entry=entry, problem_name=name, language=lang,
                                                   baseline=static_baseline(problem),
                                                   max_attempts=max_attempts or defaults.max_attempts)},

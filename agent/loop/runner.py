@@ -32,6 +32,8 @@ from agent.loop.session import Session
 from agent.loop.run_store import STATE_DIR, LocalStore, Store, pointer_path, read_json
 from tools.env import target_name
 from agent.loop.state import AgentState, initial_state
+from agent.workspace.attempt import precision_conflict
+from agent.workspace.repo import WorkspaceError
 from agent.workspace.root import Workspace
 from tools.exit_codes import EXIT_FOUND, EXIT_MODEL, EXIT_NONE_CORRECT
 from tools.record import Verdict
@@ -66,6 +68,9 @@ def optimize(problem: Path, config: AgentConfig, model: ModelClient, *, resume: 
         evaluator = stack.enter_context(_evaluator(problem, config, pools, back_to_back=getattr(model, "answers_at_once", False)))
         opened = stack.enter_context(store.open(problem))
         repo = opened.repo
+        conflict = precision_conflict(repo.attempts(), config.precision)
+        if conflict:  # before any attempt: its times could not be compared with the best's
+            raise WorkspaceError(f"{repo.path}: {conflict}")
         pointer = opened.read_pointer()
         if resume:
             run_id = _run_to_resume(problem, pointer)
@@ -171,7 +176,7 @@ def _evaluator(problem: Path, config: AgentConfig, pools: Any = None, *, back_to
 
     ahead = 2 if back_to_back and resolve_device(config.device).startswith("cuda") else 1
     options = EvalOptions(device=config.device, trials=config.trials, timing=True, sandbox=config.sandbox,
-                          spares=ahead)
+                          precision=config.precision, spares=ahead)
     return Evaluator(problem, options, entry=config.entry, pool=pools.for_options(options) if pools else None)
 
 

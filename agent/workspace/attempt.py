@@ -22,6 +22,10 @@ floats written with `repr`, so they parse back to exactly the record's numbers):
     Ratchet-Run-Id: 20261121-0412-ab12
     Ratchet-Source-Sha256: 9f86d0...
     Ratchet-New-Best: yes               (whether this attempt became the best when committed)
+    Ratchet-Precision: fp32             (the run's precision, tools/precision.py; n/a: before record schema 6)
+
+One workspace holds one precision (`precision_conflict`): times measured against TF32 baselines
+are not comparable with fp32 ones, so neither can replace the other as the best.
 """
 from __future__ import annotations
 
@@ -52,6 +56,7 @@ _TRAILERS = (
     ("Ratchet-Run-Id", "run_id", "str"),
     ("Ratchet-Source-Sha256", "source_sha256", "str"),
     ("Ratchet-New-Best", "became_best", "bool"),
+    ("Ratchet-Precision", "precision", "str"),
 )
 
 
@@ -76,6 +81,7 @@ class Attempt:
     source_sha256: str = ""
     subject: str = ""
     committed_at: int = 0  # unix seconds
+    precision: str = ""  # "fp32" | "tf32"; "": none recorded (before the record's schema 6, or an evaluator fault)
 
     @property
     def ok(self) -> bool:
@@ -101,7 +107,7 @@ class Attempt:
             median_ms=_num(t.median_ms), ci_low_ms=_num(t.ci_low_ms), ci_high_ms=_num(t.ci_high_ms),
             roofline_fraction=_num(result.roofline.achieved_fraction),
             model=one_line(model), run_id=one_line(run_id), timing_measured=bool(t.measured),
-            source_sha256=hashlib.sha256(source.encode()).hexdigest(),
+            source_sha256=hashlib.sha256(source.encode()).hexdigest(), precision=result.precision or "",
         )
 
     @classmethod
@@ -180,6 +186,17 @@ def parse_trailers(text: str) -> dict[str, str]:
         if sep and key.strip():
             out[key.strip()] = value.strip()
     return out
+
+
+def precision_conflict(attempts: Sequence[Attempt], precision: str) -> str | None:
+    """Why a run or an attempt of `precision` cannot join a workspace holding `attempts`, or None.
+    An attempt with no precision binds nothing: one committed before the record's schema 6 (its
+    baselines ran with PyTorch's defaults, neither setting), or an evaluator fault's record."""
+    held = sorted({a.precision for a in attempts if a.precision} - {precision})
+    if not held:
+        return None
+    return (f"it holds {' and '.join(held)} attempts, and times against {' and '.join(held)} baselines do not compare "
+            f"with {precision} ones: give a {precision} run a workspace of its own (--workspace DIR)")
 
 
 def beats(new: Attempt, incumbent: Attempt | None) -> bool:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import git
 
-from agent.workspace.attempt import Attempt, beats, parse_trailers
+from agent.workspace.attempt import Attempt, beats, parse_trailers, precision_conflict
 from agent.workspace.lock import FileLock, LockTimeout, atomic_write, fsync_dir, wait_gone, write_durable
 from agent.workspace.review import review_lines
 from agent.workspace.trajectories import (LEGACY_FILE, TRAJECTORIES, SavedTrajectory, check_run_id, save, saved_trajectories,
@@ -186,6 +186,9 @@ class ProblemRepo:
             files[_check_extra_name(name)] = text.encode()
         with self._locked():
             previous = self.attempts()
+            conflict = precision_conflict(previous, result.precision) if result.precision else None
+            if conflict:  # a run of another precision started beside this one (optimize checks at its start)
+                raise WorkspaceError(f"{self.path}: {conflict}")
             incumbent = next((a for a in previous if a.is_best), None)
             number = max((a.number for a in previous), default=0) + 1
             attempt = Attempt.from_result(number, result, model=model, run_id=run_id, source=source)

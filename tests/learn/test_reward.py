@@ -40,6 +40,7 @@ def test_known_candidates_on_the_cpu(reward):
         assert o.note.startswith("speedup term 0: timing unavailable: no GPU")
         assert o.reward == pytest.approx(A + B)
         assert o.record["verdict"] == "ok" and o.source_hash == o.record["source_hash"]
+        assert o.precision == "fp32" == o.record["precision"]  # the baselines' arithmetic, for the trainer's metadata
     assert outcomes["fast"].reward == outcomes["slow"].reward
     wrong = outcomes["wrong"]
     assert (wrong.verdict, wrong.compiled, wrong.correct, wrong.reward) == ("incorrect", True, False, pytest.approx(A))
@@ -201,6 +202,8 @@ def test_what_raises_is_the_callers_mistake():
         KernelReward(RewardConfig(device="tpu"))
     with pytest.raises(TypeError, match="no_such_option"):
         KernelReward(RewardConfig(device="cpu", eval_options={"no_such_option": 1}))
+    with pytest.raises(ValueError, match="'bf16' is not built yet"):
+        RewardConfig(precision="bf16")
 
 
 @pytest.mark.parametrize("completion", [
