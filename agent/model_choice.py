@@ -101,7 +101,7 @@ def model_client(config: AgentConfig, module: Path, log: Callable[[str], None] |
     if uses_builtin(config):
         from agent.builtin import BuiltinPolicy  # torch: it reads the problem module
 
-        return BuiltinPolicy(module, entry=config.entry)
+        return BuiltinPolicy(module, entry=config.entry, precision=config.precision)
     return endpoint_client(config, log)
 
 

@@ -22,11 +22,10 @@ import math
 from typing import Any
 
 from agent.builtin.ir import Leaf, Node, Plan, Problem, Unrecognized
-from agent.builtin.search import FP32_DOTS, SMEM_BYTES, SMS, pow2, unique
+from agent.builtin.search import SMEM_BYTES, SMS, dots, pow2, unique
 from agent.builtin.templates import Context, common_variables
 from agent.builtin.templates import render as render_template
 
-FP32_PRECISIONS = FP32_DOTS  # ("tf32x3", "ieee"): never plain "tf32" for float32 data (agent.builtin.search)
 # (BLOCK_M, BLOCK_N, num_warps, num_stages) by head dim: larger head dims take smaller key blocks
 TILES = {64: [(128, 64, 4, 3), (128, 128, 8, 3), (64, 64, 4, 3), (128, 32, 4, 3), (64, 32, 4, 2), (32, 32, 4, 2),
               (16, 16, 4, 2)],
@@ -46,13 +45,15 @@ def _attention(plan: Plan) -> tuple[Node, Leaf, Leaf, Leaf]:
 
 
 def precision_of(plan: Plan, config: dict[str, Any]) -> str | None:
-    """The dots' input_precision: None (native) for half types; "ieee" or "tf32x3" for float32."""
+    """The dots' input_precision: None (native) for half types; for float32 one of the run's
+    (agent.builtin.search.dots: "tf32x3" or "ieee", and "tf32" under the tf32 precision)."""
     _, q, _, _ = _attention(plan)
     if q.dtype != "torch.float32":
         return None
     precision = config.get("precision", "ieee")
-    if precision not in FP32_PRECISIONS:
-        raise Unrecognized(f"input_precision {precision!r} for float32 attention (only ieee or tf32x3)")
+    if precision not in dots(plan):
+        raise Unrecognized(f"input_precision {precision!r} for float32 attention under {plan.precision} "
+                           f"(only {', '.join(dots(plan))})")
     return precision
 
 
@@ -71,8 +72,9 @@ def render(plan: Plan, problem: Problem, config: dict[str, Any], ctx: Context) -
     if precision is None:
         note = f"the native {q.dtype.removeprefix('torch.')} dot, float32 accumulation; p cast to v's dtype."
     else:
-        note = (f'float32 data, input_precision="{precision}" ('
-                + ("IEEE float32" if precision == "ieee" else "3xTF32, float32-accurate") + "); never plain TF32.")
+        kind = {"ieee": "IEEE float32", "tf32x3": "3xTF32, float32-accurate",
+                "tf32": "TF32, as the run's tf32 precision allows"}[precision]
+        note = f'float32 data, input_precision="{precision}" ({kind})' + ("" if precision == "tf32" else "; never plain TF32") + "."
     variables = common_variables(plan, problem, config, ctx)
     variables["out_alloc"] = "(*in0.shape[:-1], in2.shape[-1])"
     variables["offset_limit"] = None  # batch and head offsets are int64, rows' offsets too
@@ -138,7 +140,7 @@ def space(plan: Plan) -> list[dict[str, Any]]:
     ordered = unique([first] + configs)
     if not fp32:
         return ordered
-    return [{**c, "precision": p} for p in FP32_PRECISIONS for c in ordered]
+    return [{**c, "precision": p} for p in dots(plan) for c in ordered]
 
 
 def _smem(bm: int, bn: int, block_d: int, block_dv: int, size: int, stages: int, split: bool = False,

@@ -39,12 +39,11 @@ from typing import Any
 from agent.builtin.emitter import Emitter
 from agent.builtin.indexing import Group
 from agent.builtin.ir import FLOAT_DTYPES, Leaf, Node, Plan, Problem, Unrecognized
-from agent.builtin.search import FP32_DOTS, SMEM_BYTES, SMS, pow2, unique
+from agent.builtin.search import SMEM_BYTES, SMS, dots, pow2, unique
 from agent.builtin.templates import Context, common_variables, local_name, store_value
 from agent.builtin.templates import render as render_template
 from agent.builtin.window import downstream, epilogue_names
 
-PRECISIONS = FP32_DOTS  # float32 dots: ("tf32x3", "ieee"), never plain "tf32" (agent.builtin.search)
 # BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages (BLOCK_N and BLOCK_K clamped to the problem)
 TILES = ((128, 128, 32, 8, 3), (128, 64, 32, 4, 3), (64, 128, 32, 4, 3), (64, 64, 32, 4, 3), (128, 32, 32, 4, 3),
          (32, 64, 32, 4, 3), (64, 32, 32, 2, 3), (32, 32, 32, 2, 2), (16, 32, 32, 2, 2), (128, 128, 64, 8, 2),
@@ -135,8 +134,10 @@ def render(plan: Plan, problem: Problem, config: dict[str, Any], ctx: Context) -
     precision = None
     if plan.leaves[x_index].dtype == "torch.float32":
         precision = config.get("precision")
-        if precision not in PRECISIONS or (direct and precision != "ieee"):  # plain TF32: not float32's accuracy
-            raise Unrecognized(f"a float32 convolution with dot precision {precision!r} (ieee or tf32x3 only)")
+        allowed = dots(plan)  # plain TF32 only under the tf32 precision: it is not float32's accuracy
+        if precision not in allowed or (direct and precision != "ieee"):
+            raise Unrecognized(f"a float32 convolution with dot precision {precision!r} under {plan.precision} "
+                               f"({', '.join(allowed)} only)")
     names = {k: local_name(f"conv_{k}", problem) for k in ("in_sizes", "out_sizes", "kernel", "stride", "padding",
                                                              "dilation", "groups", "rows", "oc", "cg", "ocg",
                                                              "phases", "phase_rows")}
@@ -168,22 +169,24 @@ def space(plan: Plan) -> list[dict[str, Any]]:
     weight = plan.leaves[conv.args[1][1]]
     m, n, k = _gemm(conv, weight.shape)
     groups = conv.attrs["groups"]
-    gemm = _gemm_space(m, n, k, groups, weight.dtype)
+    gemm = _gemm_space(m, n, k, groups, weight.dtype, dots(plan))
     if conv.attrs.get("transposed"):
         stride = conv.attrs["stride"]
         if math.prod(stride) == 1:
             return gemm
         taps = math.prod(math.ceil(t / s) for t, s in zip(weight.shape[2:], stride))
         phases = _gemm_space(math.ceil(m / math.prod(stride)), n, k // math.prod(weight.shape[2:]) * taps,
-                             groups * math.prod(stride), weight.dtype)
+                             groups * math.prod(stride), weight.dtype, dots(plan))
         return unique([{**c, "phases": True} for c in phases] + gemm)
     if weight.shape[1] != 1:
         return gemm
     return unique(_direct_space(plan, m, weight) + gemm)  # depthwise: the direct kernel first
 
 
-def _gemm_space(m: int, n: int, k: int, programs_per_tile: int, dtype: str) -> list[dict[str, Any]]:
-    """The implicit GEMM's tiles for M x N x K (programs_per_tile: groups, times phases)."""
+def _gemm_space(m: int, n: int, k: int, programs_per_tile: int, dtype: str,
+                precisions: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The implicit GEMM's tiles for M x N x K (programs_per_tile: groups, times phases); under
+    float32 each tile with each of `precisions` (the run's dots, agent.builtin.search.dots)."""
     size = 4 if dtype == "torch.float32" else 2
     configs = []
     for bm, bn, bk, w, s in TILES:
@@ -200,7 +203,7 @@ def _gemm_space(m: int, n: int, k: int, programs_per_tile: int, dtype: str) -> l
 
     gemm = _filling_first(configs, programs)
     if dtype == "torch.float32":
-        gemm = [{**c, "precision": p} for p in PRECISIONS for c in gemm]
+        gemm = [{**c, "precision": p} for p in precisions for c in gemm]
     return unique(gemm)
 
 

@@ -85,6 +85,7 @@ def split(plan: Plan, n_inputs: int) -> Stages:
     stage, frontier = _frontier(nodes, stage)
     first = _conv_stage(plan, nodes, sorted(stage), frontier)
     second = _reduction_stage(plan, nodes, stage, frontier, n_inputs)
+    first.precision = second.precision = plan.precision  # the run's dots in both stages
     return Stages(first, second, nodes[frontier].shape)
 
 

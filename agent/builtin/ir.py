@@ -96,6 +96,7 @@ class Plan:
     full_shape: tuple[int, ...] = ()
     red_dims: tuple[int, ...] = ()
     summary: str = ""
+    precision: str = "fp32"  # the run's (tools/precision.py): which tl.dot precisions a float32 product may use
 
     @property
     def patterns(self) -> list[str]:

@@ -49,10 +49,15 @@ class BuiltinPolicy:
     name = NAME
     answers_at_once = True  # no server to wait on: its attempts come back to back (agent/model.py)
 
-    def __init__(self, problem: str | Path, entry: str = "Model") -> None:
+    def __init__(self, problem: str | Path, entry: str = "Model", precision: str = "fp32") -> None:
+        """`precision`: the run's (tools/precision.py); it decides which dots a float32 product may use."""
+        from tools.precision import check
+
         self.path = Path(problem)
         self.entry = entry
         self.recognition: Recognition = recognize(self.path, entry)
+        if self.recognition.plan is not None:
+            self.recognition.plan.precision = check(precision)
         self._proposed: dict[str, dict[str, Any]] = {}  # config key -> config, this session
         self._outcomes: dict[str, search.Outcome] = {}  # config key -> what the evaluator said
         self._turns = 0

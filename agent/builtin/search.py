@@ -5,10 +5,12 @@ default first), and the choice of the next one from what the evaluator said abou
   and so does every untried one at least as large in all its tile sizes (resources only grow).
 - A configuration whose latest outcome was an evaluator fault (verdict error) was not judged: it
   counts as untried and nothing is pruned for it (the evaluator, not the kernel, failed).
-- Dots on float32 data are never plain TF32 (one TF32 dot over a deep K is not an fp32 result, and
-  eager fp32 matmuls are IEEE): 3xTF32 (`input_precision="tf32x3"`, three TF32 products that carry
-  the operands' low bits, fp32-accurate on tensor cores) first, then IEEE. `incorrect` for a
-  configuration with 3xTF32 dots drops 3xTF32: the rest run in IEEE fp32.
+- Dots on float32 data follow the run's precision (`plan.precision`, tools/precision.py). Under
+  `fp32` they are never plain TF32 (one TF32 dot over a deep K is not an fp32 result, and the
+  baselines run IEEE): 3xTF32 (`input_precision="tf32x3"`, three TF32 products that carry the
+  operands' low bits, fp32-accurate on tensor cores) first, then IEEE. Under `tf32` (baselines
+  with TF32 too) plain TF32 comes first. `incorrect` for a configuration with TF32 or 3xTF32
+  dots drops that precision: the rest run in the next one.
 - Once attempts are timed (on a GPU), the search is local: untried neighbours of the fastest
   configuration (one parameter changed) come first, in the space's order; then the rest.
 - Without timing (the CPU interpreter) it walks the space in order, so a run is deterministic.
@@ -30,8 +32,7 @@ from agent.builtin.split import split_first, split_space
 FAILED = {"compile_error", "runtime_error", "timeout", "crashed", "rejected"}
 NOT_JUDGED = {"error"}  # an evaluator fault: the configuration may be proposed again
 SIZE_KEYS = ("BLOCK", "BLOCK_M", "BLOCK_N", "BLOCK_K", "BLOCK_R", "BLOCK_H", "BLOCK_W", "BLOCK_L", "num_stages")
-# a float32 product's dot precisions, in the order tried; REDUCED_DOTS: those that an `incorrect` drops
-FP32_DOTS = ("tf32x3", "ieee")
+# REDUCED_DOTS: the float32 dot precisions that an `incorrect` drops (dots(plan): those tried, in order)
 REDUCED_DOTS = ("tf32", "tf32x3")
 SMS = 132  # programs to fill a large GPU (H100/H200: 132 SMs)
 SMEM_BYTES = 200 * 1024  # shared memory a matmul config may ask for (pipelined A and B tiles)
@@ -42,6 +43,13 @@ class Outcome:
     config: dict[str, Any]
     verdict: str | None  # None: proposed, no result seen yet
     median_ms: float | None = None
+
+
+def dots(plan: Plan) -> tuple[str, ...]:
+    """A float32 product's dot precisions under the run's precision, in the order tried."""
+    from tools.precision import dot_precision
+
+    return dot_precision(plan.precision)
 
 
 def key(config: dict[str, Any]) -> str:
@@ -177,7 +185,7 @@ def _matmul(plan: Plan) -> list[dict[str, Any]]:
     n = b.shape[-1]
     batch = a.shape[0] if len(a.shape) == 3 else 1
     fp32 = a.dtype == "torch.float32"
-    precisions = list(FP32_DOTS) if fp32 else ["native"]
+    precisions = list(dots(plan)) if fp32 else ["native"]
     configs = []
     for bm, bn, bk, g, w, s in MATMUL_CONFIGS:
         if fp32 and bk > 32 and bm * bn >= 128 * 256:

@@ -270,7 +270,7 @@ def empty_baseline() -> dict[str, Any]:
 
 def system_prompt(state: AgentState, ctx: Session) -> str:
     return system_text(ctx.evaluator.problem, language=state["language"], gpu=ctx.gpu, entry=state["entry"],
-                       auxiliary=ctx.config.auxiliary_tools)
+                       auxiliary=ctx.config.auxiliary_tools, precision=ctx.evaluator.options.precision)
 
 
 def task_prompt(state: AgentState, ctx: Session) -> str:

@@ -22,10 +22,11 @@ if TYPE_CHECKING:
     from agent.loop.session import Session
 
 
-def system_text(problem: Any, *, language: str, gpu: str, entry: str, auxiliary: bool) -> str:
-    """The system prompt for a problem (a tools.ProblemInfo); shared with agent.learn.rl_env."""
+def system_text(problem: Any, *, language: str, gpu: str, entry: str, auxiliary: bool, precision: str = "fp32") -> str:
+    """The system prompt for a problem (a tools.ProblemInfo); shared with agent.learn.rl_env.
+    `precision`: the run's (tools/precision.py), which says what float32 dots compare with."""
     return render("system", language=language, gpu=gpu, entry=entry,
-                  single_op=getattr(problem, "single_op", None), auxiliary=auxiliary)
+                  single_op=getattr(problem, "single_op", None), auxiliary=auxiliary, precision=precision)
 
 
 def task_text(problem: Any, *, entry: str, problem_name: str, language: str, baseline: dict[str, Any],

@@ -242,3 +242,15 @@ def test_policy_replies_with_distinct_configs_and_drops_failures():
     # a fresh policy (a resumed run) reads the same history from the conversation
     again = BuiltinPolicy(PROBLEMS / "linear_gelu.py")
     assert parse_config(again.complete(messages, []).content) == parse_config(policy.complete(messages, []).content)
+
+
+def test_the_policy_follows_the_runs_precision():
+    """A float32 product: 3xTF32 dots first under fp32 (the default), plain TF32 first under tf32."""
+    fp32, tf32 = BuiltinPolicy(PROBLEMS / "linear_gelu.py"), BuiltinPolicy(PROBLEMS / "linear_gelu.py", precision="tf32")
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "task"}]
+    assert parse_config(fp32.complete(messages, []).content)["precision"] == "tf32x3"
+    reply = tf32.complete(messages, [])
+    assert parse_config(reply.content)["precision"] == "tf32"
+    assert 'input_precision="tf32"' in json.loads(reply.tool_calls[0].arguments)["source"]
+    with pytest.raises(ValueError, match="'bf16' is not built yet"):
+        BuiltinPolicy(PROBLEMS / "linear_gelu.py", precision="bf16")

@@ -176,6 +176,10 @@ def test_every_float32_configuration_is_ieee_or_3xtf32_and_the_draft_says_so(nam
         source = codegen.draft(rec.plan, rec.problem, config)
         assert f'input_precision="{config["precision"]}"' in source and 'input_precision="tf32"' not in source
         assert f"precision={config['precision']}" in source.split('"""')[1]  # the module docstring
+    rec.plan.precision = "tf32"  # a --precision tf32 run: its baselines use TF32, so may its dots
+    first = search.space(rec.plan)[0]
+    assert first["precision"] == "tf32"
+    assert 'input_precision="tf32"' in codegen.draft(rec.plan, rec.problem, first)
 
 
 def test_kernelbench_sized_attention_fills_the_gpu_within_shared_memory(tmp_path):

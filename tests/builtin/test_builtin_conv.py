@@ -14,9 +14,11 @@ import pytest
 import torch
 
 from agent.builtin import codegen, search
-from agent.builtin.conv import PRECISIONS
+from tools.precision import dot_precision
 from agent.builtin.recognize import recognize
 from helpers_builtin import load_module
+
+PRECISIONS = dot_precision("fp32")  # the default run's float32 dots: tf32x3, then ieee; never plain tf32
 
 pytestmark = pytest.mark.timeout(240)
 _MADE = itertools.count()
@@ -147,8 +149,20 @@ def test_float32_dots_are_ieee_or_tf32x3_never_tf32(tmp_path):
         assert all(c["precision"] in PRECISIONS for c in search.space(other.plan))
     source = codegen.draft(rec.plan, rec.problem, configs[0])
     assert 'input_precision="tf32x3"' in source and 'input_precision="tf32"' not in source
-    with pytest.raises(Exception, match="ieee or tf32x3"):
+    with pytest.raises(Exception, match="under fp32 \\(tf32x3, ieee only\\)"):
         codegen.draft(rec.plan, rec.problem, {**configs[0], "precision": "tf32"})
+
+
+def test_a_tf32_run_tries_plain_tf32_dots_first(tmp_path):
+    """Under --precision tf32 the baselines run TF32 too: the space starts with plain TF32 dots
+    and keeps the float32-accurate ones after them."""
+    body, forward, shape = VARIANTS["batch_norm_relu"]
+    rec = recognize(_problem(tmp_path, body, forward, shape))
+    rec.plan.precision = "tf32"
+    configs = search.space(rec.plan)
+    assert configs[0]["precision"] == "tf32" and {c["precision"] for c in configs} == {"tf32", "tf32x3", "ieee"}
+    source = codegen.draft(rec.plan, rec.problem, configs[0])
+    assert 'input_precision="tf32"' in source
 
 
 # reductions after the convolution (group norm, softmax, a global mean) are drafted by

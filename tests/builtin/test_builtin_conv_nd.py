@@ -15,11 +15,13 @@ import pytest
 import torch
 
 from agent.builtin import search
-from agent.builtin.conv import PRECISIONS
+from tools.precision import dot_precision
 from agent.builtin.recognize import recognize
 from helpers_builtin import load_module
 from test_builtin_conv import _draft, _problem, _same
 from test_builtin_conv_reduce import _draft as _draft_reduced
+
+PRECISIONS = dot_precision("fp32")  # the default run's float32 dots: tf32x3, then ieee; never plain tf32
 
 pytestmark = pytest.mark.timeout(240)
 

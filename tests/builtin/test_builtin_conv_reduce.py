@@ -16,10 +16,12 @@ import pytest
 import torch
 
 from agent.builtin import codegen, search
-from agent.builtin.conv import PRECISIONS
+from tools.precision import dot_precision
 from agent.builtin.conv_reduce import PREFIX
 from agent.builtin.recognize import recognize
 from helpers_builtin import load_module
+
+PRECISIONS = dot_precision("fp32")  # the default run's float32 dots: tf32x3, then ieee; never plain tf32
 
 pytestmark = pytest.mark.timeout(240)
 _MADE = itertools.count()

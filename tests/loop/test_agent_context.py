@@ -92,10 +92,14 @@ def test_templates_are_strict():
 
 
 def test_system_prompt_languages():
-    triton = render("system", language="triton", gpu="NVIDIA H100", entry="Model", single_op="aten::relu", auxiliary=True)
+    triton = render("system", language="triton", gpu="NVIDIA H100", entry="Model", single_op="aten::relu", auxiliary=True,
+                    precision="fp32")
     assert "@triton.jit" in triton and "NVIDIA H100" in triton and "aten::relu" in triton and "get_best" in triton
-    cuda = render("system", language="cuda", gpu="NVIDIA H100", entry="Model", single_op=None, auxiliary=False)
+    assert "## Precision: fp32" in triton and 'input_precision="tf32x3"' in triton  # IEEE baselines: say so
+    cuda = render("system", language="cuda", gpu="NVIDIA H100", entry="Model", single_op=None, auxiliary=False,
+                  precision="tf32")
     assert "load_inline" in cuda and "@triton.jit" not in cuda and "get_best" not in cuda
+    assert "## Precision: tf32" in cuda and "on TF32 tensor cores" in cuda and "tf32x3" not in cuda
 
 
 def test_config_precedence(tmp_path):
