@@ -196,11 +196,11 @@ def one_problem(row: dict[str, Any]) -> str:
 
 def precision_cell(rows: list[dict[str, Any]]) -> str:
     """The rows' precision (tools/precision.py): one value, or each with its count where a resumed
-    run mixed them (their speedups then compare with different baselines); rows from before the
-    setting existed count as "not recorded"."""
-    counts = Counter(r.get("precision") or "not recorded" for r in rows)
+    run mixed them (their speedups then compare with different baselines). A row with none (a
+    crashed problem's, or one from before the setting existed) says nothing either way."""
+    counts = Counter(r["precision"] for r in rows if r.get("precision"))
     if len(counts) <= 1:
-        return next(iter(counts), "-")
+        return next(iter(counts), "not recorded")
     return ", ".join(f"{name} ({n})" for name, n in sorted(counts.items())) + ": mixed, the speedups do not compare"
 
 

@@ -58,6 +58,16 @@ def test_headline_figures_by_hand(tmp_path, capsys):
     assert [p["problem"] for p in data["problems"]] == [r["problem"] for r in GPU_ROWS]
 
 
+def test_the_headline_names_the_runs_precision_and_a_mix(tmp_path, capsys):
+    assert headline(GPU_ROWS)["precision"] == "not recorded"  # rows from before the setting
+    fp32 = [{**r, "precision": "fp32"} for r in GPU_ROWS[:4]] + GPU_ROWS[4:]  # a crashed problem's row has none
+    run = write_run(tmp_path, fp32)
+    assert main(["report", str(run), "--no-html"]) == 0
+    assert "precision:                        fp32\n" in capsys.readouterr().out
+    mixed = fp32[:3] + [{**fp32[3], "precision": "tf32"}]  # a batch resumed with --precision tf32
+    assert headline(mixed)["precision"] == "fp32 (3), tf32 (1): mixed, the speedups do not compare"
+
+
 def test_latest_row_wins_and_unfinished_problems_are_named(tmp_path):
     rows = [row("1_a", correct=False, status="model_error"), row("1_a", eager=3.0, compile=3.0, roofline=0.9)]
     run = load_run(write_run(tmp_path, rows, problems=["1_a", "2_never"]))
