@@ -78,8 +78,8 @@ def assert_imports_once_at_top(source: str) -> None:
     assert len(text_lines) == len(set(text_lines))
 
 
-def drafts(problem: Path) -> tuple[str, list[str]]:
-    rec = recognize(problem)
+def drafts(problem: Path, rec=None) -> tuple[str, list[str]]:
+    rec = rec or recognize(problem)
     assert rec.plan is not None, rec.reason
     return rec.plan.kind, [codegen.draft(rec.plan, rec.problem, config) for config in search.space(rec.plan)[:3]]
 
@@ -87,9 +87,10 @@ def drafts(problem: Path) -> tuple[str, list[str]]:
 def test_every_template_imports_each_module_once_at_the_top():
     rendered: set[str] = set()
     for problem in PROBLEMS:
-        if recognize(problem).plan is None:
+        rec = recognize(problem)  # once: tracing a problem is most of this test's time
+        if rec.plan is None:
             continue  # not a pattern the policy drafts (e.g. sort)
-        kind, sources = drafts(problem)
+        kind, sources = drafts(problem, rec)
         rendered.add(kind)
         for source in sources:
             assert_imports_once_at_top(source)
