@@ -17,16 +17,6 @@ from helpers_workspace_checks import SRC, assert_consistent, commit
 from tools.record import Check, Errors, Result, Verdict
 
 
-@pytest.fixture
-def problem(tmp_path: Path) -> Path:
-    return write_problem(tmp_path / "problems" / "19_ReLU.py")
-
-
-@pytest.fixture
-def ws(tmp_path: Path) -> Workspace:
-    return Workspace(tmp_path / "ws", lock_timeout=30)
-
-
 # -- creation and layout ----------------------------------------------------------------------
 
 def test_first_use_creates_repo_with_reference_commit(ws: Workspace, problem: Path) -> None:

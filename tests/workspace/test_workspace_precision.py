@@ -9,19 +9,9 @@ import pytest
 from agent.cli import main
 from agent.workspace.attempt import precision_conflict
 from agent.workspace.root import Workspace, WorkspaceError
-from helpers_workspace import git, timed, write_problem
+from helpers_workspace import git, timed
 from helpers_workspace_checks import assert_consistent, commit
 from tools.record import Result, Verdict
-
-
-@pytest.fixture
-def problem(tmp_path: Path) -> Path:
-    return write_problem(tmp_path / "problems" / "19_ReLU.py")
-
-
-@pytest.fixture
-def ws(tmp_path: Path) -> Workspace:
-    return Workspace(tmp_path / "ws", lock_timeout=30)
 
 
 def test_an_attempt_of_the_other_precision_is_refused_and_nothing_moves(ws: Workspace, problem: Path) -> None:

@@ -19,16 +19,6 @@ from helpers_workspace_checks import assert_consistent, commit
 from tools.record import Verdict
 
 
-@pytest.fixture
-def problem(tmp_path: Path) -> Path:
-    return write_problem(tmp_path / "problems" / "19_ReLU.py")
-
-
-@pytest.fixture
-def ws(tmp_path: Path) -> Workspace:
-    return Workspace(tmp_path / "ws", lock_timeout=30)
-
-
 # -- refusals ---------------------------------------------------------------------------------
 
 def test_dirty_workspace_is_refused(ws: Workspace, problem: Path) -> None:
