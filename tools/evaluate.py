@@ -26,9 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tools import builds, profile, trials
+from tools import builds, precision, profile, trials
 from tools.compare import Tolerance
-from tools import precision
 from tools.env import environment, resolve_device
 from tools.problem import ProblemError, ProblemInfo, read_problem
 from tools.process import WorkerGone, WorkerProcess

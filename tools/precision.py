@@ -19,7 +19,6 @@ with a message that says so.
 from __future__ import annotations
 
 PRECISIONS = ("fp32", "tf32")
-DEFAULT = "fp32"
 NOT_BUILT = ("bf16", "fp16")
 
 
