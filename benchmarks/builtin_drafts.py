@@ -6,7 +6,7 @@ For each problem of benchmarks/memory_bound/ (issue 18's measurement set, at Ker
 sizes): the first configurations of the policy's search space are drafted (as `ratchet optimize
 --model builtin` would propose them, in that order), each is checked against the eager output with
 the evaluator's tolerances and timed (median, triton.testing.do_bench); the roofline floor comes from
-tools/roofline.py (least bytes and flops, ceilings measured on the card). One JSON object per
+tools/timing/roofline.py (least bytes and flops, ceilings measured on the card). One JSON object per
 problem goes to OUT/results.jsonl, a line per problem to stdout, and the geometric mean over
 torch.compile of the memory-bound problems at the end.
 
@@ -29,8 +29,8 @@ sys.path.insert(0, str(ROOT))
 
 from agent.builtin import codegen, search  # noqa: E402
 from agent.builtin.recognize import recognize  # noqa: E402
-from tools import roofline  # noqa: E402
-from tools.compare import tolerance_for  # noqa: E402
+from tools.timing import roofline  # noqa: E402
+from tools.judge.compare import tolerance_for  # noqa: E402
 
 PROBLEMS = ROOT / "benchmarks" / "memory_bound"
 

@@ -38,8 +38,8 @@ def time_in_this_process(name: str, rounds: int, device: str) -> list[dict[str, 
     import torch
 
     from tools.worker.inputs import generate, tensor_bytes
-    from tools.interleave import block_order
-    from tools.profile import pool_slots
+    from tools.timing.interleave import block_order
+    from tools.timing.profile import pool_slots
     from tools.worker.timing import InputPool, Timer
 
     problem, candidate = CASES[name]

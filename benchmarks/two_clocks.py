@@ -9,7 +9,7 @@ reports its times divided by a factor.
 
 It prints, per size and candidate, the worker's median, the parent's time per call back to back,
 their ratio, the request overhead the eager arm showed, and the verdict under the rule in force
-(tools/clocks.py: RATIO, HOST_ALLOWANCE_MS); then, for each forged candidate (times divided by the
+(tools/timing/clocks.py: RATIO, HOST_ALLOWANCE_MS); then, for each forged candidate (times divided by the
 factor; `slow_early` also answers before its GPU work is done), the sizes at which it was refused
 and by which check. The ratio parent / worker of the honest candidates is what RATIO and
 HOST_ALLOWANCE_MS must stay above. Needs a CUDA GPU.
@@ -165,7 +165,7 @@ def main() -> None:
     unknown = sorted(set(names) - set(CANDIDATES))
     if unknown:
         ap.error(f"--candidates: unknown {', '.join(unknown)}")
-    from tools import clocks
+    from tools.timing import clocks
     from tools.evaluate import EvalOptions, Evaluator
 
     rows = []

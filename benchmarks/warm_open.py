@@ -1,5 +1,5 @@
 """Seconds from one problem to the next: opening an evaluator fresh against opening it from a warm
-pool (tools/warm.py), as a batch slot does problem after problem.
+pool (tools/processes/warm.py), as a batch slot does problem after problem.
 
     python benchmarks/warm_open.py [--problems N] [--cpu] [--json OUT]
 
@@ -57,7 +57,7 @@ def main() -> int:
     import torch
 
     from tools import EvalOptions
-    from tools.warm import WarmPool
+    from tools.processes.warm import WarmPool
 
     cpu = args.cpu or not torch.cuda.is_available()
     device = "cpu" if cpu else "cuda:0"

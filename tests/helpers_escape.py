@@ -5,7 +5,7 @@
 - no process survived: none named after the marker, none running as a sandbox uid (a root
   evaluator's workers), no bwrap left below this test process;
 - the evaluator's shared caches are unchanged, except for build products published for the
-  attacking source itself (its own namespaces, tools/artifacts.py).
+  attacking source itself (its own namespaces, tools/processes/artifacts.py).
 """
 from __future__ import annotations
 

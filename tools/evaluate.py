@@ -4,12 +4,12 @@ The trusted parent (this process) never imports candidate code. It keeps one ref
 per problem (the problem's Model; the only process that knows the secret seeds and makes every
 input), and gives each candidate a fresh worker confined by the operating system
 (tools/sandbox/), spawned ahead of need so CUDA start-up is off the critical path (workers come
-from tools/spawner.py; with `pool=`, from a warm pool started before the problem was known,
-tools/warm.py). Steps: static
-checks and guard; for CUDA C++, a build in a sandbox of its own (tools/builds.py); build of the
+from tools/processes/spawner.py; with `pool=`, from a warm pool started before the problem was known,
+tools/processes/warm.py). Steps: static
+checks and guard; for CUDA C++, a build in a sandbox of its own (tools/processes/builds.py); build of the
 model; trials (inputs written into the candidate's memory by the parent, three distributions,
-poisoned memory; tools/trials.py); the run-time integrity checks; timing (tools/profile.py).
-Every check reports through tools/verdict.py, where the first failure decides the verdict.
+poisoned memory; tools/judge/trials.py); the run-time integrity checks; timing (tools/timing/profile.py).
+Every check reports through tools/judge/verdict.py, where the first failure decides the verdict.
 """
 from __future__ import annotations
 
@@ -26,19 +26,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tools import builds, precision, profile, trials
-from tools.compare import Tolerance
+from tools import precision
+
+from tools.processes import builds
+
+from tools.timing import profile
+
+from tools.judge import trials
+from tools.judge.compare import Tolerance
 from tools.env import environment, resolve_device
 from tools.problem import ProblemError, ProblemInfo, read_problem
-from tools.process import WorkerGone, WorkerProcess
+from tools.processes.process import WorkerGone, WorkerProcess
 from tools.record import Result, Verdict, describe_exception
-from tools.reference import Reference, ReferenceLost
-from tools.spawner import Spawner
-from tools.static import static_checks
-from tools.verdict import fail, passed
+from tools.processes.reference import Reference, ReferenceLost
+from tools.processes.spawner import Spawner
+from tools.judge.static import static_checks
+from tools.judge.verdict import fail, passed
 
 if TYPE_CHECKING:
-    from tools.warm import WarmPool
+    from tools.processes.warm import WarmPool
 
 WORKER_FAILURES = {v.value: v for v in (Verdict.COMPILE_ERROR, Verdict.RUNTIME_ERROR, Verdict.CRASHED)}
 REAP_GRACE_S = 5.0  # at close: how long the last evaluations' workers may still hand over what they compiled
@@ -69,15 +75,15 @@ class EvalOptions:
     sandbox: str = "required"  # "required": refuse without full OS confinement; "best-effort": use what there is
     scratch_mb: int = 2048  # a confined worker's /tmp (its scratch) and /dev/shm, each
     max_processes: int = 1024  # processes and threads of one confined worker
-    artifact_cache_mb: int = 4096  # build products kept between evaluations (tools/artifacts.py)
-    bytecode_cache: str = "auto"  # workers' .pyc where torch has none: "auto", "on", "off" (tools/bytecode.py)
+    artifact_cache_mb: int = 4096  # build products kept between evaluations (tools/processes/artifacts.py)
+    bytecode_cache: str = "auto"  # workers' .pyc where torch has none: "auto", "on", "off" (tools/processes/bytecode.py)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
 class Evaluator:
     def __init__(self, problem_path: Path | str, options: EvalOptions | None = None, entry: str = "Model",
                  pool: "WarmPool | None" = None) -> None:
-        """`pool`: a warm pool (tools/warm.py) whose workers, started before this problem was known,
+        """`pool`: a warm pool (tools/processes/warm.py) whose workers, started before this problem was known,
         this evaluator takes first, and to which it gives its unused ones back when it closes; its
         options must agree with `options` where workers depend on them (ValueError otherwise)."""
         self.options = options or EvalOptions()
@@ -100,7 +106,7 @@ class Evaluator:
         self._reaping: list[tuple[WorkerProcess, threading.Thread]] = []  # used workers not yet killed (builds.reap)
         self._scratches: list[Path] = []  # with a pool: the scratch directories of the workers this evaluator used
         self._baseline: dict[str, Any] | None = None
-        self.distributions = ["problem", "shifted", "signed"]  # rotated over trials (tools/trials.py)
+        self.distributions = ["problem", "shifted", "signed"]  # rotated over trials (tools/judge/trials.py)
         self.dropped: dict[str, str] = {}  # a distribution this problem does not allow: why
         # evaluate() may run in several threads at once (RL rewards): this guards what they share,
         # the reference worker (and its output cache) and the pool of spare candidate workers
@@ -110,7 +116,7 @@ class Evaluator:
             for _ in range(self.options.spares):  # they start while the reference loads
                 self._spares.append(self._candidate_worker())
             self.reference.build()
-            # the second clock's copy charge (tools/clocks.py), measured before any candidate runs
+            # the second clock's copy charge (tools/timing/clocks.py), measured before any candidate runs
             timed = self.options.timing and self.device.startswith("cuda")
             self.copy_ms_per_byte = self.spawner.copy_ms_per_byte() if timed else None
         except (WorkerGone, ReferenceLost) as exc:
@@ -302,7 +308,7 @@ class Evaluator:
             result.phases["build"] = round(time.monotonic() - t0, 4)
             cuda = built.get("cuda") or {}
             if cuda.get("cached"):
-                result.phases["cuda_load"] = round(cuda["seconds"], 4)  # inside "build"; built earlier (tools/builds.py)
+                result.phases["cuda_load"] = round(cuda["seconds"], 4)  # inside "build"; built earlier (tools/processes/builds.py)
             if not self.verdict_from_reply(built, "build", result):
                 return
             passed(result, "build")
@@ -343,7 +349,7 @@ class Evaluator:
         return True
 
     def reference_outputs(self, seed: int, dist: str, borrow: bool = False) -> Any:
-        """[outputs, inputs after forward] of the reference (tools/reference.py); with `borrow`,
+        """[outputs, inputs after forward] of the reference (tools/processes/reference.py); with `borrow`,
         a set too large to keep is views into the reference worker's arena: the caller holds
         `_lock` while it uses them (`trial_lock()` is that lock exactly when they are borrowed)."""
         with self._lock:

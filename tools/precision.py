@@ -11,7 +11,7 @@ a less accurate baseline.
 that a kernel with TF32 dots is compared with baselines that use them too.
 
 What the setting does not do yet (docs/precision.md): it does not tighten the accuracy bound. The
-float32 tolerance (tools/compare.py) admits a TF32 dot under either setting; judging `fp32`
+float32 tolerance (tools/judge/compare.py) admits a TF32 dot under either setting; judging `fp32`
 against a float64 evaluation of the reference is not built. `bf16` and `fp16` (inputs and
 parameters cast, as KernelBench's precision option does) are not built either, and are refused
 with a message that says so.
@@ -41,7 +41,7 @@ def apply(precision: str) -> None:
 
     Through the flags every torch version has (`allow_tf32`): torch >= 2.9 also has a newer API
     (`fp32_precision`), and reading the old flags after setting only the new one raises; set
-    through the old flags, both read consistently (tools/roofline.py's ceiling measurement sets
+    through the old flags, both read consistently (tools/timing/roofline.py's ceiling measurement sets
     and restores the new one)."""
     import torch
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tools.guard import OP_FAMILIES
-from tools.ops import compute_ops
+from tools.guard.scan import OP_FAMILIES
+from tools.guard.ops import compute_ops
 
 
 class ProblemError(Exception):
@@ -33,7 +33,7 @@ class ProblemInfo:
     param_bytes: int = 0
     flops: int = 0  # torch's flop counter over one forward (matmul/conv/attention only)
     dtype: str = "float32"  # the floating dtype holding most of the bytes
-    # held-out variants for the drop-in check (tools/worker/variants.py, tools/heldout.py)
+    # held-out variants for the drop-in check (tools/worker/variants.py, tools/judge/heldout.py)
     variants: list[dict[str, Any]] = field(default_factory=list)
     variants_dropped: list[dict[str, str]] = field(default_factory=list)  # not used: {variant, why}
 

@@ -7,13 +7,13 @@ Versions: 1, the first; 2 adds the verdict `error` (an evaluator fault) and
 `environment["sandbox"]` (how the candidate's worker was confined); 3 adds `distributions` (the
 input distribution of each trial passed) and `dropped` (a distribution the problem does not
 allow, and why); 4 adds `generalizes` (whether the candidate computes the module's function on
-held-out sizes and constructor arguments: the drop-in check, tools/heldout.py) and `heldout` (each
+held-out sizes and constructor arguments: the drop-in check, tools/judge/heldout.py) and `heldout` (each
 held-out variant and its outcome); 5 adds `roofline.bound` ("memory" or "compute": which ceiling
 sets the floor, so the agent can stop a memory-bound search at its own target); 6 adds `precision`
 ("fp32" or "tf32": the float32 arithmetic of the baselines and both workers, tools/precision.py; an
 older record's runs used PyTorch's defaults, TF32 convolutions included). `Result.from_dict`
 reads every version (an older record simply lacks the newer fields, and is written back without
-them). The exit code of each verdict: tools/exit_codes.py.
+them). The exit code of each verdict: agent/cli/exit_codes.py.
 """
 from __future__ import annotations
 
@@ -99,7 +99,7 @@ class Result:
     trials: int = 0  # correctness trials passed
     distributions: list[str] = field(default_factory=list)  # the input distribution of each trial passed
     dropped: dict[str, str] = field(default_factory=dict)  # a distribution the problem does not allow: why
-    # the drop-in check (tools/heldout.py): True right on every held-out variant, False declared
+    # the drop-in check (tools/judge/heldout.py): True right on every held-out variant, False declared
     # specialized and refused one, None not tested (no variant, or failed before)
     generalizes: bool | None = None
     heldout: list[dict[str, Any]] = field(default_factory=list)  # {variant, outcome, detail} per variant

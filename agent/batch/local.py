@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tools.exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_PARENT_GONE
+from agent.cli.exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_PARENT_GONE
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 GRACE_S = 15.0  # after SIGINT, how long a child may take to stop before SIGKILL

@@ -90,7 +90,7 @@ def agent_row(spec: dict[str, Any], log: Callable[[str], None], *, problem: Path
               resume: bool | None = None, store: Any = None, pools: Any = None) -> dict[str, Any]:
     """Run the agent on the spec's problem; the row's agent fields. A remote run passes the problem's
     file on its node, whether to resume (from its lease), its store (agent.loop.run_store) and its slot's
-    warm pools (tools.warm.WarmPools); a local one passes none of them: the spec's problem file, the
+    warm pools (tools.processes.warm.WarmPools); a local one passes none of them: the spec's problem file, the
     workspace of its settings, a fresh evaluator."""
     from agent.batch.channel import Fenced
     from agent.model_choice import model_client

@@ -10,7 +10,7 @@ driver's WorkspaceService over the Ray channel (agent.batch.ray_channel). Nothin
 file system.
 
 - Warm evaluator per GPU: the actor's process lives for the batch, with its imports (torch,
-  triton, the agent), its CUDA context, and a warm pool (tools/warm.py): the next problem's
+  triton, the agent), its CUDA context, and a warm pool (tools/processes/warm.py): the next problem's
   reference worker and spare sandboxed candidate workers are started before that problem arrives.
   An actor rather than a task with `max_calls=0`: Ray may give a reused task worker another GPU,
   while a CUDA context stays on the GPU it was made on. Once no problem waits, idle actors end
@@ -150,14 +150,14 @@ def node_spec(spec: dict[str, Any], device: str) -> dict[str, Any]:
 class ProblemSlot:
     """The Ray actor behind one slot: one GPU (or one CPU in CPU mode) for the whole batch. It runs
     the problems the driver gives it one at a time, `fn(spec, channel, pools=...)` in its own
-    process, and keeps the evaluator's warm pool (tools/warm.py) from one problem to the next.
+    process, and keeps the evaluator's warm pool (tools/processes/warm.py) from one problem to the next.
 
     An actor rather than a task per problem: a Ray worker process reused by GPU tasks may be given
     another GPU for its next task, while its CUDA context (the evaluator's parent uses the device)
     stays on the first one. An actor holds its GPU for life."""
 
     def __init__(self, env: dict[str, str], api_key_env: str | None) -> None:
-        from tools.warm import WarmPools
+        from tools.processes.warm import WarmPools
 
         os.environ.update(env)  # CPU mode: no GPU, Triton's interpreter; a suite's SUITE_SCALE
         _find_prompts()

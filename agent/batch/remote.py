@@ -210,7 +210,7 @@ def run_remote_problem(spec: dict[str, Any], channel: Channel, pools: Any = None
     """Run (or continue) the agent on the spec's problem, committing into the driver's workspace
     through `channel`; return its row (see the module docstring). Never raises for what the
     problem, the model, the workspace or the lease does: those end as a row with a status.
-    `pools`: the slot's warm pools (tools.warm.WarmPools), kept from one problem to the next."""
+    `pools`: the slot's warm pools (tools.processes.warm.WarmPools), kept from one problem to the next."""
     from agent.batch.problem import agent_row, problem_row
 
     key = spec["key"]

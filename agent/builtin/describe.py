@@ -72,7 +72,7 @@ def _indent(text: str, spaces: int) -> str:
 
 def _prelude(tree: ast.Module, needed: set[str], entry: str) -> str:
     """Allowed imports of the reference and the module-level definitions __init__ uses (transitively)."""
-    from tools.guard import ALLOWED_IMPORTS
+    from tools.guard.scan import ALLOWED_IMPORTS
 
     defs: dict[str, ast.stmt] = {}
     for node in tree.body:

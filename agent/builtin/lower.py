@@ -13,7 +13,7 @@ from agent.builtin.builder import Builder, Unusable
 from agent.builtin.classify import classify
 from agent.builtin.ir import FLOAT_DTYPES, LEAF_DTYPES, Leaf, NoTemplate, Plan, Problem, Unrecognized, no_template
 
-# aten glue ops replayed in torch on a leaf (views and copies; see tools.ops.GLUE_OPS)
+# aten glue ops replayed in torch on a leaf (views and copies; see tools.guard.ops.GLUE_OPS)
 LEAF_GLUE = {"view", "_unsafe_view", "reshape", "t", "transpose", "permute", "expand", "unsqueeze", "squeeze",
              "alias", "detach", "clone", "contiguous", "_to_copy", "expand_as", "view_as", "lift_fresh_copy",
              "repeat", "select", "slice"}

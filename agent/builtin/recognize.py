@@ -63,7 +63,7 @@ def _check_draft(plan: Plan, problem: Problem) -> None:
     """Draft the first configuration once: what the templates cannot express, or what the
     evaluator's static guard would reject (in the copied constructor), is not recognized."""
     from agent.builtin import codegen, search
-    from tools import guard
+    from tools.guard import scan as guard
 
     source = codegen.draft(plan, problem, search.space(plan)[0])
     violations = guard.check(source).violations

@@ -1,7 +1,7 @@
 """The `ratchet` command line: a thin dispatcher over one module per subcommand.
 
 Machine-readable output goes to stdout, progress and logs to stderr. Exit codes are in one
-table, tools/exit_codes.py, documented in docs/exit-codes.md; a user's mistake ends with a
+table, agent/cli/exit_codes.py, documented in docs/exit-codes.md; a user's mistake ends with a
 one-line message, never a traceback. Parsing the command line imports nothing heavy (torch,
 triton, openai, langgraph, git, numpy): each command imports what it needs when it runs, so
 `--help` and usage errors answer at once (tests/cli/test_cli_fast.py).
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from agent.cli.checks import UsageError
-from tools.exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from agent.cli.exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 
 # Each module defines register(subparsers) -> None, which adds its subcommand(s) and sets
 # `func` on them: func(args) -> int (the exit code).

@@ -41,7 +41,7 @@ from agent.batch.scale import SCALE_VAR, cpu_scale, scale_line
 from agent.cli.checks import UsageError
 from agent.cli.settings import add_settings, settings
 from agent.cli.settings import given as shared_settings
-from tools.exit_codes import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_MODEL, EXIT_OK, EXIT_SANDBOX
+from agent.cli.exit_codes import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_MODEL, EXIT_OK, EXIT_SANDBOX
 from tools.sandbox import Sandbox, SandboxUnavailable
 
 

@@ -25,7 +25,7 @@ from agent.batch.log import LOGS, RESULTS, RunLog
 from agent.batch.problem import make_spec, problem_key
 from agent.batch.scale import SCALE_VAR
 from agent.cli.checks import UsageError
-from tools.exit_codes import EXIT_CLUSTER, EXIT_INTERRUPTED
+from agent.cli.exit_codes import EXIT_CLUSTER, EXIT_INTERRUPTED
 
 
 def check_ray_args(args: argparse.Namespace) -> list[Slot]:

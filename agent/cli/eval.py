@@ -1,6 +1,6 @@
 """`ratchet eval REFERENCE CANDIDATE`: evaluate one candidate file against a problem file.
 
-The exit code says the verdict (tools/exit_codes.py, EVAL_EXIT_CODES). An exception out of the
+The exit code says the verdict (agent/cli/exit_codes.py, EVAL_EXIT_CODES). An exception out of the
 evaluator itself (a bug, a lost reference, an unusable cache directory) never prints a
 traceback: one line `ratchet eval: internal error: <type>: <message>` on stderr, exit 9, and
 with --json a minimal record with verdict `error` on stdout.
@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from agent.cli.checks import UsageError, check_device, readable_file
-from tools.exit_codes import EVAL_EXIT_CODES, EXIT_BAD_PROBLEM, EXIT_SANDBOX
+from agent.cli.exit_codes import EVAL_EXIT_CODES, EXIT_BAD_PROBLEM, EXIT_SANDBOX
 from tools.precision import PRECISIONS
 from tools.record import Result, Verdict, describe_exception, fault_result
 
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     check_device(args.device)
     from tools.env import DeviceError
     from tools.problem import ProblemError, read_problem
-    from tools.static import precheck
+    from tools.judge.static import precheck
 
     try:
         problem = read_problem(Path(args.reference), args.entry)  # static: no worker yet

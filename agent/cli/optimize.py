@@ -25,7 +25,7 @@ from agent.cli.checks import UsageError, check_device, device_origin, readable_f
 from agent.cli.settings import add_settings, settings
 from agent.loop.kept_eager import NO_FASTER
 from agent.model_choice import NoModelNamed, model_client
-from tools.exit_codes import EXIT_BAD_PROBLEM, EXIT_MODEL, EXIT_SANDBOX, EXIT_UNRECOGNIZED
+from agent.cli.exit_codes import EXIT_BAD_PROBLEM, EXIT_MODEL, EXIT_SANDBOX, EXIT_UNRECOGNIZED
 
 if TYPE_CHECKING:  # the runner imports langgraph: only when a run starts
     from agent.loop.runner import RunResult

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from agent.cli.checks import UsageError
-from tools.exit_codes import EXIT_OK
+from agent.cli.exit_codes import EXIT_OK
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

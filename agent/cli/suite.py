@@ -16,7 +16,7 @@ from pathlib import Path
 
 from agent.cli.checks import UsageError, check_device
 from agent.suite.check import DEFAULT_MIN_EAGER_MS, DEFAULT_SIMILARITY, check_suite
-from tools.exit_codes import EXIT_FLAGGED, EXIT_OK
+from agent.cli.exit_codes import EXIT_FLAGGED, EXIT_OK
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from tools.exit_codes import EXIT_OK
+from agent.cli.exit_codes import EXIT_OK
 
 DISTRIBUTION = "kernel-ratchet"  # [project] name in pyproject.toml
 PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"

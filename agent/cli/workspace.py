@@ -18,7 +18,7 @@ from agent.cli.checks import UsageError
 from agent.loop.kept_eager import MODEL_NEW, kept_eager, no_faster_line, reference_as_model_new
 from agent.workspace.attempt import Attempt, format_ms
 from agent.workspace.lock import atomic_write
-from tools.exit_codes import EXIT_KEPT_EAGER, EXIT_OK
+from agent.cli.exit_codes import EXIT_KEPT_EAGER, EXIT_OK
 
 if TYPE_CHECKING:  # agent.workspace.root imports git: only when a command reads a workspace
     from agent.workspace.root import ProblemRepo
@@ -175,7 +175,7 @@ def _write(output: str | None, source: str) -> None:
 
 def generality_note(number: int, record: dict) -> str:
     """One line on whether the kept kernel is a drop-in beyond the problem's own sizes
-    (the evaluator's held-out trials, tools/heldout.py)."""
+    (the evaluator's held-out trials, tools/judge/heldout.py)."""
     tried = [h for h in record.get("heldout", []) if h.get("outcome") != "not used"]
     if record.get("generalizes") is True:
         return f"attempt {number} is general: also right on held-out {'; '.join(h['variant'] for h in tried)}"

@@ -32,7 +32,7 @@ RL rows (`rl_rows`), one per distinct problem (by problem hash):
     {"prompt": [system, user], "tools": [...], "problem": PATH, "entry": "Model", "metadata": {...}}
 
 `prompt` is what `agent.learn.rl_env.KernelEnv.reset` gives (the agent's own system and task
-messages); `problem` and `entry` are the columns `tools.reward.KernelReward` reads; metadata
+messages); `problem` and `entry` are the columns `tools.reward.kernel_reward.KernelReward` reads; metadata
 holds the problem hash, the reference's sha256 and source, its input shapes and dtypes, ops,
 sizes, and the workspace's best so far. The problem is described by the evaluator's reference
 worker (problem code never runs in this process). PATH is the original problem file when it

@@ -22,8 +22,8 @@ auxiliary-only turns in a row count as a format error too. A source submitted ag
 same episode is not evaluated again (the agent tells the model so) and earns `repeat_reward`,
 unless its evaluation was an evaluator fault (verdict error): then it is evaluated again.
 
-Rewards: a submission earns `tools.reward_score.score_record` of its result (see
-tools/reward_score.py for the formula and its defaults); format errors earn
+Rewards: a submission earns `tools.reward.score.score_record` of its result (see
+tools/reward/score.py for the formula and its defaults); format errors earn
 `format_error_reward` (0); auxiliary calls 0. An evaluator fault earns the reward's
 `fault_reward` and `info["outcome"]["evaluator_fault"]` is true: mask it in training.
 The episode is done when `max_attempts` attempts are used, or when the policy stops it
@@ -44,7 +44,7 @@ from agent.loop.turns import answer_aux, first_line, read_turn, system_text, tas
 from agent.workspace.attempt import Attempt, beats
 from tools.env import target_name
 from tools.record import Result, Verdict
-from tools.reward import KernelReward, RewardConfig
+from tools.reward.kernel_reward import KernelReward, RewardConfig
 from tools.toolcalls import AuxRequest, Submission, tool_schemas
 
 Message = dict[str, Any]

@@ -35,7 +35,7 @@ from agent.loop.state import AgentState, initial_state
 from agent.workspace.attempt import precision_conflict
 from agent.workspace.repo import WorkspaceError
 from agent.workspace.root import Workspace
-from tools.exit_codes import EXIT_FOUND, EXIT_MODEL, EXIT_NONE_CORRECT
+from agent.cli.exit_codes import EXIT_FOUND, EXIT_MODEL, EXIT_NONE_CORRECT
 from tools.record import Verdict
 from tools.toolcalls import tool_schemas
 
@@ -60,7 +60,7 @@ def optimize(problem: Path, config: AgentConfig, model: ModelClient, *, resume: 
              log: Callable[[str], None] | None = None, store: Store | None = None, pools: Any = None) -> RunResult:
     """Run (or resume) the agent on one problem. Raises ProblemError, WorkspaceError, NothingToResume.
     `store`: where the repository, checkpoints and run pointer live (default: config.workspace here).
-    `pools`: a tools.warm.WarmPools whose workers, started ahead, the evaluator takes (a batch slot's)."""
+    `pools`: a tools.processes.warm.WarmPools whose workers, started ahead, the evaluator takes (a batch slot's)."""
     log = log or (lambda line: print(line, file=sys.stderr, flush=True))
     store = store or LocalStore(config.workspace)
     with ExitStack() as stack:

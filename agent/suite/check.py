@@ -16,7 +16,7 @@
   `constant-inputs` (warning) `get_inputs()` gives the same values whatever the seed.
   The degenerate kinds are errors when they hold on both input distributions the evaluator
   uses (the problem's own, the shifted one and the signed one as the evaluator chooses it for this
-  problem, tools/trials.py), warnings when not on all of them (the other trials still test a
+  problem, tools/judge/trials.py), warnings when not on all of them (the other trials still test a
   candidate: ReLU of `torch.rand` is an identity on its own and shifted inputs, not on signed ones).
 - `too-fast`: on a GPU, the eager reference's median time (timed by the reference worker with
   the evaluator's timing protocol) below `min_eager_ms` (default 0.02 ms: launch overhead and
@@ -202,7 +202,7 @@ def check_problem(path: Path, *, device: str | None = None, min_eager_ms: float 
 def _distributions(ev: Any) -> list[str]:
     """The distributions the evaluator's trials use for this problem, as it chooses them (the
     signed inputs narrowed, a distribution the problem does not allow dropped)."""
-    from tools.trials import distribution
+    from tools.judge.trials import distribution
 
     names: list[str] = []
     for i in range(3):
@@ -255,9 +255,9 @@ def _timing_flags(ev: Any, report: ProblemReport, min_eager_ms: float) -> list[F
 
 def eager_time(ev: Any, budget_s: float = 1.0):
     """The eager reference's median time, by the evaluator's protocol (fresh inputs, L2 flushed)."""
-    from tools import profile
+    from tools.timing import profile
     from tools.record import TimeStats
-    from tools.stats import SampleCollector, to_time_stats
+    from tools.timing.stats import SampleCollector, to_time_stats
 
     plan = profile.plan(ev)
     collector = SampleCollector(budget_s=min(budget_s, plan.budget_s), max_samples=ev.options.timing_max_samples)

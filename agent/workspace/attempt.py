@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tools.record import Result, TimeStats, Verdict
-from tools.stats import below_beyond_offset
+from tools.timing.stats import below_beyond_offset
 
 NA = "n/a"
 KIND_ATTEMPT = "attempt"
@@ -207,7 +207,7 @@ def beats(new: Attempt, incumbent: Attempt | None) -> bool:
     3. A timed attempt beats an untimed incumbent; an untimed one never beats an incumbent.
     4. Two timed attempts: the new one wins only if its 95% interval lies wholly below the
        incumbent's by more than a fresh process's own timing offset
-       (tools.stats.below_beyond_offset; a missing bound falls back to the median).
+       (tools.timing.stats.below_beyond_offset; a missing bound falls back to the median).
        Overlapping intervals, gaps within that offset, ties and NaNs keep the incumbent: two
        evaluations of one tiny kernel can have disjoint intervals.
 
@@ -234,7 +234,7 @@ def beats(new: Attempt, incumbent: Attempt | None) -> bool:
 def beats_eager(attempt: Attempt, eager: TimeStats) -> bool | None:
     """Whether a correct attempt beats eager PyTorch beyond noise, by the margin of `beats`: its
     95% interval's high end below eager's low end by more than a fresh process's own timing
-    offset (tools.stats.below_beyond_offset; a missing bound falls back to the median).
+    offset (tools.timing.stats.below_beyond_offset; a missing bound falls back to the median).
 
     None where it cannot be said: the attempt is not correct, or its time or eager's was not
     measured (a CPU run). False ("kept eager": the reference stays the answer) only where both

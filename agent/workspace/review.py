@@ -70,7 +70,7 @@ def time_text(result: Result) -> str:
 
 
 def dropin_text(result: Result) -> str:
-    """The held-out check (tools/heldout.py) in a few words; "" before it ran."""
+    """The held-out check (tools/judge/heldout.py) in a few words; "" before it ran."""
     tried = [h for h in result.heldout if h.get("outcome") != "not used"]
     if result.generalizes is True:
         return "general, also right on " + "; ".join(str(h.get("variant")) for h in tried)

@@ -12,7 +12,7 @@ from agent.builtin import BuiltinPolicy, NothingRecognized, codegen, search
 from agent.builtin.policy import parse_config, parse_feedback
 from agent.builtin.recognize import recognize
 from agent.loop.render import FEEDBACK_VERDICTS, render_feedback
-from tools import guard
+from tools.guard import scan as guard
 from helpers_builtin import draft_outputs
 
 HERE = Path(__file__).parents[1]

@@ -14,7 +14,7 @@ import torch
 
 from agent.builtin import codegen, search
 from agent.builtin.recognize import recognize
-from tools.compare import tolerance_for
+from tools.judge.compare import tolerance_for
 from helpers_builtin import draft_outputs, load_module
 
 pytestmark = pytest.mark.timeout(240)

@@ -11,7 +11,7 @@ problem's Model, both built after the same seed as the evaluator does, on:
   of the first input, and of every input of the same dim 0) shrunk so instead;
 - scaled: every float constructor argument times 0.75.
 
-Outputs are compared with the evaluator's tolerances (tools.compare). REFUSED names the drafts
+Outputs are compared with the evaluator's tolerances (tools.judge.compare). REFUSED names the drafts
 that refuse a case, by design (a size the kernel is specialized to); every other case must match.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ import torch
 
 from agent.builtin import codegen, search
 from agent.builtin.recognize import recognize
-from tools.compare import tolerance_for
+from tools.judge.compare import tolerance_for
 
 HERE = Path(__file__).parents[1]
 PROBLEMS = HERE / "builtin_problems"

@@ -13,8 +13,8 @@ import torch
 
 from agent.builtin import codegen, search
 from agent.builtin.recognize import recognize
-from tools import guard
-from tools.compare import tolerance_for
+from tools.guard import scan as guard
+from tools.judge.compare import tolerance_for
 from helpers_builtin import draft_outputs, load_module
 
 HERE = Path(__file__).parents[1]

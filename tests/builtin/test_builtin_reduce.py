@@ -12,7 +12,7 @@ import torch
 
 from agent.builtin import codegen, search
 from agent.builtin.recognize import recognize
-from tools import guard
+from tools.guard import scan as guard
 from helpers_builtin import draft_outputs, load_module
 
 HERE = Path(__file__).parents[1]

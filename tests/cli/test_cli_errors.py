@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tools.exit_codes import EXIT_BAD_PROBLEM, EXIT_FLAGGED, EXIT_USAGE
+from agent.cli.exit_codes import EXIT_BAD_PROBLEM, EXIT_FLAGGED, EXIT_USAGE
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = str(ROOT / "examples" / "swish_problem.py")

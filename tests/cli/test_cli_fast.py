@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.exit_codes import EXIT_OK, EXIT_USAGE
+from agent.cli.exit_codes import EXIT_OK, EXIT_USAGE
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "triton", "openai", "langgraph", "git", "numpy")

@@ -1,4 +1,4 @@
-"""Exit codes: one table (tools/exit_codes.py), one page (docs/exit-codes.md) that lists each
+"""Exit codes: one table (agent/cli/exit_codes.py), one page (docs/exit-codes.md) that lists each
 command's codes exactly, and no literal exit code left in agent/ or tools/."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tools import exit_codes
-from tools.exit_codes import COMMANDS, EVAL_EXIT_CODES, TABLE, codes_of
+from agent.cli import exit_codes
+from agent.cli.exit_codes import COMMANDS, EVAL_EXIT_CODES, TABLE, codes_of
 from tools.record import Verdict
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,4 +84,4 @@ def _literal_exits(path: Path) -> list[str]:
 def test_no_literal_exit_codes_in_agent_or_tools():
     files = sorted((ROOT / "agent").rglob("*.py")) + sorted((ROOT / "tools").rglob("*.py"))
     found = [hit for path in files for hit in _literal_exits(path)]
-    assert not found, f"use tools/exit_codes.py: {found}"
+    assert not found, f"use agent/cli/exit_codes.py: {found}"

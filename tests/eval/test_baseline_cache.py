@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.baseline_cache import (
+from tools.timing.baseline_cache import (
     BaselineCache,
     CacheWarning,
     default_cache_dir,
@@ -18,7 +18,7 @@ from tools.baseline_cache import (
     environment_fingerprint,
 )
 from tools.record import TimeStats
-from tools.roofline import Ceilings
+from tools.timing.roofline import Ceilings
 
 ENV = {"gpu": "NVIDIA H200", "driver": "570.86", "cuda": "12.8", "torch": "2.13.0", "triton": "3.9.0", "python": "3.11.7"}
 STATS = TimeStats(measured=True, median_ms=1.25, ci_low_ms=1.24, ci_high_ms=1.27, samples=40, note="converged")
@@ -125,7 +125,7 @@ def test_writes_leave_no_temporary_files(cache):
 WRITER = textwrap.dedent(
     """
     import sys
-    from tools.baseline_cache import BaselineCache
+    from tools.timing.baseline_cache import BaselineCache
     from tools.record import TimeStats
     root, who, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     env = {"gpu": "G", "driver": "1", "cuda": "12", "torch": "2", "triton": "3", "python": "3.11"}

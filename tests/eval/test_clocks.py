@@ -1,11 +1,11 @@
-"""The second clock's arithmetic (tools/clocks.py): what the parent concludes from the walls of
+"""The second clock's arithmetic (tools/timing/clocks.py): what the parent concludes from the walls of
 its passes. The passes themselves need a GPU (tests/eval/test_timing_gpu.py, benchmarks/two_clocks.py);
 here the walls follow the model every pass obeys: overhead + calls x time per call."""
 from __future__ import annotations
 
 import pytest
 
-from tools.clocks import (BURST_MAX, HOST_ALLOWANCE_MS, MORE_REPS, MORE_TIME, PASS_MS, RATIO, REPS, REQUEST_ALLOWANCE_MS, Passes,
+from tools.timing.clocks import (BURST_MAX, HOST_ALLOWANCE_MS, MORE_REPS, MORE_TIME, PASS_MS, RATIO, REPS, REQUEST_ALLOWANCE_MS, Passes,
                           burst_size, settle)
 
 
@@ -149,12 +149,12 @@ def test_calls_per_pass_respect_the_pool_memory_and_work_bounds():
 
 
 def test_every_call_of_a_run_must_be_answered_and_right():
-    """The outputs of timed blocks and back-to-back passes (tools.trial_checks.calls_mismatch):
+    """The outputs of timed blocks and back-to-back passes (tools.judge.trial_checks.calls_mismatch):
     a worker that answers fewer calls than asked, or not with a list, leaves none unchecked."""
     import torch
 
     from tools.record import Verdict
-    from tools.trial_checks import calls_mismatch
+    from tools.judge.trial_checks import calls_mismatch
 
     refs = [torch.arange(4.0), torch.arange(4.0) + 1]
     assert calls_mismatch(refs, [r.clone() for r in refs], None, 0, "timed") is None

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tools import compare_gpu
-from tools.compare import TOLERANCES, float_summary
+from tools.judge import compare_gpu
+from tools.judge.compare import TOLERANCES, float_summary
 
 
 def cases():

@@ -1,4 +1,4 @@
-"""The workers' bytecode cache (tools/bytecode.py): where torch has no .pyc beside its sources, the
+"""The workers' bytecode cache (tools/processes/bytecode.py): where torch has no .pyc beside its sources, the
 reference worker writes them beside the evaluator's cache and candidates' workers read them; the
 verdicts are the same. The attack on it is in tests/sandbox/test_sandbox_attacks.py."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from helpers_eval import PROBLEMS, assert_ok, options, source
 from tools import Evaluator, Verdict
-from tools.bytecode import prefix_for, torch_has_bytecode
+from tools.processes.bytecode import prefix_for, torch_has_bytecode
 
 
 def test_workers_share_one_bytecode_cache_and_verdicts_do_not_change(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from helpers_eval import SECOND_LINE, assert_verdict, describe, evaluator, failed, source
 from tools import Verdict
-from tools import guard as guard_mod
+from tools.guard import scan as guard_mod
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import pytest
 
 from agent.cli import main
 from helpers_eval import CANDIDATES, PROBLEMS
-from tools.exit_codes import EVAL_EXIT_CODES, EXIT_INTERNAL, EXIT_USAGE
+from agent.cli.exit_codes import EVAL_EXIT_CODES, EXIT_INTERNAL, EXIT_USAGE
 from tools.record import SCHEMA_VERSION, Verdict
 
 REPO = PROBLEMS.parents[1]

@@ -1,4 +1,4 @@
-"""Input distributions that test both halves (tools/worker/inputs.py, tools/trials.py): besides
+"""Input distributions that test both halves (tools/worker/inputs.py, tools/judge/trials.py): besides
 the problem's own and a shifted one, a signed one in which every continuous input crosses zero
 wherever the reference stays finite there; an input that cannot cross zero keeps its own signs,
 and a distribution the problem does not allow is dropped and recorded as dropped."""
@@ -49,7 +49,7 @@ def test_a_problem_that_allows_no_sign_change_drops_the_signed_trials(cache_dir)
 def test_a_reference_that_raises_on_a_distribution_drops_it_instead_of_failing(cache_dir):
     """binary_cross_entropy raises on values outside [0, 1]: the distributions that move them are
     dropped and recorded, never an evaluator error (each input was tried crossing zero alone)."""
-    from tools.trials import distribution
+    from tools.judge.trials import distribution
 
     with evaluator("bce_probabilities", cache_dir) as ev:
         chosen = [distribution(ev, i, ev.seeds[i]) for i in range(3)]

@@ -1,4 +1,4 @@
-"""The drop-in check (tools/heldout.py, tools/worker/variants.py): besides the problem's own
+"""The drop-in check (tools/judge/heldout.py, tools/worker/variants.py): besides the problem's own
 inputs, one untimed trial at held-out sizes and constructor arguments derived from the problem.
 A kernel with the benchmark's shapes or arguments baked in fails, naming the sizes; one that
 declares itself specialized and refuses other inputs is accepted and recorded as not general;

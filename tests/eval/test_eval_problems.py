@@ -9,7 +9,7 @@ import pytest
 from agent.cli import main
 from helpers_eval import BAD_PROBLEMS, CANDIDATES, PROBLEMS, options
 from tools import Evaluator, ProblemError
-from tools.exit_codes import EXIT_BAD_PROBLEM
+from agent.cli.exit_codes import EXIT_BAD_PROBLEM
 
 
 @pytest.fixture(scope="module")

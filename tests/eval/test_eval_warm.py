@@ -1,4 +1,4 @@
-"""A warm pool (tools/warm.py): workers started before their problem is known serve the next
+"""A warm pool (tools/processes/warm.py): workers started before their problem is known serve the next
 problem's evaluator, give the same verdicts as fresh ones, never carry anything from one problem
 to the next, and leave nothing behind when the pool closes."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from helpers_eval import PROBLEMS, assert_ok, options, source
 from helpers_ray import alive
 from tools import Evaluator, Verdict
-from tools.warm import WarmPool
+from tools.processes.warm import WarmPool
 
 # tests/problems/elementwise.py with its size read from the environment when the file is imported
 WIDTH_PROBLEM = (PROBLEMS / "elementwise.py").read_text().replace(

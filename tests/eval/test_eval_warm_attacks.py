@@ -1,4 +1,4 @@
-"""Attacks on a warm pool (tools/warm.py) from a candidate of one problem against the next
+"""Attacks on a warm pool (tools/processes/warm.py) from a candidate of one problem against the next
 problem's evaluation: the reference worker the pool keeps started for the next problem (not
 sandboxed, its problem not yet loaded), the spare candidate workers it hands on, and the
 processes the pool's evaluators leave. Real candidates, real pools; each test asserts the next
@@ -18,7 +18,7 @@ from helpers_eval import PROBLEMS, describe, options, source
 from helpers_ray import alive
 from tools import Evaluator, Verdict
 from tools.sandbox.probe import probe
-from tools.warm import WarmPool
+from tools.processes.warm import WarmPool
 
 NATIVE_RULES = frozenset({"threads-processes", "network", "file-io"})
 NO_BWRAP = "/nonexistent/bwrap"
@@ -136,7 +136,7 @@ def test_without_bubblewrap_a_daemon_dies_with_the_evaluation(tmp_path, cache_di
 
 def process_tree(pid: int) -> list[int]:
     """A process and its descendants (a sandboxed worker: bwrap, its init, the worker)."""
-    from tools.process import _children
+    from tools.processes.process import _children
 
     found, todo = [], [pid]
     while todo:
@@ -155,7 +155,7 @@ def test_no_candidate_process_outlives_its_evaluator(cache_dir, monkeypatch):
     evaluator's close must end it, and before the next problem opens."""
     import subprocess
 
-    from tools import builds
+    from tools.processes import builds
 
     real_reap, reaped = builds.reap, []
 
@@ -186,7 +186,7 @@ def test_an_interrupted_opening_leaves_no_worker(cache_dir, monkeypatch):
     wherever it is (agent/batch/ray_slots.py ProblemSlot.interrupt): here, while the reference worker the
     evaluator took from the pool loads the problem. The workers it took and started end (or go
     back to the pool, unused); none is left running for the slot's life, unknown to the pool."""
-    from tools.reference import Reference
+    from tools.processes.reference import Reference
 
     def interrupted(self):
         raise KeyboardInterrupt
@@ -215,7 +215,7 @@ def test_a_worker_is_recorded_with_the_environment_it_was_started_from(tmp_path,
     be of the environment it got, not of a moment later: another thread of the evaluator's
     process (an RL trainer's) may change os.environ in between."""
     from test_eval_warm import WIDTH_PROBLEM
-    from tools import spawner
+    from tools.processes import spawner
 
     real_env = spawner.worker_env
 

@@ -1,4 +1,4 @@
-"""The static guard (tools/guard.py) on small inline sources: the holes of issue 13 are closed, each
+"""The static guard (tools/guard/scan.py) on small inline sources: the holes of issue 13 are closed, each
 rejected by a named rule, and the honest code it used to reject passes. The full evaluator runs
 of the cheat candidates are in tests/eval/test_eval_cheats.py.
 """
@@ -11,8 +11,8 @@ import types
 import pytest
 
 from helpers_eval import source
-from tools import guard
-from tools.guard_names import ALLOWED_IMPORTS, WORKER_ATTRIBUTES
+from tools.guard import scan as guard
+from tools.guard.names import ALLOWED_IMPORTS, WORKER_ATTRIBUTES
 
 NO_KERNEL = guard.GuardPolicy(disabled=frozenset({"own-kernel"}))  # the snippets define no kernel
 

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from tools.roofline import (
+from tools.timing.roofline import (
     IMPOSSIBLE_SLACK,
     Ceilings,
     _fp32_matmul_precision,

@@ -1,4 +1,4 @@
-"""The RL reward on a Ray cluster (tools/reward_ray.py), on a local CPU cluster: the pool scores a
+"""The RL reward on a Ray cluster (tools/reward/on_ray.py), on a local CPU cluster: the pool scores a
 batch of completions over two problems, broken ones included, one number each and in order, as a
 local KernelReward does; problems travel as text; actors keep a bounded set of warm evaluators;
 an actor that dies is restarted, or its completions score as evaluator faults."""
@@ -14,9 +14,9 @@ import pytest
 import ray
 
 from tools.problem import ProblemError
-from tools.reward import KernelReward, make_reward
-from tools.reward_ray import ProblemText, RayKernelReward, route
-from tools.reward_score import FORMAT_ERROR, RewardConfig
+from tools.reward.kernel_reward import KernelReward, make_reward
+from tools.reward.on_ray import ProblemText, RayKernelReward, route
+from tools.reward.score import FORMAT_ERROR, RewardConfig
 
 HERE = Path(__file__).parents[1]
 PROBLEM = HERE / "rl_problems" / "scale_add.py"
@@ -154,7 +154,7 @@ def test_routing_keeps_a_problem_on_its_actors():
 
 def test_without_ray_the_option_says_how_to_install_it():
     code = ("import sys; sys.modules['ray'] = None\n"
-            "from tools.reward import make_reward\n"
+            "from tools.reward.kernel_reward import make_reward\n"
             "try:\n    make_reward(executor='ray', device='cpu')\n"
             "except ImportError as exc:\n    print(exc)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,

@@ -24,7 +24,7 @@ from agent.workspace.attempt import Attempt, beats_eager
 from helpers_workspace import timed, untimed, write_problem
 from helpers_workspace_checks import SRC, commit
 from helpers_batch import row, write_run
-from tools.exit_codes import EXIT_KEPT_EAGER, EXIT_OK, EXIT_USAGE
+from agent.cli.exit_codes import EXIT_KEPT_EAGER, EXIT_OK, EXIT_USAGE
 from tools.record import Result, TimeStats, Verdict
 
 EAGER = TimeStats(measured=True, median_ms=1.0, ci_low_ms=0.99, ci_high_ms=1.01, samples=30, note="")

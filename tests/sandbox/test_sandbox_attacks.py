@@ -117,7 +117,7 @@ def test_a_file_outside_cannot_be_linked_or_moved_in(attack, monkeypatch, how):
 @pytest.mark.parametrize("sandbox", ["required", "best-effort"])
 def test_the_workers_bytecode_cache_cannot_be_written(attack, cache_dir, monkeypatch, sandbox):
     """Where torch has no bytecode, the reference worker (trusted, unconfined) writes its .pyc
-    files into a directory beside the cache, and candidates read them (tools/bytecode.py). A
+    files into a directory beside the cache, and candidates read them (tools/processes/bytecode.py). A
     candidate that plants a file there, from native code, is refused: under bwrap the directory
     is a read-only bind, and with landlock alone (best-effort, no bwrap) landlock refuses it."""
     from tools.sandbox.probe import probe

@@ -13,9 +13,9 @@ import sys
 import pytest
 
 from helpers_eval import PROBLEMS, CANDIDATES, assert_ok, options, source
-from tools.artifacts import ArtifactCache, ArtifactError
+from tools.processes.artifacts import ArtifactCache, ArtifactError
 from tools.evaluate import Evaluator
-from tools.exit_codes import EXIT_SANDBOX
+from agent.cli.exit_codes import EXIT_SANDBOX
 from tools.sandbox import Sandbox, SandboxUnavailable
 from tools.sandbox.probe import probe
 from tools.worker.candidate import install_files

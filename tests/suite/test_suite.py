@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tools import EvalOptions, Evaluator, Verdict
-from tools.warm import WarmPool
+from tools.processes.warm import WarmPool
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = ROOT / "suite"
@@ -67,7 +67,7 @@ def small_scale():
 @pytest.mark.timeout(600)
 def test_every_candidate_is_ok_on_the_cpu(small_scale, tmp_path):
     """One test over the whole suite, so the evaluator's cache and imports are shared, and one warm
-    pool (tools/warm.py, as a Ray batch slot keeps), so the next problem's workers start while this
+    pool (tools/processes/warm.py, as a Ray batch slot keeps), so the next problem's workers start while this
     one is evaluated (about half the wall time on two cores); the failures of all problems are
     reported together."""
     failures = []

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tools.protocol import FrameReader, write_frame
+from tools.wire.protocol import FrameReader, write_frame
 
 
 def serve(in_fd: int, out_fd: int, memory_fd: int) -> None:
@@ -32,7 +32,7 @@ def serve(in_fd: int, out_fd: int, memory_fd: int) -> None:
         (scratch / "tmp").mkdir(parents=True, exist_ok=True)
         applied = confine.apply(config.get("confine"))  # before torch: one thread, no candidate yet
         boot["confined"] = time.monotonic()
-        if files:  # the evaluator's own compiled kernels (tools/builds.py: the tools layer), before prewarm
+        if files:  # the evaluator's own compiled kernels (tools/processes/builds.py: the tools layer), before prewarm
             from tools.worker.candidate import install_files, roots
 
             install_files(roots(config), config["files"], files)

@@ -60,7 +60,7 @@ class CandidateWorker(Worker):
         """Import the candidate and construct ModelNew with the reference's constructor arguments."""
         import torch
 
-        from tools.transport import decode
+        from tools.wire.transport import decode
 
         start = time.monotonic()
         try:
@@ -83,10 +83,10 @@ class CandidateWorker(Worker):
         return {"op": "built", "seconds": time.monotonic() - start, "cuda": cuda}, b""
 
     def variant(self, msg: dict[str, Any], payload: bytes) -> Reply:
-        """ModelNew again, with a held-out variant's constructor arguments (tools/heldout.py)."""
+        """ModelNew again, with a held-out variant's constructor arguments (tools/judge/heldout.py)."""
         import torch
 
-        from tools.transport import decode
+        from tools.wire.transport import decode
 
         if self.cls is None:
             raise Failure("runtime_error", "no model was built")
@@ -118,7 +118,7 @@ class CandidateWorker(Worker):
     # inputs -------------------------------------------------------------------------------
     def grow_input_arena(self, msg: dict[str, Any], payload: bytes) -> Reply:
         """A buffer of at least msg["bytes"] for the parent to write input sets into."""
-        from tools.transport import Arena
+        from tools.wire.transport import Arena
 
         self.input_arena = None  # the parent asks only when it needs more room
         self.input_arena = Arena(self.device, int(msg["bytes"]))
@@ -126,7 +126,7 @@ class CandidateWorker(Worker):
         return {"op": "input_arena", "arena": self.input_arena.descriptor}, b""
 
     def _inputs(self, tree: dict[str, Any], payload: bytes) -> Any:
-        from tools.transport import decode
+        from tools.wire.transport import decode
 
         return decode(tree, payload, self.input_arena.buf if self.input_arena is not None else None)
 
@@ -155,7 +155,7 @@ class CandidateWorker(Worker):
             return self.reply_with(reply, [outputs, inputs], int(msg.get("arena_cap") or 0))
         # on a GPU the parent reads the inputs after forward() in the input arena, where it wrote
         # them: only the outputs are copied out (a copy of the inputs would take a whole set more)
-        from tools.transport import encode
+        from tools.wire.transport import encode
 
         tree, payload, arena = self.encode(outputs, int(msg.get("arena_cap") or 0))
         reply["tree"] = {"t": "list", "items": [tree, encode(inputs, hold=True)[0]]}

@@ -30,7 +30,7 @@ def load_module(path: Path, name: str):
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     # no bytecode of the problem's or a candidate's own file in the workers' shared cache
-    # (tools/bytecode.py), where later candidates, of other problems too, could read it
+    # (tools/processes/bytecode.py), where later candidates, of other problems too, could read it
     previous, sys.dont_write_bytecode = sys.dont_write_bytecode, True
     try:
         spec.loader.exec_module(module)

@@ -281,7 +281,7 @@ def _evaluator_functions() -> dict[str, int]:
     can be rebound with no audit event at all)."""
     import triton.runtime.jit as jit
 
-    from tools import transport
+    from tools.wire import transport
     from tools.worker import instrument
 
     watched: dict[str, Any] = {
@@ -291,7 +291,7 @@ def _evaluator_functions() -> dict[str, int]:
         "tools.worker.instrument.LaunchCounter._counting_run": instrument.LaunchCounter._counting_run,
         "tools.worker.instrument.LaunchCounter._counted": instrument.LaunchCounter._counted,
         "tools.worker.instrument.OpRecorder.__torch_dispatch__": instrument.OpRecorder.__torch_dispatch__,
-        "tools.transport.encode": transport.encode, "tools.transport.decode": transport.decode,
+        "tools.wire.transport.encode": transport.encode, "tools.wire.transport.decode": transport.decode,
         "triton.JITFunction.run": jit.JITFunction.run,
     }
     try:

@@ -18,7 +18,7 @@ Distributions:
   s = max(|mean(x)|, std(x)): the same magnitude as the problem's, centred on zero, so both
   signs are tested (ReLU on `torch.rand` inputs sees negatives). "signed:0,2" signs only those
   tensor leaves (numbered depth-first over the inputs) and leaves the others as the problem
-  made them: the evaluator chooses the leaves where the reference stays finite (tools/trials.py).
+  made them: the evaluator chooses the leaves where the reference stays finite (tools/judge/trials.py).
 """
 from __future__ import annotations
 

@@ -79,7 +79,7 @@ class ReferenceWorker(Worker):
             raise Failure("compile_error", f"{cls.__name__}(*get_init_inputs()) does not fit its constructor: {exc}") from None
         torch.manual_seed(self.config["init_seed"])
         self.model = cls(*init_inputs).to(self.device)
-        from tools.transport import encode
+        from tools.wire.transport import encode
 
         init_tree, init_payload = encode(init_inputs)
         described = self._describe()
@@ -102,7 +102,7 @@ class ReferenceWorker(Worker):
 
     def variant_init(self, msg: dict[str, Any], payload: bytes) -> Reply:
         """The constructor's arguments of held-out variant K, for the candidate's ModelNew."""
-        from tools.transport import encode
+        from tools.wire.transport import encode
 
         tree, blob = encode(self._variant_init(self.variants[int(msg["index"])]))
         return {"op": "variant_init", "init": tree}, blob
@@ -132,7 +132,7 @@ class ReferenceWorker(Worker):
         return reply, payload
 
     def ceilings(self, msg: dict[str, Any], payload: bytes) -> Reply:
-        from tools.roofline import measure_ceilings
+        from tools.timing.roofline import measure_ceilings
 
         return {"op": "ceilings", "ceilings": measure_ceilings(self.device).to_dict()}, b""
 
@@ -271,7 +271,7 @@ class ReferenceWorker(Worker):
         """What the parent needs to know about the problem: inputs, outputs, ops."""
         import torch
 
-        from tools.roofline import count_flops, dtype_key, problem_dtype
+        from tools.timing.roofline import count_flops, dtype_key, problem_dtype
         from tools.worker.inputs import describe, tensor_bytes
         from tools.worker.instrument import OpRecorder
 

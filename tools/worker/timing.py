@@ -39,7 +39,7 @@ class InputPool:
     than one set per slot (making the new set first, then copying it into the old buffers, held
     a third multi-GB set at the peak). Where a set lies does not matter here: the pool feeds the
     trusted eager model, and the candidate's copies of its sets, whose addresses the parent
-    chooses (tools/feed.py)."""
+    chooses (tools/processes/feed.py)."""
 
     def __init__(self, make_inputs) -> None:
         self.make_inputs = make_inputs  # seed -> list of inputs

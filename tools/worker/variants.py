@@ -1,6 +1,6 @@
 """Held-out variants of a problem: other sizes and constructor arguments a user could pass, for
 one untimed trial each, so that the kept kernel is a drop-in module and not only right on the
-benchmark's own shapes (tools/heldout.py judges them).
+benchmark's own shapes (tools/judge/heldout.py judges them).
 
 Runs in the reference worker (it holds the problem's module, which is trusted). A variant is a
 set of overrides of the problem module's module-level constants, in force while get_inputs()

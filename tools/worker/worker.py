@@ -49,7 +49,7 @@ class Worker:
             interpret_autotune()
         self.model: Any = None
         self.source_name: str | None = None
-        self.arena: Any = None  # the exchange buffer for CUDA outputs (tools.transport.Arena)
+        self.arena: Any = None  # the exchange buffer for CUDA outputs (tools.wire.transport.Arena)
         self.arena_floor = 0  # bytes the arena is made with at least (the reference's: its trial's reply)
         self.outgoing: list[int] = []  # memory handles (fds) to send the parent before the next reply
         self.timer: Any = None
@@ -64,7 +64,7 @@ class Worker:
     def encode(self, value: Any, cap: int) -> tuple[dict[str, Any], bytes, dict[str, Any] | None]:
         """Encode a reply's tensors; on a GPU into the arena, grown (up to `cap` bytes) when
         needed. Returns the new arena's descriptor when there is one, for the parent to map."""
-        from tools.transport import Arena, encode, needed_bytes
+        from tools.wire.transport import Arena, encode, needed_bytes
         from tools.worker.timing import synchronize
 
         if self.device.type != "cuda":
@@ -158,14 +158,14 @@ def prewarm(device: Any) -> None:
     import torch
     import torch.utils.cpp_extension  # noqa: F401 - ~0.1 s of imports (setuptools) otherwise paid in build
 
-    import tools.transport  # noqa: F401
+    import tools.wire.transport  # noqa: F401
     import tools.worker.cuda_build  # noqa: F401
     import tools.worker.timing  # noqa: F401
 
     if device.type == "cuda":  # the comparison kernels only: the parent's judging code stays out of here
         from types import SimpleNamespace
 
-        from tools.compare_gpu import float_summary
+        from tools.judge.compare_gpu import float_summary
 
         x = torch.ones(16, device=device)
         float_summary(x, x, SimpleNamespace(atol=0.0, rtol=0.0, norm_rtol=0.0))

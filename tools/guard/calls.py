@@ -1,20 +1,20 @@
 """The static gate's checks on calls that reach attributes or write through a function instead of
 an attribute or an assignment: operator.attrgetter / methodcaller (getattr by string),
 operator.setitem and the in-place operators (an assignment into a module or os.environ), and
-functools.update_wrapper / wraps (a setattr of a whole __dict__). Mixed into tools/guard.py's
+functools.update_wrapper / wraps (a setattr of a whole __dict__). Mixed into tools/guard/scan.py's
 visitor, which provides resolve(), flag() and reaching_anywhere.
 """
 from __future__ import annotations
 
 import ast
 
-from tools.guard_names import ATTRIBUTE_COPIERS, FRAME_ATTRIBUTES, STRING_ACCESS, WORKER_ATTRIBUTES
+from tools.guard.names import ATTRIBUTE_COPIERS, FRAME_ATTRIBUTES, STRING_ACCESS, WORKER_ATTRIBUTES
 
 # operator's in-place and item-writing functions: operator.setitem(os.environ, k, v) is an assignment
 ITEM_WRITERS = frozenset({"operator.setitem", "operator.delitem"} | {
     f"operator.i{op}" for op in ("add", "and", "concat", "floordiv", "lshift", "mod", "mul", "matmul", "or",
                                  "pow", "rshift", "sub", "truediv", "xor")})
-# what a candidate may pass around only by calling it (see _Visitor._check_value in tools/guard.py)
+# what a candidate may pass around only by calling it (see _Visitor._check_value in tools/guard/scan.py)
 CALL_ONLY = STRING_ACCESS | ATTRIBUTE_COPIERS | ITEM_WRITERS
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from tools.transport import Opaque, Unsupported
+from tools.wire.transport import Opaque, Unsupported
 
 
 @dataclass(frozen=True)
@@ -125,7 +125,7 @@ def compare_tensors(ref: torch.Tensor, cand: torch.Tensor, stats: Stats,
 
 def _summary(r: torch.Tensor, c: torch.Tensor, tol: Tolerance) -> dict[str, Any]:
     if r.is_cuda:
-        from tools import compare_gpu  # triton kernels: two passes over memory instead of twenty
+        from tools.judge import compare_gpu  # triton kernels: two passes over memory instead of twenty
 
         if compare_gpu.usable(r, c):
             return compare_gpu.float_summary(r, c, tol)

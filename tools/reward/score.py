@@ -13,8 +13,8 @@ An evaluator fault (verdict error: ratchet failed, not the completion) scores th
 `fault_reward` (default 0.0) with `evaluator_fault=True` on the outcome: a trainer should mask
 these outcomes (drop them from the loss), so the policy is never punished, or paid, for our fault.
 
-`RewardConfig` also holds the settings of the evaluators `tools.reward.KernelReward` keeps warm,
-and of where they run (`executor="ray"`: Ray actors, tools/reward_ray.py and docs/reward.md).
+`RewardConfig` also holds the settings of the evaluators `tools.reward.kernel_reward.KernelReward` keeps warm,
+and of where they run (`executor="ray"`: Ray actors, tools/reward/on_ray.py and docs/reward.md).
 """
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ class RewardConfig:
     log_path: str | None = None  # append every outcome as a JSON line
     max_problems: int | None = None  # warm evaluators kept at most (least recently used closed first); None: all
     # where the evaluations run: "local" (this process's KernelReward) or "ray" (a pool of Ray
-    # actors, tools/reward_ray.py; make the reward with tools.reward.make_reward)
+    # actors, tools/reward/on_ray.py; make the reward with tools.reward.kernel_reward.make_reward)
     executor: str = "local"
     ray_address: str = "auto"  # "auto": the running cluster; "local": start one here; or "ray://host:port"
     actors: int = 1  # Ray actors, one GPU each (one CPU each on device "cpu")

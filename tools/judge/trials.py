@@ -4,7 +4,7 @@ Each trial: the reference's outputs on the trial's inputs (cached per seed and d
 same inputs written into the candidate's worker, one forward there with uninitialized memory
 poisoned, then, in the parent: no output aliasing an input, outputs equal to the reference's
 within tolerance, inputs unchanged unless the reference changes them. After the trials: one
-trial per held-out variant (other sizes and constructor arguments, tools/heldout.py); then the
+trial per held-out variant (other sizes and constructor arguments, tools/judge/heldout.py); then the
 candidate's own kernels ran in every forward (held-out ones included), and in a single-op
 problem nothing computing was left to torch.
 
@@ -20,15 +20,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tools import heldout
-from tools.compare import Stats
-from tools.feed import feed
-from tools.ops import compute_ops
+from tools.judge import heldout
+from tools.judge.compare import Stats
+from tools.processes.feed import feed
+from tools.guard.ops import compute_ops
 from tools.problem import ProblemError
-from tools.process import WorkerProcess
+from tools.processes.process import WorkerProcess
 from tools.record import Errors, Result, Verdict
-from tools.trial_checks import compare_reply, nonfinite
-from tools.verdict import accept, fail, passed
+from tools.judge.trial_checks import compare_reply, nonfinite
+from tools.judge.verdict import accept, fail, passed
 
 if TYPE_CHECKING:
     from tools.evaluate import Evaluator

@@ -18,7 +18,7 @@ next problem's `Evaluator(problem, options, pool=pool)` finds them ready:
 Nothing a problem or a candidate did reaches the next problem: each reference worker loads one
 problem and ends with it (tools/worker/reference.py refuses a second), each candidate worker
 serves one evaluation. What is shared is what was shared before within one evaluator: the spawner
-(tools/spawner.py), with its scratch root, its artifact cache and its one measurement of the copy
+(tools/processes/spawner.py), with its scratch root, its artifact cache and its one measurement of the copy
 bandwidth.
 """
 from __future__ import annotations
@@ -29,8 +29,8 @@ import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from tools.process import WorkerProcess
-from tools.spawner import SPAWN_FIELDS, Spawner, environment_fingerprint, spawn_key
+from tools.processes.process import WorkerProcess
+from tools.processes.spawner import SPAWN_FIELDS, Spawner, environment_fingerprint, spawn_key
 
 if TYPE_CHECKING:
     from tools.evaluate import EvalOptions

@@ -41,16 +41,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tools.feed import feed
-from tools.process import WorkerProcess
+from tools.processes.feed import feed
+from tools.processes.process import WorkerProcess
 from tools.record import Result, Verdict
-from tools.transport import TransportError
-from tools.trial_checks import calls_mismatch
-from tools.verdict import fail, passed
+from tools.wire.transport import TransportError
+from tools.judge.trial_checks import calls_mismatch
+from tools.judge.verdict import fail, passed
 
 if TYPE_CHECKING:
     from tools.evaluate import Evaluator
-    from tools.profile import TimingPlan
+    from tools.timing.profile import TimingPlan
 
 REPS = 3  # passes per arm; the smallest wall of each is used (noise only ever adds time)
 # rounds added, one at a time, while the parent's clock still reads above the allowed: on a busy host
@@ -271,7 +271,7 @@ def _candidate_pass(ev: "Evaluator", worker: WorkerProcess, calls: list[tuple[in
 def burst_size(input_bytes: int, output_bytes: int, pool: int, median_ms: float) -> int:
     """Calls per pass: distinct pool sets (`pool` of them), as many as KEEP_BYTES of inputs and of
     outputs allow, BURST_MAX at most, and about PASS_MS of work by the worker's median."""
-    from tools.profile import KEEP_BYTES
+    from tools.timing.profile import KEEP_BYTES
 
     by_memory = min(KEEP_BYTES // max(output_bytes, 1), KEEP_BYTES // max(input_bytes, 1))
     by_time = int(PASS_MS / max(median_ms, 1e-3))
@@ -305,7 +305,7 @@ def _output_room(ev: "Evaluator", k: int) -> Any:
         return None
     import torch
 
-    from tools.transport import ALIGN
+    from tools.wire.transport import ALIGN
 
     tensors = max(len(ev.problem.outputs), 1)
     return torch.empty(k * (ev.problem.output_bytes + 2 * ALIGN * tensors), dtype=torch.uint8, device=ev.device)
@@ -317,8 +317,8 @@ def _take_outputs(ev: "Evaluator", worker: WorkerProcess, cand: tuple[Any, ...],
     and synchronized: the values checked are those the outputs held when the clock stopped.
     Returns the outputs (views into the copy, in `room` when it is large enough) and what the
     copy moved and took."""
-    from tools.feed import arena_used
-    from tools.transport import decode
+    from tools.processes.feed import arena_used
+    from tools.wire.transport import decode
 
     arena = worker.map_arena(cand[0])
     if arena is None or not ev.device.startswith("cuda"):  # CPU: the payload is already ours

@@ -17,17 +17,17 @@ import statistics
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tools import clocks
-from tools.baseline_cache import BaselineCache
-from tools.feed import feed
-from tools.interleave import block_order
-from tools.process import WorkerProcess
+from tools.timing import clocks
+from tools.timing.baseline_cache import BaselineCache
+from tools.processes.feed import feed
+from tools.timing.interleave import block_order
+from tools.processes.process import WorkerProcess
 from tools.record import Result, TimeStats, Verdict
-from tools.roofline import Ceilings, build_roofline, impossible
-from tools.stats import SampleCollector, speedup, to_time_stats
-from tools.trial_checks import calls_mismatch
-from tools.transport import TransportError
-from tools.verdict import fail, passed
+from tools.timing.roofline import Ceilings, build_roofline, impossible
+from tools.timing.stats import SampleCollector, speedup, to_time_stats
+from tools.judge.trial_checks import calls_mismatch
+from tools.wire.transport import TransportError
+from tools.judge.verdict import fail, passed
 
 if TYPE_CHECKING:
     from tools.evaluate import Evaluator
@@ -84,7 +84,7 @@ def measure(ev: "Evaluator", worker: WorkerProcess, result: Result) -> None:
 
     Each evaluation times on inputs of its own (a fresh salt; deterministic only under an explicit
     `seed`): a candidate that stored the outputs of an earlier evaluation's timed calls (in the
-    compiled-kernel files kept per source, tools/builds.py) and replayed them would be timed on
+    compiled-kernel files kept per source, tools/processes/builds.py) and replayed them would be timed on
     inputs it has not seen, and its outputs checked against them (an attacker helper's idea)."""
     p = plan(ev, salt=0 if ev.options.seed is not None else secrets.randbits(62))
     timeout = ev.options.trial_timeout

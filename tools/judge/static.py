@@ -8,10 +8,10 @@ from __future__ import annotations
 import hashlib
 import time
 
-from tools import guard as guard_mod
+from tools.guard import scan as guard_mod
 from tools.problem import ProblemInfo, candidate_problems
 from tools.record import Result, Verdict
-from tools.verdict import fail, passed
+from tools.judge.verdict import fail, passed
 
 
 def static_checks(source: str, result: Result, disabled: frozenset[str] = frozenset(),

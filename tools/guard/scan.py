@@ -15,10 +15,10 @@ import ast
 import re
 from dataclasses import dataclass, field
 
-from tools.guard_calls import CALL_ONLY, CallChecks
-from tools.guard_context import Parents, alignment_test, attribute_base, bound_to_name, called, parents_of
-from tools.guard_keys import KeyChecks, dunder
-from tools.guard_names import (
+from tools.guard.calls import CALL_ONLY, CallChecks
+from tools.guard.context import Parents, alignment_test, attribute_base, bound_to_name, called, parents_of
+from tools.guard.keys import KeyChecks, dunder
+from tools.guard.names import (
     ALLOWED_DUNDER_NAMES, ALLOWED_DUNDERS, ALLOWED_IMPORTS, BANNED_BUILTINS, CPP_EXTENSION_ALLOWED,
     CXX_FORBIDDEN, CXX_LIBRARIES, ENVIRON_WRITES, FORBIDDEN_NAMES, FRAME_ATTRIBUTES, HONEST_SUBMODULES,
     IDENTITY_ATTRIBUTES, KNOWN_MODULES, MODULE_ALIASES, OP_FAMILIES, OP_NAMESPACES, OS_ALLOWED, REACHING_MODULES, RULE_ROOTS,

@@ -1,14 +1,14 @@
 """The static gate's checks on reads by key and by pattern: a subscript, `.get`/`.pop`/`.setdefault`
-(called from tools/guard.py's visit_Attribute) and a mapping pattern with a constant key naming a
+(called from tools/guard/scan.py's visit_Attribute) and a mapping pattern with a constant key naming a
 dunder or a banned builtin (`g['__builtins__']`, `b.get('exec')`, `case {'open': f}`), and class
 patterns with sub-patterns, which read attributes by name with no Attribute node. Mixed into
-tools/guard.py's visitor, which provides flag().
+tools/guard/scan.py's visitor, which provides flag().
 """
 from __future__ import annotations
 
 import ast
 
-from tools.guard_names import ALLOWED_DUNDER_NAMES, KEYED_BUILTINS
+from tools.guard.names import ALLOWED_DUNDER_NAMES, KEYED_BUILTINS
 
 
 def dunder(name: str) -> bool:

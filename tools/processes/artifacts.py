@@ -13,7 +13,7 @@ another source, the reference or the torch.compile baseline reads. So:
   a namespace is published whole (written aside, then renamed into place) and never rewritten;
 - the whole cache is capped (`cap_bytes`); the least recently used namespaces go first.
 
-Files travel as a manifest [{"path", "offset", "length"}] plus one payload (tools/protocol.py).
+Files travel as a manifest [{"path", "offset", "length"}] plus one payload (tools/wire/protocol.py).
 """
 from __future__ import annotations
 

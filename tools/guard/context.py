@@ -1,4 +1,4 @@
-"""Where an expression is used, for the static gate (tools/guard.py): some names are fine in one
+"""Where an expression is used, for the static gate (tools/guard/scan.py): some names are fine in one
 position and not in another. A module is fine as the base of an attribute or bound to a plain
 name, not passed around as a value; an attribute named like a module is fine when it is called
 (a module is not callable); a data pointer is fine inside an alignment test, nowhere else.

@@ -22,12 +22,12 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from tools.compare import Stats
-from tools.feed import feed
-from tools.process import WorkerGone, WorkerProcess
+from tools.judge.compare import Stats
+from tools.processes.feed import feed
+from tools.processes.process import WorkerGone, WorkerProcess
 from tools.record import Result, Verdict
-from tools.trial_checks import compare_reply
-from tools.verdict import fail, passed
+from tools.judge.trial_checks import compare_reply
+from tools.judge.verdict import fail, passed
 
 if TYPE_CHECKING:
     from tools.evaluate import Evaluator
@@ -85,7 +85,7 @@ def _one(ev: "Evaluator", worker: WorkerProcess, result: Result, k: int, name: s
         return _raised(result, name, desc, where, built, specialized)
     if not ev.verdict_from_reply(built, name, result):
         return None
-    with ev.trial_lock(dist):  # as in tools/trials.py: the inputs first, then the reference's outputs, read in place
+    with ev.trial_lock(dist):  # as in tools/judge/trials.py: the inputs first, then the reference's outputs, read in place
         trees, payload = feed(ev, worker, [(None, seed, dist)])
         ref_out, ref_in = ev.reference_outputs(seed, dist, borrow=True)
         shapes = _shapes(ref_in)

@@ -3,9 +3,9 @@
 A `Spawner` starts the reference worker (plain: the problem's Model is the user's own, trusted
 code) and candidate workers (confined by tools/sandbox/), each with a scratch directory of its
 own under the spawner's root. Nothing it starts knows the problem yet: a reference worker is told
-which file to load by its first request (tools/reference.py), and a candidate worker is handed
+which file to load by its first request (tools/processes/reference.py), and a candidate worker is handed
 its source later. So one spawner serves problem after problem: an Evaluator owns one, or borrows
-the one of a warm pool (tools/warm.py) that starts workers before the problem using them is known.
+the one of a warm pool (tools/processes/warm.py) that starts workers before the problem using them is known.
 """
 from __future__ import annotations
 
@@ -17,11 +17,13 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tools import builds, bytecode
-from tools.artifacts import ArtifactCache
-from tools.baseline_cache import default_cache_dir
+from tools.processes import builds
+
+from tools.processes import bytecode
+from tools.processes.artifacts import ArtifactCache
+from tools.timing.baseline_cache import default_cache_dir
 from tools.env import environment, resolve_device
-from tools.process import Limits, WorkerProcess, plain_launch, worker_env
+from tools.processes.process import Limits, WorkerProcess, plain_launch, worker_env
 from tools.sandbox import Sandbox
 from tools.sandbox.env import secret
 
@@ -123,9 +125,9 @@ class Spawner:
 
     def copy_ms_per_byte(self) -> float:
         """The device-to-device bandwidth of the parent's own buffers (the second clock's copy
-        charge, tools/clocks.py), measured once, the first time it is asked: before any candidate
+        charge, tools/timing/clocks.py), measured once, the first time it is asked: before any candidate
         of this spawner has run."""
-        from tools import clocks
+        from tools.timing import clocks
 
         with self._copy_lock:
             if self._copy_ms_per_byte is None:

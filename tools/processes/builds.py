@@ -3,7 +3,7 @@
 - CUDA C++ (load_inline) builds in a worker of its own, confined with the "build" profile (it may
   run /bin/sh, ninja, nvcc; it has no GPU), started early by `Evaluator.prebuild` or at the
   start of the evaluation. It hands the built extension to the parent, which keeps it in the
-  source's namespace of the artifact cache (tools/artifacts.py); the GPU worker, confined with
+  source's namespace of the artifact cache (tools/processes/artifacts.py); the GPU worker, confined with
   the "run" profile (no shell, ninja or nvcc), gets it installed and loads it. A build that
   fails is a compile_error before any GPU worker is used.
 - Triton's cache: a candidate worker compiles into its own scratch. After an evaluation that
@@ -18,13 +18,13 @@ import hashlib
 import time
 from typing import TYPE_CHECKING, Any
 
-from tools.artifacts import ArtifactError
+from tools.processes.artifacts import ArtifactError
 from tools.env import environment
-from tools.guard import Scan
-from tools.process import WorkerGone, WorkerProcess
+from tools.guard.scan import Scan
+from tools.processes.process import WorkerGone, WorkerProcess
 from tools.record import Result, Verdict
 from tools.sandbox import paths
-from tools.verdict import fail, passed
+from tools.judge.verdict import fail, passed
 
 if TYPE_CHECKING:
     from tools.evaluate import Evaluator

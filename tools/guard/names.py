@@ -1,5 +1,5 @@
 """The static gate's name tables: which imports, dotted names, builtins, attributes and modules a
-candidate may not use, and the rule each breaks. tools/guard.py walks the source; this file only
+candidate may not use, and the rule each breaks. tools/guard/scan.py walks the source; this file only
 says what the names are (docs/evaluator.md, "Evaluator policy", documents the rules).
 """
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Device memory shared between processes as file descriptors (the CUDA driver's virtual memory
-management API, through ctypes), for the exchange arenas of tools/transport.py.
+management API, through ctypes), for the exchange arenas of tools/wire/transport.py.
 
 A worker creates an allocation that can be exported as a POSIX file descriptor, maps it into its
 own address space, and sends the descriptor to the parent over a Unix socket (SCM_RIGHTS); the

@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from tools.process import WorkerProcess
-from tools.transport import TransportError, tensor_nodes
+from tools.processes.process import WorkerProcess
+from tools.wire.transport import TransportError, tensor_nodes
 
 if TYPE_CHECKING:
     from tools.evaluate import Evaluator

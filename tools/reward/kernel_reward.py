@@ -1,7 +1,7 @@
 """The evaluator as a reinforcement-learning reward: `KernelReward`, over warm evaluators.
 
-The formula and its settings are in tools/reward_score.py (`RewardConfig`, `score_record`);
-what counts as a candidate in a completion is in tools/reward_extract.py (`extract_source`).
+The formula and its settings are in tools/reward/score.py (`RewardConfig`, `score_record`);
+what counts as a candidate in a completion is in tools/reward/extract.py (`extract_source`).
 
 The callable `KernelReward` has the reward-function signature of TRL's GRPOTrainer:
 
@@ -23,7 +23,7 @@ thread-safe (a lock guards the shared reference worker and the spare pool).
 Every completion gets a number. Whatever the completion or the evaluator does, nothing raises:
 an exception out of `Evaluator(...)` (other than a bad problem file) or out of `evaluate()` is an
 evaluator fault, scored like a record with verdict error (`RewardConfig.fault_reward`, neutral,
-with `evaluator_fault=True`; see tools/reward_score.py), logged as a warning on the
+with `evaluator_fault=True`; see tools/reward/score.py), logged as a warning on the
 `ratchet.reward` logger with its traceback, and never cached, so the same completion is evaluated
 again next time. What does raise is the caller's mistake: a problem file that is not a valid
 problem (`ProblemError`, naming the file: the dataset's error, to be fixed, not trained on), a
@@ -31,7 +31,7 @@ missing `problem` column, a bad `RewardConfig` (device, `eval_options`: checked 
 made), or a call after `close()`.
 
 `make_reward` makes the reward a config asks for: this one, or with `executor="ray"` a pool of
-Ray actors with the same signature (tools/reward_ray.py).
+Ray actors with the same signature (tools/reward/on_ray.py).
 
 No agent imports: an RL trainer needs only `tools`.
 """
@@ -49,8 +49,8 @@ from typing import Any, Iterable, Sequence
 
 from tools.problem import ProblemError
 from tools.record import describe_exception
-from tools.reward_extract import extract_source
-from tools.reward_score import FORMAT_ERROR, RewardConfig, RewardOutcome, fault_outcome, score_record
+from tools.reward.extract import extract_source
+from tools.reward.score import FORMAT_ERROR, RewardConfig, RewardOutcome, fault_outcome, score_record
 from tools.toolcalls import FormatError, Submission, source_hash
 
 log = logging.getLogger("ratchet.reward")
@@ -151,7 +151,7 @@ class KernelReward(RewardFunction):
             config = RewardConfig(**{**asdict(config), **overrides})
         if config.executor != "local":
             raise ValueError(f"KernelReward evaluates in this process; for executor={config.executor!r} "
-                             "use tools.reward.make_reward(config)")
+                             "use tools.reward.kernel_reward.make_reward(config)")
         self.config = config
         self._options = self._eval_options(config)  # a bad device or eval_options raises here, not per completion
         self.__name__ = "ratchet_kernel_reward"  # trainers log rewards under the function's name
@@ -365,13 +365,13 @@ def _cache_too_small(ev: Any) -> bool:
 
 def make_reward(config: RewardConfig | None = None, **fields: Any) -> Any:
     """The reward a config asks for, for trainer configs that take a factory: a `KernelReward`, or
-    with `executor="ray"` a `tools.reward_ray.RayKernelReward` (same signature and outcomes).
+    with `executor="ray"` a `tools.reward.on_ray.RayKernelReward` (same signature and outcomes).
     `fields` override the config's (`make_reward(device="cpu")` is `RewardConfig(device="cpu")`)."""
     config = config or RewardConfig()
     if fields:
         config = RewardConfig(**{**asdict(config), **fields})
     if config.executor == "ray":
-        from tools.reward_ray import RayKernelReward
+        from tools.reward.on_ray import RayKernelReward
 
         return RayKernelReward(config)
     return KernelReward(config)

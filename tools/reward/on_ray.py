@@ -6,7 +6,7 @@ A trainer on one host scores a batch of completions on many GPUs:
     reward(prompts, completions, problem=[...], **other_columns) -> list[float]
 
 It has the signature, the outcomes (`reward.last`, records included) and the fault handling of
-`tools.reward.KernelReward`: extraction and format errors are decided here, on the driver; every
+`tools.reward.kernel_reward.KernelReward`: extraction and format errors are decided here, on the driver; every
 distinct (problem, entry, source) is evaluated by one actor, whose own KernelReward keeps warm
 evaluators (one per problem, at most `max_problems` of them, the least recently used closed
 first). Each actor holds one GPU (`num_gpus=1`; it sees it as cuda:0), or one CPU on device
@@ -45,8 +45,8 @@ from typing import Any, Sequence
 
 from tools.problem import ProblemError
 from tools.record import describe_exception
-from tools.reward import KernelReward, RewardClosed, RewardFunction
-from tools.reward_score import RewardConfig, RewardOutcome, fault_outcome
+from tools.reward.kernel_reward import KernelReward, RewardClosed, RewardFunction
+from tools.reward.score import RewardConfig, RewardOutcome, fault_outcome
 from tools.toolcalls import source_hash
 
 log = logging.getLogger("ratchet.reward")

@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from tools.protocol import Deadline, FrameReader, PeerClosed, ProtocolError, write_frame
-from tools.replies import MalformedReply
-from tools.replies import check as check_reply
+from tools.wire.protocol import Deadline, FrameReader, PeerClosed, ProtocolError, write_frame
+from tools.processes.replies import MalformedReply
+from tools.processes.replies import check as check_reply
 from tools.sandbox import Launch
 from tools.sandbox.env import ALLOCATOR_CONF, secret
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SANDBOX_KILL = "killed by the sandbox's system-call filter (SIGSYS)"
 WRITE_TIMEOUT_S = 60.0  # a request not taken in by then: the worker stopped reading (multi-GB CPU payloads take seconds)
 
@@ -55,7 +55,7 @@ class WorkerProcess:
         self.limits = limits
         self.cuda = cuda
         self.device_index = device_index
-        self.untrusted = untrusted  # a candidate's worker: every reply header is checked (tools/replies.py)
+        self.untrusted = untrusted  # a candidate's worker: every reply header is checked (tools/processes/replies.py)
         self.max_reply_bytes = max_reply_bytes
         self.spawned_at = time.monotonic()
         self.environment: str | None = None  # what it was started from (tools/spawner.environment_fingerprint)
@@ -162,7 +162,7 @@ class WorkerProcess:
 
     def map_arena(self, header: dict[str, Any]) -> Any:
         """Our mapping of the worker's output arena, remapped when a reply announces a new one."""
-        from tools.transport import open_arena
+        from tools.wire.transport import open_arena
 
         if header.get("arena"):
             if not self.cuda:
@@ -189,14 +189,14 @@ class WorkerProcess:
     def outputs(self, header: dict[str, Any], payload: bytes) -> Any:
         """The value tree of a reply. CUDA tensors are views into the worker's arena, valid
         until the next request to this worker."""
-        from tools.transport import decode
+        from tools.wire.transport import decode
 
         return decode(header["tree"], payload, self.map_arena(header))
 
     def input_arena_of(self, nbytes: int, timeout: float) -> Any:
         """Our mapping of the worker's input arena, at least `nbytes` long (asked to grow when
         smaller): where the parent writes the candidate's inputs."""
-        from tools.transport import TransportError, open_arena
+        from tools.wire.transport import TransportError, open_arena
 
         if self.input_arena is None or self.input_arena.numel() < nbytes:
             header, _ = self.request({"op": "input_arena", "bytes": nbytes}, timeout)

@@ -3,7 +3,7 @@
 A worker encodes a Python value into a JSON tree plus raw bytes. CPU tensors travel as raw
 bytes in the frame's payload. CUDA tensors are copied (device to device) into the worker's
 exchange arena: one buffer per worker, shared with the parent once as a file descriptor
-(tools/cuda_vmm.py, sent over the worker's Unix socket) and mapped there once, so multi-GB
+(tools/wire/cuda_vmm.py, sent over the worker's Unix socket) and mapped there once, so multi-GB
 outputs never leave the GPU and nothing depends on the sandbox's namespaces. The parent reads
 views into the arena until its next request. It decodes only what this module defines, so a
 hostile worker can send wrong data but cannot run code in the parent.
@@ -49,7 +49,7 @@ class Arena:
     the parent) is closed by whoever sends it."""
 
     def __init__(self, device: torch.device, nbytes: int) -> None:
-        from tools.cuda_vmm import create
+        from tools.wire.cuda_vmm import create
 
         self.buf, self.fd = create(device.index or 0, max(nbytes, ALIGN))
         self.descriptor = {"nbytes": self.buf.numel(), "fd": True}
@@ -143,7 +143,7 @@ def encode(value: Any, arena: Arena | None = None, hold: bool = False) -> tuple[
 def open_arena(descriptor: dict[str, Any], fd: int, device: int) -> torch.Tensor:
     """The parent's mapping of a worker's arena (a flat uint8 CUDA tensor), from the allocation
     the worker sent as `fd` (closed here)."""
-    from tools.cuda_vmm import VmmError, import_fd
+    from tools.wire.cuda_vmm import VmmError, import_fd
 
     n = descriptor.get("nbytes")
     if not isinstance(n, int) or n <= 0:

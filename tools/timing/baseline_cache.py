@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.record import TimeStats
-from tools.roofline import Ceilings
+from tools.timing.roofline import Ceilings
 
 CACHE_VERSION = 1
 FINGERPRINT_KEYS = ("gpu", "driver", "cuda", "torch", "triton", "python")

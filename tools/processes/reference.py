@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tools.problem import ProblemError, ProblemInfo, apply_description
-from tools.process import WorkerGone, WorkerProcess
+from tools.processes.process import WorkerGone, WorkerProcess
 
 
 class ReferenceLost(Exception):
@@ -37,7 +37,7 @@ class Reference:
     # the worker -----------------------------------------------------------------------
     def build(self) -> None:
         """Wait for the worker, have it load the problem's file (a worker starts before it knows its
-        problem: tools/spawner.py), build the problem's Model, and read the problem's description."""
+        problem: tools/processes/spawner.py), build the problem's Model, and read the problem's description."""
         self._start(self.proc)
         loaded, _ = self.request({"op": "load", "problem": str(self.problem.path), "entry": self.problem.entry},
                                  self._build_timeout)

@@ -2,25 +2,25 @@
 
 A trial fails when an output shares memory with an input (aliasing), or when the candidate's
 outputs, or its inputs after forward(), differ from the reference's (mismatch); each returns
-(check, verdict, message) for tools/verdict.py. compare_reply() runs that sequence on a worker's
-reply to a trial request, for the correctness trials (tools/trials.py) and the held-out ones
-(tools/heldout.py) alike; each phrases its own failure message. nonfinite() tells whether a
+(check, verdict, message) for tools/judge/verdict.py. compare_reply() runs that sequence on a worker's
+reply to a trial request, for the correctness trials (tools/judge/trials.py) and the held-out ones
+(tools/judge/heldout.py) alike; each phrases its own failure message. nonfinite() tells whether a
 reference output holds NaN or infinity (the shifted input distribution is dropped for problems
 where it does). calls_mismatch() checks the outputs of a run of calls (timed blocks,
-tools/profile.py; back-to-back passes, tools/clocks.py) one by one against the reference's.
+tools/timing/profile.py; back-to-back passes, tools/timing/clocks.py) one by one against the reference's.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tools.compare import Stats, Tolerance, compare_trees
+from tools.judge.compare import Stats, Tolerance, compare_trees
 from tools.record import Result, Verdict
-from tools.transport import TransportError, tensor_nodes
-from tools.verdict import fail
+from tools.wire.transport import TransportError, tensor_nodes
+from tools.judge.verdict import fail
 
 if TYPE_CHECKING:
-    from tools.process import WorkerProcess
+    from tools.processes.process import WorkerProcess
 
 Problem = tuple[str, Verdict, str]  # (check, verdict, message): the first check a trial failed
 
@@ -40,7 +40,7 @@ def compare_reply(worker: "WorkerProcess", header: dict[str, Any], payload: byte
     check `name` fails, rejected), then no output aliasing an input, outputs equal to `ref_out`
     (error sizes added to `stats`), inputs after forward() equal to `ref_in`. On a GPU the inputs
     after forward() are read where the parent wrote them (`fed`, the tree of the set written into
-    the worker's input arena): the worker names them without copying them (tools/transport.py,
+    the worker's input arena): the worker names them without copying them (tools/wire/transport.py,
     `hold`), which keeps a whole input set out of its arena; on the CPU they come in the reply."""
     try:
         cand_out, cand_in = _candidate_values(worker, header, payload, fed)
@@ -57,7 +57,7 @@ def compare_reply(worker: "WorkerProcess", header: dict[str, Any], payload: byte
 def _candidate_values(worker: "WorkerProcess", header: dict[str, Any], payload: bytes,
                       fed: dict[str, Any] | None) -> tuple[Any, Any]:
     """(outputs, inputs after forward) of a trial's reply: see compare_reply()."""
-    from tools.transport import decode
+    from tools.wire.transport import decode
 
     if fed is None or not worker.cuda:
         cand_out, cand_in = worker.outputs(header, payload)
