@@ -6,7 +6,7 @@ For each problem of benchmarks/memory_bound/ (issue 18's measurement set, at Ker
 sizes): the first configurations of the policy's search space are drafted (as `ratchet optimize
 --model builtin` would propose them, in that order), each is checked against the eager output with
 the evaluator's tolerances and timed (median, triton.testing.do_bench); the roofline floor comes from
-tools/timing/roofline.py (least bytes and flops, ceilings measured on the card). One JSON object per
+tools/worker/cost.py and tools/timing/roofline.py (least bytes and flops, ceilings measured on the card). One JSON object per
 problem goes to OUT/results.jsonl, a line per problem to stdout, and the geometric mean over
 torch.compile of the memory-bound problems at the end.
 
@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 from agent.builtin import codegen, search  # noqa: E402
 from agent.builtin.recognize import recognize  # noqa: E402
 from tools.timing import roofline  # noqa: E402
+from tools.worker import cost  # noqa: E402
 from tools.judge.compare import tolerance_for  # noqa: E402
 
 PROBLEMS = ROOT / "benchmarks" / "memory_bound"
@@ -69,12 +70,12 @@ def run_problem(path: Path, workdir: Path, n_configs: int, ceilings) -> dict:
         model = ref.Model(*init).eval()
         torch.manual_seed(4)
         inputs = list(ref.get_inputs())
-    cost = roofline.analyse_problem(lambda: ref.Model(*init), ref.get_inputs)
-    floor = roofline.floor_ms(cost.bytes_moved, cost.flops, cost.dtype, ceilings)
-    memory_s = cost.bytes_moved / ceilings.copy_bytes_per_s
-    compute_ieee_s = cost.flops / ceilings.rate("float32", fp32_uses_tf32=False) if cost.flops else 0.0
-    row = {"problem": path.stem, "kind": rec.plan.kind, "summary": rec.plan.summary, "bytes": cost.bytes_moved,
-           "flops": cost.flops, "floor_ms": floor, "memory_bound": memory_s >= compute_ieee_s,
+    size = cost.analyse_problem(lambda: ref.Model(*init), ref.get_inputs)
+    floor = roofline.floor_ms(size.bytes_moved, size.flops, size.dtype, ceilings)
+    memory_s = size.bytes_moved / ceilings.copy_bytes_per_s
+    compute_ieee_s = size.flops / ceilings.rate("float32", fp32_uses_tf32=False) if size.flops else 0.0
+    row = {"problem": path.stem, "kind": rec.plan.kind, "summary": rec.plan.summary, "bytes": size.bytes_moved,
+           "flops": size.flops, "floor_ms": floor, "memory_bound": memory_s >= compute_ieee_s,
            "memory_ms": memory_s * 1e3, "compute_ieee_ms": compute_ieee_s * 1e3, "space": len(space)}
     with torch.no_grad():
         expected = model(*inputs)
@@ -135,7 +136,7 @@ def main() -> int:
     workdir = out / "drafts"
     workdir.mkdir(exist_ok=True)
     start = time.monotonic()
-    ceilings = roofline.measure_ceilings("cuda")
+    ceilings = roofline.Ceilings.from_dict(cost.measure_ceilings("cuda"))
     print(json.dumps({"device": torch.cuda.get_device_name(), "ceilings": ceilings.to_dict()}), flush=True)
     paths = sorted(PROBLEMS.glob("*.py"))
     if args.problems:

@@ -9,7 +9,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # the trusted parent's code that decides or measures for a verdict; a worker process may run
 # the shared plumbing (protocol, transport, memory sharing), measurement helpers and kernels
-JUDGING = ("tools.judge.verdict", "tools.judge.trials", "tools.judge.trial_checks", "tools.judge.compare", "tools.timing.clocks", "tools.timing.profile",
+JUDGING = ("tools.judge.verdict", "tools.judge.trials", "tools.judge.trial_checks", "tools.judge.compare", "tools.timing.clocks", "tools.timing.blocks",
            "tools.evaluate", "tools.judge.heldout", "tools.guard.scan", "tools.guard.calls", "tools.guard.context",
            "tools.guard.names", "tools.judge.static", "tools.timing.stats", "tools.processes.replies", "tools.processes.process", "tools.processes.spawner",
            "tools.processes.feed", "tools.processes.reference", "tools.reward.kernel_reward", "tools.reward.score", "tools.reward.on_ray", "tools.processes.warm",
@@ -48,4 +48,4 @@ def test_the_worker_package_imports_none_of_the_parents_judging_code():
 def test_the_scan_sees_imports_inside_functions():
     """The scan itself: a nested import counts (a test that could not fail would prove nothing)."""
     probe = ROOT / "tools" / "worker" / "worker.py"
-    assert "tools.judge.compare_gpu.float_summary" in imported(probe) and "tools.wire.transport" in imported(probe)
+    assert "tools.worker.warmup" in imported(probe) and "tools.wire.transport" in imported(probe)

@@ -12,7 +12,7 @@ from typing import Any
 
 from tools.record import SCHEMA_VERSION, Result, Verdict
 
-_LAZY = {"EvalOptions": "tools.evaluate", "Evaluator": "tools.evaluate", "evaluate": "tools.evaluate",
+_LAZY = {"EvalOptions": "tools.options", "Evaluator": "tools.evaluate", "evaluate": "tools.evaluate",
          "ProblemError": "tools.problem", "ProblemInfo": "tools.problem"}
 
 

@@ -18,7 +18,9 @@ with a message that says so.
 """
 from __future__ import annotations
 
-PRECISIONS = ("fp32", "tf32")
+from tools.worker.precision import TF32
+
+PRECISIONS = tuple(TF32)  # ("fp32", "tf32"): applied in each worker by tools/worker/precision.py
 NOT_BUILT = ("bf16", "fp16")
 
 
@@ -34,20 +36,6 @@ def check(precision: str) -> str:
         raise PrecisionError(f"precision {precision!r} is not built yet (inputs and parameters cast to it); "
                              f"use one of {', '.join(PRECISIONS)} (docs/precision.md)")
     raise PrecisionError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
-
-
-def apply(precision: str) -> None:
-    """Set this process's float32 product and convolution arithmetic for `precision`.
-
-    Through the flags every torch version has (`allow_tf32`): torch >= 2.9 also has a newer API
-    (`fp32_precision`), and reading the old flags after setting only the new one raises; set
-    through the old flags, both read consistently (tools/timing/roofline.py's ceiling measurement sets
-    and restores the new one)."""
-    import torch
-
-    tf32 = check(precision) == "tf32"
-    torch.backends.cuda.matmul.allow_tf32 = tf32
-    torch.backends.cudnn.allow_tf32 = tf32
 
 
 def dot_precision(precision: str) -> tuple[str, ...]:

@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     if early is not None:
         early.precision = args.precision  # the setting it would have run under
         return report(early, args)
-    from tools.evaluate import EvalOptions, Evaluator  # torch: only for a file that passed the static checks
+    from tools import EvalOptions, Evaluator  # torch: only for a file that passed the static checks
     from tools.sandbox import SandboxUnavailable
 
     options = EvalOptions(device=args.device, trials=args.trials, timing=not args.no_timing,

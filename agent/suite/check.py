@@ -202,11 +202,9 @@ def check_problem(path: Path, *, device: str | None = None, min_eager_ms: float 
 def _distributions(ev: Any) -> list[str]:
     """The distributions the evaluator's trials use for this problem, as it chooses them (the
     signed inputs narrowed, a distribution the problem does not allow dropped)."""
-    from tools.judge.trials import distribution
-
     names: list[str] = []
     for i in range(3):
-        name = distribution(ev, i, PROBE_SEEDS[0])
+        name = ev.trial_distribution(i, PROBE_SEEDS[0])
         if name not in names:
             names.append(name)
     return names
@@ -242,7 +240,7 @@ def _timing_flags(ev: Any, report: ProblemReport, min_eager_ms: float) -> list[F
         return [Flag("timing-unjudged", "info",
                      f"cannot judge whether it is too fast to time on the CPU (eager time means nothing there); "
                      f"least bytes moved {report.bytes_moved}, flops {report.flops}")]
-    stats = eager_time(ev)
+    stats = ev.eager_time(budget_s=1.0)  # by the evaluator's protocol: fresh inputs, L2 flushed
     if not stats.measured or stats.median_ms is None:
         return [Flag("timing-unjudged", "warning", f"the eager reference could not be timed: {stats.note}")]
     report.eager_ms = stats.median_ms
@@ -251,23 +249,3 @@ def _timing_flags(ev: Any, report: ProblemReport, min_eager_ms: float) -> list[F
                      f"eager median {stats.median_ms * 1000:.3g} us, below {min_eager_ms * 1000:.3g} us: launch overhead "
                      "and timer resolution dominate, so speedups are noise; make the inputs larger")]
     return []
-
-
-def eager_time(ev: Any, budget_s: float = 1.0):
-    """The eager reference's median time, by the evaluator's protocol (fresh inputs, L2 flushed)."""
-    from tools.timing import profile
-    from tools.record import TimeStats
-    from tools.timing.stats import SampleCollector, to_time_stats
-
-    plan = profile.plan(ev)
-    collector = SampleCollector(budget_s=min(budget_s, plan.budget_s), max_samples=ev.options.timing_max_samples)
-    n, warm = 0, plan.call(10**9)[1]
-    while not collector.done():
-        calls = [plan.call(n + i) for i in range(plan.block)]
-        header, _ = ev.reference.request({"op": "time", "calls": calls, "warmup_seed": warm}, ev.options.trial_timeout)
-        if header.get("op") == "error":
-            return TimeStats(note=f"timing failed: {str(header.get('message', ''))[:300]}")
-        warm = None
-        collector.extend(header["samples"])
-        n += plan.block
-    return to_time_stats(collector)

@@ -49,10 +49,8 @@ def test_a_problem_that_allows_no_sign_change_drops_the_signed_trials(cache_dir)
 def test_a_reference_that_raises_on_a_distribution_drops_it_instead_of_failing(cache_dir):
     """binary_cross_entropy raises on values outside [0, 1]: the distributions that move them are
     dropped and recorded, never an evaluator error (each input was tried crossing zero alone)."""
-    from tools.judge.trials import distribution
-
     with evaluator("bce_probabilities", cache_dir) as ev:
-        chosen = [distribution(ev, i, ev.seeds[i]) for i in range(3)]
+        chosen = [ev.trial_distribution(i, ev.seeds[i]) for i in range(3)]
         assert chosen == ["problem"] * 3 and ev.distributions == ["problem"]
         assert "raises) on shifted inputs" in ev.dropped["shifted"]
         assert "(or it raises) when input #0, #1 cross zero" in ev.dropped["signed"]

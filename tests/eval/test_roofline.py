@@ -1,4 +1,5 @@
-"""Least bytes, flop counts (real and fake tensors), the floor's arithmetic, impossibility."""
+"""Least bytes, flop counts (real and fake tensors: tools/worker/cost.py), the floor's arithmetic,
+impossibility (tools/timing/roofline.py)."""
 from __future__ import annotations
 
 import pytest
@@ -6,16 +7,11 @@ import torch
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from tools.timing.roofline import (
-    IMPOSSIBLE_SLACK,
-    Ceilings,
+from tools.timing.roofline import IMPOSSIBLE_SLACK, Ceilings, achieved_fraction, build_roofline, floor_ms, impossible
+from tools.worker.cost import (
     _fp32_matmul_precision,
-    achieved_fraction,
     analyse_problem,
-    build_roofline,
     count_flops,
-    floor_ms,
-    impossible,
     least_bytes,
     measure_ceilings,
     module_tensors,
@@ -191,7 +187,7 @@ def test_precision_context_restores_the_flag():
 @pytest.mark.gpu
 def test_measure_ceilings_on_gpu():
     before = torch.get_float32_matmul_precision()
-    c = measure_ceilings("cuda")
+    c = Ceilings.from_dict(measure_ceilings("cuda"))
     assert torch.get_float32_matmul_precision() == before
     assert 1e11 < c.copy_bytes_per_s < 2e13
     assert set(c.matmul_flops_per_s) == {"float32", "tf32", "float16", "bfloat16"}

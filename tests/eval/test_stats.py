@@ -150,7 +150,7 @@ def test_faster_beyond_noise_needs_disjoint_intervals():
 
 def schedule(blocks: int, size: int, arms=("A", "B")) -> list[str]:
     """The arm of each call when `blocks` blocks of `size` calls per arm run in block_order (as
-    tools/timing/profile.py's timing loop runs them)."""
+    tools/timing/blocks.py's timing loop runs them)."""
     return [arm for block in range(blocks) for arm in block_order(block, arms) for _ in range(size)]
 
 

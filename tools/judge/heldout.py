@@ -22,15 +22,16 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from tools.guard.ops import compute_ops
 from tools.judge.compare import Stats
-from tools.processes.feed import feed
-from tools.processes.process import WorkerGone, WorkerProcess
-from tools.record import Result, Verdict
 from tools.judge.trial_checks import compare_reply
-from tools.judge.verdict import fail, passed
+from tools.judge.verdict import Failure, passed, reply_failure
+from tools.processes.process import WorkerGone
+from tools.record import Result, Verdict
 
 if TYPE_CHECKING:
-    from tools.evaluate import Evaluator
+    from tools.judge.bench import Bench
+    from tools.judge.evaluation import Evaluation
 
 SPECIALIZED = re.compile(r"^\s*#\s*ratchet:\s*specialized\b", re.MULTILINE)
 HOW = ("A kernel must compute the module's function for every size and constructor argument a user "
@@ -43,83 +44,90 @@ def declares_specialized(source: str) -> bool:
     return bool(SPECIALIZED.search(source))
 
 
-class Outcome:
-    """What the held-out trials add to the correctness trials' evidence."""
-
-    def __init__(self) -> None:
-        self.launches: list[int] = []  # own-kernel launches of each variant that ran
-        self.ops: list[dict[str, int]] = []  # torch ops of each variant that ran
+def heldout(bench: "Bench", ev: "Evaluation") -> Failure | None:
+    """Step: one untimed trial per held-out variant, in the candidate's worker."""
+    with ev.phase("correctness"):
+        return _heldout(bench, ev)
 
 
-def run(ev: "Evaluator", worker: WorkerProcess, result: Result, source: str) -> Outcome | None:
-    """The held-out trials; None if the candidate failed one (the result says how)."""
-    specialized = declares_specialized(source)
+def _heldout(bench: "Bench", ev: "Evaluation") -> Failure | None:
+    assert ev.worker is not None, "the worker step runs first"
+    result = ev.result
+    specialized = declares_specialized(ev.source)
     result.heldout = [{"variant": d["variant"], "outcome": "not used", "detail": d["why"]}
-                      for d in ev.problem.variants_dropped]
-    outcome = Outcome()
+                      for d in bench.problem.variants_dropped]
+    launches: list[int] = []  # own-kernel launches of each variant that ran
+    ops: list[dict[str, int]] = []  # torch ops of each variant that ran
     refused = False
-    for k, variant in enumerate(ev.problem.variants):
+    for k, variant in enumerate(bench.problem.variants):
         name, desc = f"heldout-{k}", variant["describe"]
         try:
-            step = _one(ev, worker, result, k, name, desc, specialized, outcome)
+            step = _one(bench, ev, k, name, desc, specialized, launches, ops)
         except WorkerGone as exc:
             raise WorkerGone(exc.verdict, f"on held-out sizes ({desc}): {exc}") from None
-        if step is None:
-            return None
+        if isinstance(step, Failure):
+            return step
         refused = refused or step == "refused"
-    if ev.problem.variants:
+    if bench.problem.variants:
         result.generalizes = not refused
-    return outcome
+    ev.launched = min([ev.launched or 0, *launches])
+    for found in ops:
+        ev.torch_ops.update(compute_ops(found))
+    result.torch_ops = sorted(ev.torch_ops)
+    result.kernel_launches = ev.launched
+    return None
 
 
-def _one(ev: "Evaluator", worker: WorkerProcess, result: Result, k: int, name: str, desc: str,
-         specialized: bool, outcome: Outcome) -> str | None:
+def _one(bench: "Bench", ev: "Evaluation", k: int, name: str, desc: str, specialized: bool,
+         launches: list[int], ops: list[dict[str, int]]) -> str | Failure:
+    """One variant: "ok", "refused" (declared specialized, it raised), or the failure."""
+    assert ev.worker is not None
+    worker, result, options = ev.worker, ev.result, bench.options
     dist = f"variant:{k}"
-    seed = ev.seeds[k % len(ev.seeds)]
-    with ev._lock:
-        init_tree, init_payload = ev.reference.variant_init(k, ev.options.build_timeout)
-    built = worker.request({"op": "variant", "init": init_tree}, ev.options.build_timeout, init_payload)[0]
+    seed = bench.seeds[k % len(bench.seeds)]
+    with bench.lock:
+        init_tree, init_payload = bench.reference.variant_init(k, options.build_timeout)
+    built = worker.request({"op": "variant", "init": init_tree}, options.build_timeout, init_payload)[0]
     if built.get("op") == "error" and not built.get("violations"):
-        with ev._lock:  # the sizes' inputs, for the message: the reference's, read in place
-            where = f"held-out sizes ({desc}; inputs {_shapes(ev.reference_outputs(seed, dist, borrow=True)[1])})"
+        with bench.lock:  # the sizes' inputs, for the message: the reference's, read in place
+            where = f"held-out sizes ({desc}; inputs {_shapes(bench.reference_outputs(seed, dist, borrow=True)[1])})"
         return _raised(result, name, desc, where, built, specialized)
-    if not ev.verdict_from_reply(built, name, result):
-        return None
-    with ev.trial_lock(dist):  # as in tools/judge/trials.py: the inputs first, then the reference's outputs, read in place
-        trees, payload = feed(ev, worker, [(None, seed, dist)])
-        ref_out, ref_in = ev.reference_outputs(seed, dist, borrow=True)
+    if (failure := reply_failure(built, name)) is not None:
+        return failure
+    with bench.trial_lock(dist):  # as in tools/judge/trials.py: the inputs first, then the reference's outputs, read in place
+        trees, payload = bench.feed(worker, [(None, seed, dist)])
+        ref_out, ref_in = bench.reference_outputs(seed, dist, borrow=True)
         shapes = _shapes(ref_in)
         where = f"held-out sizes ({desc}; inputs {shapes})"
         header, payload = worker.request({"op": "trial", "inputs": trees[0], "poison": True, "model": "variant",
-                                          "arena_cap": ev.arena_cap(2, dist=dist)}, ev.options.trial_timeout, payload)
+                                          "arena_cap": bench.arena_cap(2, dist=dist)}, options.trial_timeout, payload)
         if header.get("op") == "error" and not header.get("violations"):
             return _raised(result, name, desc, where, header, specialized)
-        if not ev.verdict_from_reply(header, name, result):
-            return None
+        if (failure := reply_failure(header, name)) is not None:
+            return failure
         # a Stats of its own: the result's error sizes stay those of the correctness trials
-        compared = compare_reply(worker, header, payload, ref_out, ref_in, Stats(), ev.options.tolerances, result, name,
+        compared = compare_reply(worker, header, payload, ref_out, ref_in, Stats(), options.tolerances, name,
                                  fed=trees[0])
         del ref_out, ref_in
-    if not compared.readable:  # the result says how (rejected); the record still lists the variant as failed
+    if compared.failure is not None:  # the record still lists the variant as failed
         result.heldout.append({"variant": desc, "outcome": "failed", "detail": "malformed output from the worker"})
-        return None
+        return compared.failure
     if compared.problem:
         check, verdict, message = compared.problem
         declared = (" It declares `# ratchet: specialized`, but returned a wrong result instead of refusing these "
                     "inputs with an error." if specialized else "")
         result.heldout.append({"variant": desc, "outcome": "failed", "detail": message})
-        fail(result, verdict, f"{name}:{check}", f"{where}: {message}",
-             f"Correct on the problem's own sizes, but not on {where}: {message}{declared} {HOW}")
-        return None
-    outcome.launches.append(int(header.get("launches") or 0))
+        return Failure(verdict, f"{name}:{check}", f"{where}: {message}",
+                       f"Correct on the problem's own sizes, but not on {where}: {message}{declared} {HOW}")
+    launches.append(int(header.get("launches") or 0))
     if isinstance(header.get("ops"), dict):
-        outcome.ops.append(header["ops"])
+        ops.append(header["ops"])
     result.heldout.append({"variant": desc, "outcome": "ok", "detail": f"inputs {shapes}"})
     passed(result, name, desc)
     return "ok"
 
 
-def _raised(result: Result, name: str, desc: str, where: str, reply: dict[str, Any], specialized: bool) -> str | None:
+def _raised(result: Result, name: str, desc: str, where: str, reply: dict[str, Any], specialized: bool) -> str | Failure:
     """The candidate raised on a variant (or its kernel did not compile for it): a refusal if it
     declares itself specialized, else a failure with the worker's kind of failure, naming the sizes."""
     message = str(reply.get("message") or "an error").strip()
@@ -131,9 +139,8 @@ def _raised(result: Result, name: str, desc: str, where: str, reply: dict[str, A
         passed(result, name, f"refused {where} (declared specialized): {first}")
         return "refused"
     result.heldout.append({"variant": desc, "outcome": "failed", "detail": first})
-    fail(result, verdict, name, f"{where}: {message}",
-         f"Correct on the problem's own sizes, but it failed on {where}: {first}. {HOW}")
-    return None
+    return Failure(verdict, name, f"{where}: {message}",
+                   f"Correct on the problem's own sizes, but it failed on {where}: {first}. {HOW}")
 
 
 def _shapes(tree: Any) -> str:

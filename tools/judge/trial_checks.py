@@ -7,7 +7,7 @@ reply to a trial request, for the correctness trials (tools/judge/trials.py) and
 (tools/judge/heldout.py) alike; each phrases its own failure message. nonfinite() tells whether a
 reference output holds NaN or infinity (the shifted input distribution is dropped for problems
 where it does). calls_mismatch() checks the outputs of a run of calls (timed blocks,
-tools/timing/profile.py; back-to-back passes, tools/timing/clocks.py) one by one against the reference's.
+tools/timing/blocks.py; back-to-back passes, tools/timing/clocks.py) one by one against the reference's.
 """
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tools.judge.compare import Stats, Tolerance, compare_trees
-from tools.record import Result, Verdict
+from tools.judge.verdict import Failure
+from tools.record import Verdict
 from tools.wire.transport import TransportError, tensor_nodes
-from tools.judge.verdict import fail
 
 if TYPE_CHECKING:
     from tools.processes.process import WorkerProcess
@@ -29,12 +29,12 @@ Problem = tuple[str, Verdict, str]  # (check, verdict, message): the first check
 class Compared:
     """What compare_reply() found in a trial's reply."""
 
-    readable: bool  # False: the reply's outputs were malformed, and the result already failed (rejected)
+    failure: Failure | None = None  # the reply's outputs were malformed (rejected): the worker's doing
     problem: Problem | None = None  # the first failed check, for the caller to phrase; None: all passed
 
 
 def compare_reply(worker: "WorkerProcess", header: dict[str, Any], payload: bytes, ref_out: Any, ref_in: Any,
-                  stats: Stats, tolerances: dict[str, Tolerance] | None, result: Result, name: str,
+                  stats: Stats, tolerances: dict[str, Tolerance] | None, name: str,
                   fed: dict[str, Any] | None = None) -> Compared:
     """A trial's reply against the reference: the candidate's outputs read from it (malformed:
     check `name` fails, rejected), then no output aliasing an input, outputs equal to `ref_out`
@@ -46,12 +46,12 @@ def compare_reply(worker: "WorkerProcess", header: dict[str, Any], payload: byte
         cand_out, cand_in = _candidate_values(worker, header, payload, fed)
         aliased = aliasing(header["tree"])  # reads the worker's storage claims: malformed ones are its doing
     except (TransportError, KeyError, TypeError, ValueError) as exc:
-        fail(result, Verdict.REJECTED, name, f"malformed output: {exc}", f"The worker sent malformed outputs ({exc}).")
-        return Compared(readable=False)
+        return Compared(failure=Failure(Verdict.REJECTED, name, f"malformed output: {exc}",
+                                        f"The worker sent malformed outputs ({exc})."))
     problem = (aliased or mismatch(ref_out, cand_out, stats, tolerances, "output")
                or mismatch(ref_in, cand_in, Stats(), tolerances, "input", what="inputs after forward"))
     del cand_out, cand_in  # CUDA ones are views into the worker's arena; it frees its side at its next request
-    return Compared(readable=True, problem=problem)
+    return Compared(problem=problem)
 
 
 def _candidate_values(worker: "WorkerProcess", header: dict[str, Any], payload: bytes,

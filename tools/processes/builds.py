@@ -11,23 +11,26 @@
   source's namespace, installed again for the next evaluation of the same source. The
   evaluator's own kernels come from a worker that never held a candidate (the "tools" layer),
   installed into every new worker before it starts.
+
+This module moves files and runs build workers; what a failed build means for a candidate is the
+judge's to say (tools/judge/build.py reads a `CudaBuild`).
 """
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tools.processes.artifacts import ArtifactError
 from tools.env import environment
-from tools.guard.scan import Scan
+from tools.processes.artifacts import ArtifactCache, ArtifactError
 from tools.processes.process import WorkerGone, WorkerProcess
-from tools.record import Result, Verdict
 from tools.sandbox import paths
-from tools.judge.verdict import fail, passed
 
 if TYPE_CHECKING:
-    from tools.evaluate import Evaluator
+    from tools.options import EvalOptions
 
 Files = tuple[list[dict[str, Any]], bytes]
 NO_FILES: Files = ([], b"")
@@ -49,95 +52,116 @@ def _digest(source: str) -> str:
 
 
 # the tools layer -----------------------------------------------------------------------------
-def tools_layer(ev: "Evaluator") -> Files | None:
-    if not ev.device.startswith("cuda"):
+def tools_layer(device: str, artifacts: ArtifactCache, chain: dict[str, Any]) -> Files | None:
+    """The evaluator's own compiled kernels, installed into every new GPU worker (None: none kept)."""
+    if not device.startswith("cuda"):
         return None
-    return ev.artifacts.get(ev.artifacts.namespace("tools", "", ev.toolchain))
+    return artifacts.get(artifacts.namespace("tools", "", chain))
 
 
-def publish_tools_layer(ev: "Evaluator", worker: WorkerProcess) -> None:
-    """Once per cache: keep what a fresh worker compiled for itself (Triton's driver module and
-    the evaluator's own kernels), asked before it is handed any candidate."""
-    if not ev.device.startswith("cuda"):
-        return
-    namespace = ev.artifacts.namespace("tools", "", ev.toolchain)
-    if ev.artifacts.published(namespace):
-        return
-    header, payload = worker.request({"op": "artifacts"}, ARTIFACT_REQUEST_S)
-    if header.get("op") == "artifacts":
+@dataclass
+class CudaBuild:
+    """What building a load_inline source came to: the files to install (None: it failed), the
+    build worker's reply (a failure it reports) or how it was lost, and the seconds it took."""
+
+    files: Files | None
+    reply: dict[str, Any] = field(default_factory=dict)
+    lost: WorkerGone | None = None  # the build worker died or timed out
+    unusable: str | None = None  # the files it handed over could not be kept
+    waited_s: float | None = None  # what the evaluation waited for the build
+    whole_s: float | None = None  # the build worker's whole run
+    built: int = 0  # extensions built now (0: found built)
+
+
+class Builds:
+    """One evaluator's builds: the artifact cache's namespaces for its toolchain, and the CUDA C++
+    build workers started ahead of need (`start`, by Evaluator.prebuild). Thread-safe."""
+
+    def __init__(self, device: str, artifacts: ArtifactCache, chain: dict[str, Any], options: "EvalOptions",
+                 spawn: Callable[[], WorkerProcess], reply_cap: Callable[[], int]) -> None:
+        self.device, self.artifacts, self.toolchain, self.options = device, artifacts, chain, options
+        self._spawn, self._reply_cap = spawn, reply_cap  # a build worker (no GPU); the largest reply it may send
+        self._lock = threading.Lock()
+        self.prebuilds: dict[str, WorkerProcess] = {}  # source digest -> its build worker, running
+
+    def publish_tools_layer(self, worker: WorkerProcess) -> None:
+        """Once per cache: keep what a fresh worker compiled for itself (Triton's driver module and
+        the evaluator's own kernels), asked before it is handed any candidate."""
+        if not self.device.startswith("cuda"):
+            return
+        namespace = self.artifacts.namespace("tools", "", self.toolchain)
+        if self.artifacts.published(namespace):
+            return
+        header, payload = worker.request({"op": "artifacts"}, ARTIFACT_REQUEST_S)
+        if header.get("op") == "artifacts":
+            try:
+                self.artifacts.put(namespace, header.get("files"), payload)
+            except (ArtifactError, OSError):
+                pass  # nothing kept: the next worker compiles them again
+
+    def start(self, source: str) -> bool:
+        """Start the build worker for a load_inline source (unless built, or building)."""
+        digest = _digest(source)
+        with self._lock:
+            if "load_inline" not in source or digest in self.prebuilds:
+                return False
+            if self.artifacts.published(self.artifacts.namespace("cuda", digest, self.toolchain)):
+                return False
+            proc = self._spawn()
+            proc.max_reply_bytes = self._reply_cap()
+            proc.send({"op": "build", "source": source, "init": {"t": "list", "items": []}})
+            self.prebuilds[digest] = proc
+            return True
+
+    def triton(self, source: str) -> Files | None:
+        """Triton kernels an earlier evaluation of this source compiled (None: none kept)."""
+        return self.artifacts.get(self.artifacts.namespace("triton", _digest(source), self.toolchain))
+
+    def cuda(self, source: str) -> CudaBuild:
+        """The source's load_inline extensions: kept from an earlier build, or built now in a build
+        worker of their own (started by `start` if it was not yet)."""
+        digest = _digest(source)
+        namespace = self.artifacts.namespace("cuda", digest, self.toolchain)
+        found = self.artifacts.get(namespace)
+        if found is not None:
+            return CudaBuild(found)
+        self.start(source)
+        with self._lock:
+            proc = self.prebuilds.pop(digest, None)
+        if proc is None:  # another thread built it meanwhile
+            return CudaBuild(self.artifacts.get(namespace) or NO_FILES)
+        t0 = time.monotonic()
+        outcome = CudaBuild(None)
         try:
-            ev.artifacts.put(namespace, header.get("files"), payload)
-        except (ArtifactError, OSError):
-            pass  # nothing kept: the next worker compiles them again
+            proc.wait_ready(self.options.start_timeout)
+            outcome.reply, payload = proc.reply(self.options.build_timeout)
+        except WorkerGone as exc:
+            outcome.lost = exc
+            return outcome
+        finally:
+            proc.close()
+            now = time.monotonic()
+            outcome.waited_s, outcome.whole_s = now - t0, now - proc.spawned_at
+        if outcome.reply.get("op") == "error" or outcome.reply.get("violations"):
+            return outcome
+        try:
+            self.artifacts.put(namespace, outcome.reply.get("files"), payload)
+        except (ArtifactError, OSError) as exc:
+            outcome.unusable = str(exc)
+            return outcome
+        outcome.files = self.artifacts.get(namespace) or NO_FILES
+        outcome.built = len(outcome.reply.get("files") or [])
+        return outcome
+
+    def close(self) -> None:
+        with self._lock:
+            running, self.prebuilds = list(self.prebuilds.values()), {}
+        for proc in running:
+            proc.close()
 
 
-# CUDA C++ builds -----------------------------------------------------------------------------
-def start(ev: "Evaluator", source: str) -> bool:
-    """Start the build worker for a load_inline source (unless built, or building)."""
-    digest = _digest(source)
-    with ev._lock:
-        if "load_inline" not in source or digest in ev._prebuilds:
-            return False
-        if ev.artifacts.published(ev.artifacts.namespace("cuda", digest, ev.toolchain)):
-            return False
-        proc = ev._spawn("candidate", "build")
-        proc.max_reply_bytes = ev.reply_cap()
-        proc.send({"op": "build", "source": source, "init": {"t": "list", "items": []}})
-        ev._prebuilds[digest] = proc
-        return True
-
-
-def artifacts_for(ev: "Evaluator", source: str, scan: Scan, result: Result) -> Files | None:
-    """The files to install in the candidate's worker before its build: the source's CUDA
-    extensions (built now if need be) and Triton kernels from an earlier evaluation. None when
-    the CUDA build failed (the verdict is set)."""
-    digest = _digest(source)
-    files: list[Files] = []
-    triton = ev.artifacts.get(ev.artifacts.namespace("triton", digest, ev.toolchain))
-    if triton:
-        files.append(triton)
-    if scan.uses_load_inline:
-        built = _cuda(ev, source, digest, result)
-        if built is None:
-            return None
-        files.append(built)
-    return _merge(files)
-
-
-def _cuda(ev: "Evaluator", source: str, digest: str, result: Result) -> Files | None:
-    namespace = ev.artifacts.namespace("cuda", digest, ev.toolchain)
-    found = ev.artifacts.get(namespace)
-    if found is not None:
-        return found
-    start(ev, source)
-    with ev._lock:
-        proc = ev._prebuilds.pop(digest, None)
-    if proc is None:  # another thread built it meanwhile
-        return ev.artifacts.get(namespace) or NO_FILES
-    t0 = time.monotonic()
-    try:
-        proc.wait_ready(ev.options.start_timeout)
-        header, payload = proc.reply(ev.options.build_timeout)
-    except WorkerGone as exc:
-        fail(result, Verdict(exc.verdict), "build", f"the build step: {exc}")
-        return None
-    finally:
-        proc.close()
-        now = time.monotonic()
-        result.phases["cuda_build"] = round(now - t0, 4)  # what this evaluation waited for the build
-        result.phases["prebuild"] = round(now - proc.spawned_at, 4)  # the build worker's whole run
-    if not ev.verdict_from_reply(header, "build", result):
-        return None
-    try:
-        ev.artifacts.put(namespace, header.get("files"), payload)
-    except (ArtifactError, OSError) as exc:
-        fail(result, Verdict.REJECTED, "build", f"the build step handed over unusable files: {exc}")
-        return None
-    passed(result, "cuda-build", f"{len(header.get('files') or [])} extension(s) built in the build sandbox")
-    return ev.artifacts.get(namespace) or NO_FILES
-
-
-def _merge(parts: list[Files]) -> Files:
+def merge(parts: list[Files]) -> Files:
+    """Several file sets as one install request's (manifest, payload)."""
     manifest: list[dict[str, Any]] = []
     chunks: list[bytes] = []
     offset = 0
@@ -150,18 +174,19 @@ def _merge(parts: list[Files]) -> Files:
 
 
 # after an evaluation ----------------------------------------------------------------------------
-def reap(ev: "Evaluator", worker: WorkerProcess, source_hash: str, keep: bool) -> None:
+def reap(builds: Builds, worker: WorkerProcess, source_hash: str, keep: bool) -> None:
     """Keep what the worker compiled for this source (when it ran), then kill it. Runs in a
     thread of its own, off the evaluation's critical path."""
     try:
-        if keep and ev.device.startswith("cuda") and worker.alive():
-            namespace = ev.artifacts.namespace("triton", source_hash, ev.toolchain)
-            if not ev.artifacts.published(namespace):
-                header, payload = worker.request({"op": "artifacts", "limit": ev.artifacts.namespace_cap_bytes},
+        if keep and builds.device.startswith("cuda") and worker.alive():
+            artifacts = builds.artifacts
+            namespace = artifacts.namespace("triton", source_hash, builds.toolchain)
+            if not artifacts.published(namespace):
+                header, payload = worker.request({"op": "artifacts", "limit": artifacts.namespace_cap_bytes},
                                                  ARTIFACT_REQUEST_S)
                 if header.get("op") == "artifacts" and not header.get("truncated"):
                     files = [f for f in header.get("files") or [] if str(f.get("path", "")).startswith("triton/")]
-                    ev.artifacts.put(namespace, files, payload)
+                    artifacts.put(namespace, files, payload)
     except (WorkerGone, ArtifactError, OSError):
         pass  # nothing kept: the next evaluation of this source compiles again
     finally:

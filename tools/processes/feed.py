@@ -9,6 +9,7 @@ values, never the seed that made them, and only when it must compute on them.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -16,29 +17,29 @@ from tools.processes.process import WorkerProcess
 from tools.wire.transport import TransportError, tensor_nodes
 
 if TYPE_CHECKING:
-    from tools.evaluate import Evaluator
+    from tools.processes.reference import Reference
 
 Set = tuple[int | None, int, str]  # (pool slot or None for a fresh set, seed, distribution)
 
 
-def feed(ev: "Evaluator", worker: WorkerProcess, sets: list[Set],
+def feed(reference: "Reference", worker: WorkerProcess, sets: list[Set], *, device: str, arena_cap: int,
+         timeout: float, lock: contextlib.AbstractContextManager[Any],
          stamps: dict[str, float] | None = None) -> tuple[list[dict[str, Any]], bytes]:
     """Write the input sets `sets` into `worker`; returns one tree per set (and the request's
-    payload on the CPU). `stamps`, when given, receives the parent's clock right before the copy
-    into the worker starts ("copy_start"), the bytes copied ("copied") and the copy's duration by
-    CUDA events on the parent's stream ("copy_ms")."""
-    cap = max((ev.arena_cap(len(sets), inputs_only=True, dist=dist) for _, _, dist in sets),
-              default=ev.arena_cap(len(sets), inputs_only=True))
-    with ev._lock:  # the reference worker is shared
-        header, payload = ev.reference.checked(
-            {"op": "inputs", "sets": [list(s) for s in sets], "arena_cap": cap}, ev.options.trial_timeout)
+    payload on the CPU). The reference worker makes them in an arena of at most `arena_cap` bytes,
+    under `lock` (it is shared). `stamps`, when given, receives the parent's clock right before
+    the copy into the worker starts ("copy_start"), the bytes copied ("copied") and the copy's
+    duration by CUDA events on the parent's stream ("copy_ms")."""
+    with lock:
+        header, payload = reference.checked(
+            {"op": "inputs", "sets": [list(s) for s in sets], "arena_cap": arena_cap}, timeout)
         trees = header["tree"]["items"]
-        if not ev.device.startswith("cuda"):
+        if not device.startswith("cuda"):
             return trees, payload
-        source = ev.reference.proc.map_arena(header)
+        source = reference.proc.map_arena(header)
         used = arena_used(header["tree"])
         if used:
-            target = worker.input_arena_of(used, ev.options.trial_timeout)
+            target = worker.input_arena_of(used, timeout)
             if stamps is None:
                 target[:used].copy_(source[:used])
             else:
@@ -51,7 +52,7 @@ def feed(ev: "Evaluator", worker: WorkerProcess, sets: list[Set],
                 end.record()
                 end.synchronize()
                 stamps["copy_ms"] = begin.elapsed_time(end)
-            _synchronize(ev.device)
+            _synchronize(device)
     return trees, b""
 
 

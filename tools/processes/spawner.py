@@ -28,7 +28,7 @@ from tools.sandbox import Sandbox
 from tools.sandbox.env import secret
 
 if TYPE_CHECKING:
-    from tools.evaluate import EvalOptions
+    from tools.options import EvalOptions
 
 INIT_SEED = 42  # both models are built after torch.manual_seed(INIT_SEED), so weights match
 PROBE_SEED = 1234  # inputs of the one descriptive reference run (shapes, ops); not a trial seed
@@ -111,7 +111,7 @@ class Spawner:
             config.update(profile=profile_name, writable=[str(scratch), str(triton)], triton_cache=str(triton),
                           hidden=[str(self.cache_dir)],  # not even mounted under bwrap; refused in Python without it
                           executables=[str(p) for p in builds.executables(profile_name)])
-            files = builds.tools_layer(self) if profile_name == "run" else None
+            files = builds.tools_layer(self.device, self.artifacts, self.toolchain) if profile_name == "run" else None
             readable = [self.bytecode] if self.bytecode else []
             launch = lambda fds: self.sandbox.launch(fds, scratch=scratch, profile=profile_name, device=device,  # noqa: E731
                                                      gpu=device.startswith("cuda"), extra_env=extra, readable=readable)

@@ -33,7 +33,7 @@ from tools.processes.process import WorkerProcess
 from tools.processes.spawner import SPAWN_FIELDS, Spawner, environment_fingerprint, spawn_key
 
 if TYPE_CHECKING:
-    from tools.evaluate import EvalOptions
+    from tools.options import EvalOptions
 
 
 class WarmPool:
@@ -43,7 +43,7 @@ class WarmPool:
 
     def __init__(self, options: "EvalOptions | None" = None, *, start: bool = True) -> None:
         """`start`: start a reference worker now (else when the first evaluator takes none)."""
-        from tools.evaluate import EvalOptions
+        from tools.options import EvalOptions
 
         self.options = options or EvalOptions()
         self.spawner = Spawner(self.options)

@@ -217,8 +217,7 @@ class KernelReward(RewardFunction):
     def _evaluate(self, ev: Any, key: tuple[str, str], source: str) -> Any:
         prebuild = getattr(ev, "prebuild", None)
         if prebuild is not None and self._device_lock(ev) is not _NO_LOCK:
-            with getattr(ev, "_lock", _NO_LOCK):  # load_inline builds start on CPU cores while the GPU is busy
-                prebuild(source)
+            prebuild(source)  # load_inline builds start on CPU cores while the GPU is busy
         with self._slots[key], self._serial[key], self._device_lock(ev):
             return ev.evaluate(source)
 
@@ -300,7 +299,7 @@ class KernelReward(RewardFunction):
     @staticmethod
     def _eval_options(config: RewardConfig) -> Any:
         from tools.env import resolve_device
-        from tools.evaluate import EvalOptions
+        from tools.options import EvalOptions
 
         from tools.sandbox import Sandbox
 

@@ -41,16 +41,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tools.processes.feed import feed
-from tools.processes.process import WorkerProcess
-from tools.record import Result, Verdict
-from tools.wire.transport import TransportError
 from tools.judge.trial_checks import calls_mismatch
-from tools.judge.verdict import fail, passed
+from tools.judge.verdict import Failure, passed, reply_failure
+from tools.processes.process import WorkerProcess
+from tools.record import Verdict
+from tools.wire.transport import TransportError
 
 if TYPE_CHECKING:
-    from tools.evaluate import Evaluator
-    from tools.timing.profile import TimingPlan
+    from tools.judge.bench import Bench
+    from tools.judge.evaluation import Evaluation
+    from tools.processes.reference import Reference
+    from tools.timing.blocks import TimingPlan
 
 REPS = 3  # passes per arm; the smallest wall of each is used (noise only ever adds time)
 # rounds added, one at a time, while the parent's clock still reads above the allowed: on a busy host
@@ -133,27 +134,38 @@ class Passes:
         return parent, RATIO * median_ms + HOST_ALLOWANCE_MS + self.noise(k), overhead
 
 
-def check(ev: "Evaluator", worker: WorkerProcess, plan: "TimingPlan", result: Result) -> bool:
-    """Compare the parent's clock with the worker's median; False when the verdict is set."""
+def two_clocks(bench: "Bench", ev: "Evaluation") -> Failure | None:
+    """Step: compare the parent's clock with the worker's median."""
+    if not bench.timed:
+        return None
+    assert ev.worker is not None and ev.plan is not None, "the blocks step runs first"
     try:
-        return _check(ev, worker, plan, result)
-    finally:
-        if ev.device.startswith("cuda"):  # the copies of the outputs (up to KEEP_BYTES, or one output
-            import torch  # when larger) must not stay reserved by the parent, out of the candidates' reach
+        with ev.phase("timing"):
+            return _check(bench, ev.worker, ev.plan, ev)
+    finally:  # the copies of the outputs (up to KEEP_BYTES, or one output when larger) must not stay
+        import torch  # reserved by the parent, out of the candidates' reach
 
-            torch.cuda.empty_cache()
+        torch.cuda.empty_cache()
 
 
-def _check(ev: "Evaluator", worker: WorkerProcess, plan: "TimingPlan", result: Result) -> bool:
-    k = burst_size(ev.problem.input_bytes, ev.problem.output_bytes, plan.pool, result.candidate_time.median_ms or 0.0)
-    passes = Passes([], [], [], [], handover=copy_ms(ev, ev.problem.output_bytes))
-    room = _output_room(ev, k)  # the parent's copy of the outputs: allocated before any clock starts
+def _check(bench: "Bench", worker: WorkerProcess, plan: "TimingPlan", ev: "Evaluation") -> Failure | None:
+    result = ev.result
+    k = burst_size(bench.problem.input_bytes, bench.problem.output_bytes, plan.pool, result.candidate_time.median_ms or 0.0)
+    passes = Passes([], [], [], [], handover=copy_ms(bench, bench.problem.output_bytes))
+    room = _output_room(bench, k)  # the parent's copy of the outputs: allocated before any clock starts
     median = result.candidate_time.median_ms or 0.0
     eager_median = result.eager_time.median_ms or 0.0
-    reading = settle(passes, k, median, eager_median,
-                     lambda rep: _round(ev, worker, plan, k, rep, room, passes, result))
+    found: list[Failure] = []
+
+    def measure(rep: int) -> bool:
+        failure = _round(bench, worker, plan, k, rep, room, passes)
+        if failure is not None:
+            found.append(failure)
+        return failure is None
+
+    reading = settle(passes, k, median, eager_median, measure)
     if reading is None:
-        return False
+        return found[0]
     parent, allowed, overhead, first = reading
     slope = passes.own_slope(k)
     rounds = len(passes.candidate)
@@ -163,11 +175,12 @@ def _check(ev: "Evaluator", worker: WorkerProcess, plan: "TimingPlan", result: R
               + (f"; {rounds} rounds, {first:.4g} ms after {REPS}" if first is not None else "")
               + f"; {passes.describe()})")
     if parent > allowed:
-        return fail(result, Verdict.REJECTED, "timing:two-clocks", detail,
-                    f"Rejected (rule two-clocks): {detail}. The times the worker reported are shorter than "
-                    "the work takes: either they were altered, or each call spends far more time launching "
-                    "on the host than running on the GPU.")
-    return passed(result, "timing:two-clocks", detail)
+        return Failure(Verdict.REJECTED, "timing:two-clocks", detail,
+                       f"Rejected (rule two-clocks): {detail}. The times the worker reported are shorter than "
+                       "the work takes: either they were altered, or each call spends far more time launching "
+                       "on the host than running on the GPU.")
+    passed(result, "timing:two-clocks", detail)
+    return None
 
 
 def settle(passes: Passes, k: int, median_ms: float, eager_median_ms: float, measure: Callable[[int], bool],
@@ -198,33 +211,35 @@ def settle(passes: Passes, k: int, median_ms: float, eager_median_ms: float, mea
     return parent, allowed, overhead, first
 
 
-def _round(ev: "Evaluator", worker: WorkerProcess, plan: "TimingPlan", k: int, rep: int, room: Any,
-           passes: Passes, result: Result) -> bool:
+def _round(bench: "Bench", worker: WorkerProcess, plan: "TimingPlan", k: int, rep: int, room: Any,
+           passes: Passes) -> Failure | None:
     """One round of passes on fresh pool calls: the candidate's k calls, the reference's one and k,
-    the candidate's one (its outputs checked against the reference's); False when the verdict is set."""
+    the candidate's one (its outputs checked against the reference's)."""
     calls = [plan.call(FIRST_CALL + rep * k + i) for i in range(k)]
-    many = _candidate_pass(ev, worker, calls, room, passes.handover, result)
-    if many is None:
-        return False
+    many = _candidate_pass(bench, worker, calls, room, passes.handover)
+    if isinstance(many, Failure):
+        return many
     passes.candidate.append(many.ms)
     passes.copy, passes.copy_timed = many.charged, many.timed
     passes.copies.append(many.copies)
     passes.phases.append(many.phases)
-    one = _request(ev, ev.reference, {"calls": calls[:1]}, result) if k > 1 else None
-    eager = _request(ev, ev.reference, {"calls": calls}, result)
-    if eager is None or (k > 1 and one is None):
-        return False
+    one = _request(bench, bench.reference, {"calls": calls[:1]}) if k > 1 else None
+    if isinstance(one, Failure):
+        return one
+    eager = _request(bench, bench.reference, {"calls": calls})
+    if isinstance(eager, Failure):
+        return eager
     one = one or eager  # one call per pass: the same pass
     passes.eager_one.append(one[3] - passes.handover)
     passes.eager_k.append(eager[3] - k * passes.handover)
-    if not _verify(ev, many.outputs, eager, rep * k, result):
-        return False
+    if (failure := _verify(bench, many.outputs, eager, rep * k)) is not None:
+        return failure
     if k > 1:  # the same pass with one call: whatever a pass costs besides its calls cancels in the slope
-        single = _candidate_pass(ev, worker, calls[:1], room, passes.handover, result)
-        if single is None:
-            return False
+        single = _candidate_pass(bench, worker, calls[:1], room, passes.handover)
+        if isinstance(single, Failure):
+            return single
         passes.candidate_one.append(single.ms)
-    return True
+    return None
 
 
 @dataclass
@@ -238,28 +253,27 @@ class CandidatePass:
     phases: str  # "host before + request + host after", ms, the copies excluded, for the record
 
 
-def _candidate_pass(ev: "Evaluator", worker: WorkerProcess, calls: list[tuple[int, int]], room: Any,
-                    handover: float, result: Result) -> CandidatePass | None:
+def _candidate_pass(bench: "Bench", worker: WorkerProcess, calls: list[tuple[int, int]], room: Any,
+                    handover: float) -> CandidatePass | Failure:
     """One pass of the candidate: its input sets copied in, the calls back to back, the parent's
-    own copy of the outputs; None when the verdict is set. The k-call pass and the one-call pass
+    own copy of the outputs. The k-call pass and the one-call pass
     take the same steps, so that the parent's own work around a pass (the copies' launches and
     synchronizations, mapping the reply) is in both and cancels in the candidate's slope rather
     than counting as work of its calls."""
     stamps: dict[str, float] = {}
-    trees, _ = feed(ev, worker, [(slot, seed, "problem") for slot, seed in calls], stamps)
+    trees, _ = bench.feed(worker, [(slot, seed, "problem") for slot, seed in calls], stamps)
     start = stamps.get("copy_start", time.perf_counter())
-    cand = _request(ev, worker, {"calls": trees, "warmup": None}, result)
-    if cand is None:
-        return None
+    cand = _request(bench, worker, {"calls": trees, "warmup": None})
+    if isinstance(cand, Failure):
+        return cand
     try:
-        outs, taken = _take_outputs(ev, worker, cand, room)
+        outs, taken = _take_outputs(bench, worker, cand, room)
     except (TransportError, KeyError, TypeError, ValueError) as exc:
-        fail(result, Verdict.REJECTED, "timing:two-clocks", f"malformed outputs of back-to-back calls: {exc}")
-        return None
+        return Failure(Verdict.REJECTED, "timing:two-clocks", f"malformed outputs of back-to-back calls: {exc}")
     end = time.perf_counter()
     copy_in, copy_out = stamps.get("copy_ms", 0.0), taken.get("copy_ms", 0.0)
     timed = copy_in + copy_out
-    predicted = copy_ms(ev, stamps.get("copied", 0.0) + taken.get("copied", 0.0))
+    predicted = copy_ms(bench, stamps.get("copied", 0.0) + taken.get("copied", 0.0))
     charged = min(timed, COPY_SLACK * predicted) if timed else predicted
     replied, request_ms = cand[2], cand[3]
     before = (replied - start) * 1e3 - request_ms - copy_in
@@ -271,47 +285,46 @@ def _candidate_pass(ev: "Evaluator", worker: WorkerProcess, calls: list[tuple[in
 def burst_size(input_bytes: int, output_bytes: int, pool: int, median_ms: float) -> int:
     """Calls per pass: distinct pool sets (`pool` of them), as many as KEEP_BYTES of inputs and of
     outputs allow, BURST_MAX at most, and about PASS_MS of work by the worker's median."""
-    from tools.timing.profile import KEEP_BYTES
+    from tools.timing.blocks import KEEP_BYTES
 
     by_memory = min(KEEP_BYTES // max(output_bytes, 1), KEEP_BYTES // max(input_bytes, 1))
     by_time = int(PASS_MS / max(median_ms, 1e-3))
     return max(1, min(BURST_MAX, pool, by_memory, by_time))
 
 
-def _request(ev: "Evaluator", proc: WorkerProcess, fields: dict[str, Any],
-             result: Result) -> tuple[dict[str, Any], bytes, float, float] | None:
+def _request(bench: "Bench", proc: "WorkerProcess | Reference",
+             fields: dict[str, Any]) -> tuple[dict[str, Any], bytes, float, float] | Failure:
     """A burst request: (header, payload, parent's clock at the reply, ms from sending to reply)."""
     msg = {"op": "time", "burst": True, "keep_outputs": True,
-           "arena_cap": ev.arena_cap(2 * max(len(fields["calls"]), 1), outputs_only=True), **fields}
+           "arena_cap": bench.arena_cap(2 * max(len(fields["calls"]), 1), outputs_only=True), **fields}
     sent = time.perf_counter()
-    header, payload = proc.request(msg, ev.options.trial_timeout)
+    header, payload = proc.request(msg, bench.options.trial_timeout)
     done = time.perf_counter()
-    if not ev.verdict_from_reply(header, "timing:two-clocks", result):
-        return None
+    if (failure := reply_failure(header, "timing:two-clocks")) is not None:
+        return failure
     if header.get("calls") != len(fields["calls"]):
-        fail(result, Verdict.REJECTED, "timing:two-clocks", f"a burst of {len(fields['calls'])} calls was "
-             f"answered with {header.get('calls')!r}", "Rejected: the worker's reply does not match the request.")
-        return None
+        return Failure(Verdict.REJECTED, "timing:two-clocks", f"a burst of {len(fields['calls'])} calls was "
+                       f"answered with {header.get('calls')!r}", "Rejected: the worker's reply does not match the request.")
     return header, payload, done, (done - sent) * 1e3
 
 
-def _output_room(ev: "Evaluator", k: int) -> Any:
+def _output_room(bench: "Bench", k: int) -> Any:
     """A buffer for the parent's copy of k calls' outputs (with the arena's alignment per tensor),
     or None on the CPU. Taken before the passes: allocating it inside a pass would put the
     allocator's time (cudaMalloc of up to KEEP_BYTES) inside the parent's clock and inside the
     copy's events, both charged to an honest candidate (measured: copies timed at 1.1-2x the
     bandwidth's prediction, rejecting honest kernels; docs/integrity.md)."""
-    if not ev.device.startswith("cuda"):
+    if not bench.device.startswith("cuda"):
         return None
     import torch
 
     from tools.wire.transport import ALIGN
 
-    tensors = max(len(ev.problem.outputs), 1)
-    return torch.empty(k * (ev.problem.output_bytes + 2 * ALIGN * tensors), dtype=torch.uint8, device=ev.device)
+    tensors = max(len(bench.problem.outputs), 1)
+    return torch.empty(k * (bench.problem.output_bytes + 2 * ALIGN * tensors), dtype=torch.uint8, device=bench.device)
 
 
-def _take_outputs(ev: "Evaluator", worker: WorkerProcess, cand: tuple[Any, ...],
+def _take_outputs(bench: "Bench", worker: WorkerProcess, cand: tuple[Any, ...],
                   room: Any = None) -> tuple[Any, dict[str, float]]:
     """The parent's own copy of a burst's outputs, taken on its own stream right after the reply
     and synchronized: the values checked are those the outputs held when the clock stopped.
@@ -321,11 +334,11 @@ def _take_outputs(ev: "Evaluator", worker: WorkerProcess, cand: tuple[Any, ...],
     from tools.wire.transport import decode
 
     arena = worker.map_arena(cand[0])
-    if arena is None or not ev.device.startswith("cuda"):  # CPU: the payload is already ours
+    if arena is None or not bench.device.startswith("cuda"):  # CPU: the payload is already ours
         return worker.outputs(cand[0], cand[1]), {}
     used = min(arena_used(cand[0]["tree"]), arena.numel())
     target = room[:used] if room is not None and room.numel() >= used else None
-    copy, ms = timed_copy(arena[:used], ev.device, target)
+    copy, ms = timed_copy(arena[:used], bench.device, target)
     return decode(cand[0]["tree"], cand[1], copy), {"copied": float(used), "copy_ms": ms}
 
 
@@ -345,23 +358,23 @@ def timed_copy(source: Any, device: str, target: Any = None) -> tuple[Any, float
     return copy, start.elapsed_time(end)
 
 
-def _verify(ev: "Evaluator", outs: Any, eager: tuple[Any, ...], first: int, result: Result) -> bool:
+def _verify(bench: "Bench", outs: Any, eager: tuple[Any, ...], first: int) -> Failure | None:
     try:
-        refs = ev.reference.outputs(eager[0], eager[1])
+        refs = bench.reference.outputs(eager[0], eager[1])
     except (TransportError, KeyError, TypeError, ValueError) as exc:
-        return fail(result, Verdict.REJECTED, "timing:two-clocks", f"malformed outputs of back-to-back calls: {exc}")
-    found = calls_mismatch(refs, outs, ev.options.tolerances, first, "back-to-back")
+        return Failure(Verdict.REJECTED, "timing:two-clocks", f"malformed outputs of back-to-back calls: {exc}")
+    found = calls_mismatch(refs, outs, bench.options.tolerances, first, "back-to-back")
     if found is None:
-        return True
+        return None
     _, verdict, message = found
-    return fail(result, verdict, "timing:two-clocks", message)
+    return Failure(verdict, "timing:two-clocks", message)
 
 
-def copy_ms(ev: "Evaluator", nbytes: float) -> float:
+def copy_ms(bench: "Bench", nbytes: float) -> float:
     """What copying `nbytes` device to device costs the parent, at the bandwidth it measured on
     its own buffers when the evaluator opened, before any candidate could share the GPU with it
     (a candidate busy on the GPU during a copy only lengthens what it is charged)."""
-    return max(nbytes, 0.0) * (ev.copy_ms_per_byte or 0.0)
+    return max(nbytes, 0.0) * (bench.copy_ms_per_byte or 0.0)
 
 
 def measure_copy(device: str) -> float:

@@ -7,7 +7,7 @@ reverses from one block to the next (A B | B A | A B | ...: ABBA at the level of
 each pair of blocks both arms sit at the same mean position in time, so a drift that is linear
 over a pair cancels exactly, and no arm is systematically first after a switch.
 
-tools/timing/profile.py runs the blocks; this module only says the order of the arms in each.
+tools/timing/blocks.py runs the blocks; this module only says the order of the arms in each.
 """
 from __future__ import annotations
 

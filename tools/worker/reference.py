@@ -132,9 +132,9 @@ class ReferenceWorker(Worker):
         return reply, payload
 
     def ceilings(self, msg: dict[str, Any], payload: bytes) -> Reply:
-        from tools.timing.roofline import measure_ceilings
+        from tools.worker.cost import measure_ceilings
 
-        return {"op": "ceilings", "ceilings": measure_ceilings(self.device).to_dict()}, b""
+        return {"op": "ceilings", "ceilings": measure_ceilings(self.device)}, b""
 
     # helpers ----------------------------------------------------------------------------
     def _variant_init(self, variant: Any) -> list[Any]:
@@ -271,7 +271,7 @@ class ReferenceWorker(Worker):
         """What the parent needs to know about the problem: inputs, outputs, ops."""
         import torch
 
-        from tools.timing.roofline import count_flops, dtype_key, problem_dtype
+        from tools.worker.cost import count_flops, dtype_key, problem_dtype
         from tools.worker.inputs import describe, tensor_bytes
         from tools.worker.instrument import OpRecorder
 

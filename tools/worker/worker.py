@@ -38,7 +38,7 @@ class Worker:
             torch.empty(1, device=self.device)  # create the context now, not inside a trial
             if config.get("gpu_memory_fraction"):
                 torch.cuda.set_per_process_memory_fraction(config["gpu_memory_fraction"], self.device)
-        from tools.precision import apply
+        from tools.worker.precision import apply
 
         apply(config.get("precision", "fp32"))  # before any model exists (the candidate's tripwires read it)
         boot["context"] = time.monotonic()
@@ -162,13 +162,10 @@ def prewarm(device: Any) -> None:
     import tools.worker.cuda_build  # noqa: F401
     import tools.worker.timing  # noqa: F401
 
-    if device.type == "cuda":  # the comparison kernels only: the parent's judging code stays out of here
-        from types import SimpleNamespace
+    if device.type == "cuda":  # a kernel of the worker's own: the parent's judging code stays out of here
+        from tools.worker import warmup
 
-        from tools.judge.compare_gpu import float_summary
-
-        x = torch.ones(16, device=device)
-        float_summary(x, x, SimpleNamespace(atol=0.0, rtol=0.0, norm_rtol=0.0))
+        warmup.launch(device)
 
 
 def interpret_autotune() -> None:

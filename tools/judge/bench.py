@@ -1,0 +1,112 @@
+"""The bench: what the steps of an evaluation may use of their evaluator, and nothing more.
+
+An `Evaluator` (tools/evaluate.py) owns processes, pools and caches; a step of the pipeline
+(tools/judge/pipeline.py) reads a `Bench`: the problem, the options, the seeds, the reference
+worker and its outputs, the input distributions, the builds, the arena sizes and the lock that
+guards what evaluations running at once share. One bench per evaluator, made when its reference
+worker has described the problem.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tools.judge.distributions import Distributions
+from tools.options import EvalOptions
+from tools.processes.builds import Builds
+from tools.processes.feed import Set, feed
+from tools.processes.process import WorkerProcess
+from tools.processes.reference import Reference
+from tools.problem import ProblemInfo
+from tools.timing.baseline_cache import BaselineCache
+
+
+@dataclass
+class Bench:
+    problem: ProblemInfo
+    options: EvalOptions
+    device: str  # resolved once, by the evaluator ("cuda:N" or "cpu")
+    seeds: list[int]  # the secret seeds of the correctness trials
+    reference: Reference  # the problem's own Model, in its worker (trusted; makes every input)
+    # guards what evaluations running at once share: the reference worker, its output cache, the
+    # distributions and the spare workers; timing holds it throughout (the eager arm is the reference)
+    lock: threading.RLock
+    distributions: Distributions
+    builds: Builds
+    environment: dict[str, Any]  # the device's (its L2 size; the key of cached baselines)
+    baselines: BaselineCache  # torch.compile times and device ceilings, measured once
+    copy_ms_per_byte: float | None  # the parent's own device-to-device copy, measured before any candidate
+    take_worker: Callable[[], WorkerProcess]  # a started candidate worker, this evaluation's alone
+
+    @property
+    def timed(self) -> bool:
+        """Whether this evaluation measures times (on a GPU, with timing switched on)."""
+        return self.options.timing and self.device.startswith("cuda")
+
+    def distribution(self, i: int, seed: int) -> str:
+        """The input distribution of trial i (chosen on first use: tools/judge/distributions.py)."""
+        with self.lock:
+            return self.distributions.for_trial(i, seed, lambda s, d: self.reference_outputs(s, d, borrow=True))
+
+    def reference_outputs(self, seed: int, dist: str, borrow: bool = False) -> Any:
+        """[outputs, inputs after forward] of the reference (tools/processes/reference.py); with
+        `borrow`, a set too large to keep is views into the reference worker's arena: the caller
+        holds `lock` while it uses them (`trial_lock()` is that lock exactly when they are borrowed)."""
+        with self.lock:
+            return self.reference.outputs_for(seed, dist, timeout=self.options.trial_timeout,
+                                              arena_cap=self.arena_cap(2, dist=dist), size=self.set_bytes(dist),
+                                              keep_bytes=self.options.reference_cache_mb << 20, borrow=borrow)
+
+    def feed(self, worker: WorkerProcess, sets: list[Set],
+             stamps: dict[str, float] | None = None) -> tuple[list[dict[str, Any]], bytes]:
+        """Write input sets, made by the reference worker, into a candidate's (tools/processes/feed.py)."""
+        cap = max((self.arena_cap(len(sets), inputs_only=True, dist=dist) for _, _, dist in sets),
+                  default=self.arena_cap(len(sets), inputs_only=True))
+        return feed(self.reference, worker, sets, device=self.device, arena_cap=cap,
+                    timeout=self.options.trial_timeout, lock=self.lock, stamps=stamps)
+
+    def set_bytes(self, dist: str) -> int:
+        """Bytes of the reference's [outputs, inputs] on `dist` (a held-out variant's own)."""
+        inputs, outputs = self.problem.input_bytes, self.problem.output_bytes
+        if dist.startswith("variant:"):
+            variant = self.problem.variants[int(dist.split(":")[1])]
+            inputs, outputs = int(variant.get("input_bytes") or inputs), int(variant.get("output_bytes") or outputs)
+        return inputs + outputs
+
+    def trial_lock(self, dist: str) -> contextlib.AbstractContextManager[Any]:
+        """What a trial on `dist` holds from writing its inputs to comparing its outputs: the
+        lock, when the reference's outputs are too large to keep and are read in place (borrowed)
+        rather than copied beside the candidate's; nothing otherwise."""
+        too_large = self.set_bytes(dist) > (self.options.reference_cache_mb << 20)  # as Reference.outputs_for
+        return self.lock if too_large else contextlib.nullcontext()
+
+    def arena_cap(self, copies: int, outputs_only: bool = False, inputs_only: bool = False,
+                  dist: str = "problem") -> int:
+        """Bytes a worker's arena may grow to for a reply holding `copies` times the
+        reference's outputs (and inputs): room for honest answers, not for runaway ones. On a
+        held-out variant's distribution ("variant:K"), the variant's when it took more (a
+        larger variant: tools/worker/variant_bytes.py bounds it)."""
+        return arena_cap(self.problem, copies, outputs_only=outputs_only, inputs_only=inputs_only, dist=dist)
+
+
+def arena_cap(problem: ProblemInfo, copies: int, outputs_only: bool = False, inputs_only: bool = False,
+              dist: str = "problem") -> int:
+    """Bench.arena_cap, for the evaluator's own use before its bench exists."""
+    inputs, outputs = problem.input_bytes, problem.output_bytes
+    if dist.startswith("variant:"):
+        variant = problem.variants[int(dist.split(":")[1])]
+        inputs = max(inputs, int(variant.get("input_bytes") or 0))
+        outputs = max(outputs, int(variant.get("output_bytes") or 0))
+    size = (0 if inputs_only else outputs) + (0 if outputs_only else inputs)
+    return copies * size + (64 << 20)
+
+
+def reply_cap(problem: ProblemInfo, namespace_cap_bytes: int) -> int:
+    """The largest reply a candidate's worker may send: its outputs and inputs of one trial
+    (on the CPU they travel as bytes; a held-out variant's trial included), or what a build
+    hands over. Known once the reference has described the problem."""
+    trials = [arena_cap(problem, 2, dist=f"variant:{k}") for k in range(len(problem.variants))]
+    return max(arena_cap(problem, 2), *trials, namespace_cap_bytes + (1 << 20))

@@ -1,0 +1,46 @@
+"""One evaluation in progress: what its steps found so far, handed from each step to the next.
+
+The result record being filled (times, errors, checks passed: never its verdict, which only
+tools/judge/verdict.py's decide() writes), and what later steps need of earlier ones: the
+guard's scan, the files to install, the candidate's worker, the own-kernel launches and the
+torch ops seen, the timing plan and the gaps after each timed call.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tools.record import Result
+
+if TYPE_CHECKING:
+    from tools.guard.scan import Scan
+    from tools.processes.process import WorkerProcess
+    from tools.timing.blocks import TimingPlan
+
+Files = tuple[list[dict[str, Any]], bytes]
+
+
+@dataclass
+class Evaluation:
+    source: str
+    result: Result
+    scan: "Scan | None" = None  # the static guard's reading of the source (step static)
+    files: Files = ([], b"")  # build products to install in the worker before its build
+    worker: "WorkerProcess | None" = None  # the candidate's, this evaluation's alone
+    launched: int | None = None  # the fewest own-kernel launches in any forward (trials, held-out)
+    torch_ops: set[str] = field(default_factory=set)  # compute ops left to torch in any forward
+    plan: "TimingPlan | None" = None  # the timing protocol's input pool and blocks
+    gaps: dict[str, list[float]] = field(default_factory=dict)  # per arm: sync time minus end event, per call
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Add the seconds of the block to `result.phases[name]` (when it ends without raising)."""
+        t0 = time.monotonic()
+        yield
+        self.result.phases[name] = round(self.result.phases.get(name, 0.0) + time.monotonic() - t0, 4)
+
+    def saw_launches(self, count: int) -> None:
+        self.launched = count if self.launched is None else min(self.launched, count)

@@ -1,0 +1,43 @@
+"""What an evaluation may be told: `EvalOptions`, every setting of an `Evaluator` in one record.
+
+Light on purpose (no torch): the command line, the agent's settings and the warm pool read it
+before any evaluator exists.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tools.judge.compare import Tolerance
+
+
+@dataclass
+class EvalOptions:
+    device: str | None = None  # None: cuda:0 when there is a GPU, else cpu (Triton interpreter)
+    trials: int = 5
+    timing: bool = True
+    precision: str = "fp32"  # float32 arithmetic of the baselines and both workers: fp32 | tf32 (tools/precision.py)
+    disabled_rules: frozenset[str] = frozenset()  # guard rules switched off (see docs/evaluator.md)
+    tolerances: dict[str, Tolerance] | None = None  # per dtype name, overriding compare.TOLERANCES
+    seed: int | None = None  # None: a secret seed per Evaluator (per run)
+    start_timeout: float = 180.0
+    build_timeout: float = 300.0
+    trial_timeout: float = 60.0
+    timing_budget_s: float = 3.0  # measured seconds per arm (candidate, eager, torch.compile) and evaluation
+    timing_max_samples: int = 300  # per arm; tiny kernels rarely reach +-1%, so this bounds them
+    compile_timeout: float = 900.0  # torch.compile's first call, once per problem and environment
+    host_memory_mb: int | None = 16384
+    file_mb: int | None = 1024  # largest file a worker may write, its output log included (None: no cap)
+    gpu_memory_fraction: float | None = None
+    cache_dir: Path | None = None
+    reference_cache_mb: int = 4096  # reference outputs kept per seed up to this size
+    warm: bool = True  # after each evaluation, start the next candidate worker ahead of need
+    spares: int = 1  # candidate workers kept started (more for back-to-back evaluations, as in RL; 0: none)
+    sandbox: str = "required"  # one of tools.sandbox.MODES: "required" refuses without full OS confinement
+    scratch_mb: int = 2048  # a confined worker's /tmp (its scratch) and /dev/shm, each
+    max_processes: int = 1024  # processes and threads of one confined worker
+    artifact_cache_mb: int = 4096  # build products kept between evaluations (tools/processes/artifacts.py)
+    bytecode_cache: str = "auto"  # workers' .pyc where torch has none: "auto", "on", "off" (tools/processes/bytecode.py)
+    extra: dict[str, Any] = field(default_factory=dict)
