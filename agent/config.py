@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tools.options import SANDBOX_MODES
 from tools.precision import PRECISIONS
 
 if sys.version_info >= (3, 11):
@@ -77,7 +78,7 @@ class AgentConfig:
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(AgentConfig)}
-CHOICES = {"language": ("triton", "cuda"), "sandbox": ("required", "best-effort"), "precision": PRECISIONS}
+CHOICES = {"language": ("triton", "cuda"), "sandbox": SANDBOX_MODES, "precision": PRECISIONS}
 SECRET = {"api_key"}
 
 

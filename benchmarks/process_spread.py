@@ -39,7 +39,7 @@ def time_in_this_process(name: str, rounds: int, device: str) -> list[dict[str, 
 
     from tools.worker.inputs import generate, tensor_bytes
     from tools.timing.interleave import block_order
-    from tools.timing.blocks import pool_slots
+    from tools.timing.plan import pool_slots
     from tools.worker.timing import InputPool, Timer
 
     problem, candidate = CASES[name]

@@ -7,7 +7,7 @@ every input), and gives each candidate a fresh worker confined by the operating 
 from tools/processes/spawner.py; with `pool=`, from a warm pool started before the problem was
 known, tools/processes/warm.py).
 
-What an evaluation does, in order, and where its verdict is decided: tools/judge/pipeline.py.
+What an evaluation does, in order, and where its verdict is decided: tools/pipeline.py.
 The steps see this evaluator only through its bench (tools/judge/bench.py); this module owns
 the processes, their lifecycle, and the faults that are ratchet's own (verdict `error`).
 """
@@ -24,13 +24,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tools import precision
-from tools.env import environment, resolve_device
-from tools.judge import pipeline
+from tools.env import environment
+from tools import pipeline
 from tools.judge.bench import Bench, reply_cap
 from tools.judge.distributions import Distributions
 from tools.judge.evaluation import Evaluation
 from tools.judge.verdict import fault, passed, pending
-from tools.options import EvalOptions
+from tools.options import EvalOptions, resolved
 from tools.problem import ProblemError, ProblemInfo, read_problem
 from tools.processes import builds
 from tools.processes.process import WorkerGone, WorkerProcess
@@ -38,7 +38,7 @@ from tools.processes.reference import Reference, ReferenceLost
 from tools.processes.spawner import Spawner
 from tools.record import Result, TimeStats, Verdict, describe_exception
 from tools.timing import baselines, blocks
-from tools.timing.baseline_cache import BaselineCache
+from tools.timing.plan import plan
 
 if TYPE_CHECKING:
     from tools.processes.warm import WarmPool
@@ -53,9 +53,10 @@ class Evaluator:
         """`pool`: a warm pool (tools/processes/warm.py) whose workers, started before this problem was known,
         this evaluator takes first, and to which it gives its unused ones back when it closes; its
         options must agree with `options` where workers depend on them (ValueError otherwise)."""
-        self.options = options or EvalOptions()
-        precision.check(self.options.precision)  # PrecisionError (a ValueError): refuse before any worker starts
-        self.device = resolve_device(self.options.device)
+        given = options or EvalOptions()
+        precision.check(given.precision)  # PrecisionError (a ValueError): refuse before any worker starts
+        self.options = resolved(given)  # the device and cache directory, once (DeviceError, a ValueError)
+        self.device: str = self.options.device  # type: ignore[assignment]  # resolved: never None
         self.problem: ProblemInfo = read_problem(Path(problem_path), entry)
         if pool is not None:
             pool.check(self.options)
@@ -92,7 +93,7 @@ class Evaluator:
         self.bench = Bench(problem=self.problem, options=self.options, device=self.device, seeds=self.seeds,
                            reference=self.reference, lock=self._lock, distributions=Distributions(self.problem.inputs),
                            builds=self.builds, environment=environment(self.device),
-                           baselines=BaselineCache(self.spawner.cache_dir / "baselines"),
+                           cache_dir=self.spawner.cache_dir,
                            copy_ms_per_byte=copy_ms_per_byte, take_worker=self._take_worker)
 
     # lifecycle --------------------------------------------------------------------------
@@ -174,7 +175,7 @@ class Evaluator:
         """The eager reference's median time by the evaluator's protocol (fresh inputs, L2 flushed),
         within `budget_s` of measuring."""
         with self._lock:
-            return blocks.time_reference(self.bench, blocks.plan(self.bench), "model", budget_s=budget_s,
+            return blocks.time_reference(self.bench, plan(self.bench), "model", budget_s=budget_s,
                                          timeout=self.options.trial_timeout)
 
     # workers --------------------------------------------------------------------------------

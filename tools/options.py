@@ -5,12 +5,17 @@ before any evaluator exists.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import os
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tools.judge.compare import Tolerance
+
+# how a candidate's worker is confined (tools/sandbox/, docs/sandbox.md): "required" refuses to start
+# without full OS confinement; "best-effort" uses what the machine has and records what it lacks
+SANDBOX_MODES = ("required", "best-effort")
 
 
 @dataclass
@@ -35,9 +40,26 @@ class EvalOptions:
     reference_cache_mb: int = 4096  # reference outputs kept per seed up to this size
     warm: bool = True  # after each evaluation, start the next candidate worker ahead of need
     spares: int = 1  # candidate workers kept started (more for back-to-back evaluations, as in RL; 0: none)
-    sandbox: str = "required"  # one of tools.sandbox.MODES: "required" refuses without full OS confinement
+    sandbox: str = "required"  # one of SANDBOX_MODES
     scratch_mb: int = 2048  # a confined worker's /tmp (its scratch) and /dev/shm, each
     max_processes: int = 1024  # processes and threads of one confined worker
     artifact_cache_mb: int = 4096  # build products kept between evaluations (tools/processes/artifacts.py)
     bytecode_cache: str = "auto"  # workers' .pyc where torch has none: "auto", "on", "off" (tools/processes/bytecode.py)
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def default_cache_dir() -> Path:
+    """Where an evaluator keeps what it measures or builds once, unless told (`cache_dir`):
+    $RATCHET_CACHE_DIR, else ~/.cache/ratchet."""
+    env = os.environ.get("RATCHET_CACHE_DIR")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "ratchet"
+
+
+def resolved(options: EvalOptions) -> EvalOptions:
+    """The options with the device and the cache directory as they will be used: done once, where
+    options enter the evaluator (Evaluator, WarmPool); the parts behind it read them as they are.
+    DeviceError (a ValueError, one line) for a device this machine does not have."""
+    from tools.env import resolve_device
+
+    return replace(options, device=resolve_device(options.device),
+                   cache_dir=(options.cache_dir or default_cache_dir()).resolve())

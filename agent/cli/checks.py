@@ -35,18 +35,19 @@ def readable_file(path: str | os.PathLike, role: str) -> Path:
 
 
 def check_device(device: str | None, given_as: str | None = None) -> str | None:
-    """The one device check of the command line: `device` as given (None: the default, chosen when
-    the evaluator starts), or UsageError with one line naming where it came from (`given_as`, e.g.
-    `--device cuda:7` or `RATCHET_DEVICE=tpu`) and why it is no good here."""
+    """The one device check of the command line: `device` resolved ("cuda" is "cuda:0"; None stays
+    None: the default, chosen when the evaluator starts), or UsageError with one line naming where
+    it came from (`given_as`, e.g. `--device cuda:7` or `RATCHET_DEVICE=tpu`) and why it is no good
+    here. What it returns is what the evaluator gets: nothing behind it resolves the device again
+    but the evaluator's own entry, which validates it for callers that are not the command line."""
     if device is None:
         return None
     from tools.env import DeviceError, resolve_device  # torch, once the form is right (see resolve_device)
 
     try:
-        resolve_device(device, given_as=given_as)
+        return resolve_device(device, given_as=given_as)
     except DeviceError as exc:
         raise UsageError(str(exc)) from None
-    return device
 
 
 def device_origin(device: str, source: str) -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from agent.cli.checks import UsageError, check_device, readable_file
 from agent.cli.exit_codes import EVAL_EXIT_CODES, EXIT_BAD_PROBLEM, EXIT_SANDBOX
+from tools.options import SANDBOX_MODES
 from tools.precision import PRECISIONS
 from tools.record import Result, Verdict, describe_exception, fault_result
 
@@ -34,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--precision", choices=PRECISIONS, default="fp32",
                    help="float32 arithmetic of the baselines and both workers: fp32 (default; IEEE, TF32 off) or tf32 "
                         "(TF32 tensor cores admitted); docs/precision.md")
-    p.add_argument("--sandbox", choices=("required", "best-effort"), default=os.environ.get("RATCHET_SANDBOX", "required"),
+    p.add_argument("--sandbox", choices=SANDBOX_MODES, default=os.environ.get("RATCHET_SANDBOX", "required"),
                    help="confinement of the candidate's code: required (default; refuse without it) or best-effort "
                         "(run with what this machine offers; the record says what was missing); docs/sandbox.md")
     p.set_defaults(func=run)
@@ -48,9 +49,9 @@ def run(args: argparse.Namespace) -> int:
         source = readable_file(args.candidate, "the candidate").read_text()
     except UnicodeDecodeError as exc:
         raise UsageError(f"{args.candidate}: cannot read the candidate ({exc})") from None
-    if args.sandbox not in ("required", "best-effort"):
-        raise UsageError(f"RATCHET_SANDBOX={args.sandbox}: expected required or best-effort")
-    check_device(args.device)
+    if args.sandbox not in SANDBOX_MODES:
+        raise UsageError(f"RATCHET_SANDBOX={args.sandbox}: expected {' or '.join(SANDBOX_MODES)}")
+    args.device = check_device(args.device)
     from tools.env import DeviceError
     from tools.problem import ProblemError, read_problem
     from tools.judge.static import precheck

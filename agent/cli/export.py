@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     if args.min_speedup is not None and args.min_speedup <= 0:
         raise UsageError("--min-speedup must be positive")
     if args.format == "rl":  # only RL rows start a reference worker on it
-        check_device(args.device)
+        args.device = check_device(args.device)
     from agent.learn.export import ExportError, ExportStats, rl_rows, sft_rows, write_jsonl  # git
 
     stats = ExportStats()

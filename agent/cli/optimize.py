@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     config = settings(args, extra=("entry", "device"))
     module = readable_file(args.module, "the problem module")
     if config.device is not None:  # named as it was given: the flag, RATCHET_DEVICE or the config file's key
-        check_device(config.device, device_origin(config.device, config.sources()["device"]))
+        config.device = check_device(config.device, device_origin(config.device, config.sources()["device"]))
     if args.resume:
         from agent.loop.runner import NothingToResume, resumable_run
         from agent.workspace.root import WorkspaceError

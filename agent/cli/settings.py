@@ -12,6 +12,7 @@ from typing import Any
 
 from agent.cli.checks import UsageError
 from agent.config import AgentConfig, ConfigError, load_config
+from tools.options import SANDBOX_MODES
 from tools.precision import PRECISIONS
 
 
@@ -50,7 +51,7 @@ SETTINGS = (
             "dots: fp32 (default; IEEE, TF32 off) or tf32 (TF32 tensor cores admitted); docs/precision.md",
             choices=PRECISIONS),
     Setting("--sandbox", "sandbox", "confinement of candidate code: required (default; refuse without it) or "
-            "best-effort (docs/sandbox.md)", choices=("required", "best-effort")),
+            "best-effort (docs/sandbox.md)", choices=SANDBOX_MODES),
 )
 
 

@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"{directory}: no such directory")
     if not 0 < args.similarity <= 1:
         raise UsageError("--similarity must be in (0, 1]")
-    check_device(args.device)
+    args.device = check_device(args.device)
     report = check_suite(directory, device=args.device, min_eager_ms=args.min_eager_ms, similarity=args.similarity,
                          jobs=args.jobs, entry=args.entry)
     if args.json:

@@ -44,7 +44,7 @@ from agent.loop.turns import answer_aux, first_line, read_turn, system_text, tas
 from agent.workspace.attempt import Attempt, beats
 from tools.env import target_name
 from tools.record import Result, Verdict
-from tools.reward.kernel_reward import KernelReward, RewardConfig
+from tools.reward import KernelReward, RewardConfig
 from tools.toolcalls import AuxRequest, Submission, tool_schemas
 
 Message = dict[str, Any]

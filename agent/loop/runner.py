@@ -174,8 +174,9 @@ def _evaluator(problem: Path, config: AgentConfig, pools: Any = None, *, back_to
     from tools import EvalOptions, Evaluator
     from tools.env import resolve_device
 
-    ahead = 2 if back_to_back and resolve_device(config.device).startswith("cuda") else 1
-    options = EvalOptions(device=config.device, trials=config.trials, timing=True, sandbox=config.sandbox,
+    device = config.device or resolve_device(None)  # the default, where the command line left it to us
+    ahead = 2 if back_to_back and device.startswith("cuda") else 1
+    options = EvalOptions(device=device, trials=config.trials, timing=True, sandbox=config.sandbox,
                           precision=config.precision, spares=ahead)
     return Evaluator(problem, options, entry=config.entry, pool=pools.for_options(options) if pools else None)
 

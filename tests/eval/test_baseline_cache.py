@@ -13,10 +13,10 @@ import pytest
 from tools.timing.baseline_cache import (
     BaselineCache,
     CacheWarning,
-    default_cache_dir,
     device_fingerprint,
     environment_fingerprint,
 )
+from tools.options import default_cache_dir
 from tools.record import TimeStats
 from tools.timing.roofline import Ceilings
 

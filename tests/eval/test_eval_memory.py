@@ -12,7 +12,7 @@ import weakref
 import pytest
 import torch
 
-from tools.timing.blocks import KEEP_BYTES, pool_slots
+from tools.timing.plan import KEEP_BYTES, pool_slots
 from tools.wire.transport import TransportError, decode, encode
 from tools.worker.timing import InputPool
 

@@ -15,7 +15,7 @@ from agent.learn.export import clean_message, saved_trajectories
 from agent.learn.rl_env import EnvConfig, KernelEnv
 from agent.workspace.root import Workspace
 from loopback import Loopback, submit
-from tools.reward.kernel_reward import RewardConfig
+from tools.reward import RewardConfig
 from tools.toolcalls import tool_schemas
 
 HERE = Path(__file__).parents[1]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tools.record import Result, TimeStats, Verdict
-from tools.reward.kernel_reward import KernelReward
+from tools.reward import KernelReward
 from tools.reward.extract import extract_source
 from tools.reward.score import FORMAT_ERROR, RewardConfig, score_record
 from tools.toolcalls import FormatError, Submission

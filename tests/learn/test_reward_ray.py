@@ -14,7 +14,7 @@ import pytest
 import ray
 
 from tools.problem import ProblemError
-from tools.reward.kernel_reward import KernelReward, make_reward
+from tools.reward import KernelReward, make_reward
 from tools.reward.on_ray import ProblemText, RayKernelReward, route
 from tools.reward.score import FORMAT_ERROR, RewardConfig
 
@@ -154,7 +154,7 @@ def test_routing_keeps_a_problem_on_its_actors():
 
 def test_without_ray_the_option_says_how_to_install_it():
     code = ("import sys; sys.modules['ray'] = None\n"
-            "from tools.reward.kernel_reward import make_reward\n"
+            "from tools.reward import make_reward\n"
             "try:\n    make_reward(executor='ray', device='cpu')\n"
             "except ImportError as exc:\n    print(exc)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,

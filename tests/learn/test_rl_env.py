@@ -11,7 +11,7 @@ import pytest
 from agent.loop import nodes
 from agent.learn.rl_env import EnvConfig, EpisodeDone, KernelEnv
 from tools.env import target_name
-from tools.reward.kernel_reward import KernelReward, RewardConfig
+from tools.reward import KernelReward, RewardConfig
 from tools.toolcalls import tool_schemas
 
 HERE = Path(__file__).parents[1]

@@ -1,7 +1,7 @@
 """The bench: what the steps of an evaluation may use of their evaluator, and nothing more.
 
 An `Evaluator` (tools/evaluate.py) owns processes, pools and caches; a step of the pipeline
-(tools/judge/pipeline.py) reads a `Bench`: the problem, the options, the seeds, the reference
+(tools/pipeline.py) reads a `Bench`: the problem, the options, the seeds, the reference
 worker and its outputs, the input distributions, the builds, the arena sizes and the lock that
 guards what evaluations running at once share. One bench per evaluator, made when its reference
 worker has described the problem.
@@ -12,6 +12,7 @@ import contextlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tools.judge.distributions import Distributions
@@ -21,7 +22,6 @@ from tools.processes.feed import Set, feed
 from tools.processes.process import WorkerProcess
 from tools.processes.reference import Reference
 from tools.problem import ProblemInfo
-from tools.timing.baseline_cache import BaselineCache
 
 
 @dataclass
@@ -37,7 +37,7 @@ class Bench:
     distributions: Distributions
     builds: Builds
     environment: dict[str, Any]  # the device's (its L2 size; the key of cached baselines)
-    baselines: BaselineCache  # torch.compile times and device ceilings, measured once
+    cache_dir: Path  # what is measured once (torch.compile times, device ceilings) is kept below it
     copy_ms_per_byte: float | None  # the parent's own device-to-device copy, measured before any candidate
     take_worker: Callable[[], WorkerProcess]  # a started candidate worker, this evaluation's alone
 

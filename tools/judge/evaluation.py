@@ -18,7 +18,7 @@ from tools.record import Result
 if TYPE_CHECKING:
     from tools.guard.scan import Scan
     from tools.processes.process import WorkerProcess
-    from tools.timing.blocks import TimingPlan
+    from tools.timing.plan import TimingPlan
 
 Files = tuple[list[dict[str, Any]], bytes]
 

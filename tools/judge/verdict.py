@@ -1,6 +1,6 @@
 """Where a verdict is decided: `decide()`, the one function that writes a result's verdict.
 
-Every step of an evaluation (tools/judge/pipeline.py) returns a `Failure` or nothing; no step
+Every step of an evaluation (tools/pipeline.py) returns a `Failure` or nothing; no step
 writes a verdict. A result is born pending (`pending()`: verdict `error`, "not decided"), and
 decide() turns it into the first failure's verdict, or into `ok` only when every step the
 pipeline lists has cleared. A step skipped, forgotten or that raised leaves the result an

@@ -21,8 +21,7 @@ from tools.processes import builds
 
 from tools.processes import bytecode
 from tools.processes.artifacts import ArtifactCache
-from tools.timing.baseline_cache import default_cache_dir
-from tools.env import environment, resolve_device
+from tools.env import environment
 from tools.processes.process import Limits, WorkerProcess, plain_launch, worker_env
 from tools.sandbox import Sandbox
 from tools.sandbox.env import secret
@@ -30,6 +29,7 @@ from tools.sandbox.env import secret
 if TYPE_CHECKING:
     from tools.options import EvalOptions
 
+COPY_PROBE_BYTES = 128 << 20
 INIT_SEED = 42  # both models are built after torch.manual_seed(INIT_SEED), so weights match
 PROBE_SEED = 1234  # inputs of the one descriptive reference run (shapes, ops); not a trial seed
 # the options a started worker depends on: two evaluators may share workers only where these agree
@@ -38,10 +38,8 @@ SPAWN_FIELDS = ("device", "precision", "sandbox", "scratch_mb", "max_processes",
 
 
 def spawn_key(options: "EvalOptions") -> tuple[Any, ...]:
-    key = [getattr(options, name) for name in SPAWN_FIELDS]
-    key[0] = resolve_device(options.device)
-    key[SPAWN_FIELDS.index("cache_dir")] = (options.cache_dir or default_cache_dir()).resolve()
-    return tuple(key)
+    """What workers started for `options` depend on (options as tools.options.resolved() made them)."""
+    return tuple(getattr(options, name) for name in SPAWN_FIELDS)
 
 
 def environment_fingerprint() -> str:
@@ -55,12 +53,15 @@ class Spawner:
     SandboxUnavailable when the sandbox the options require cannot be had."""
 
     def __init__(self, options: "EvalOptions") -> None:
+        """`options` as tools.options.resolved() made them: a device "cpu" or "cuda:N", a cache directory."""
+        if options.device is None or options.cache_dir is None:
+            raise ValueError("a Spawner takes resolved options (tools.options.resolved)")
         self.options = options
         self.key = spawn_key(options)
-        self.device = resolve_device(options.device)
+        self.device = options.device
         self.device_index = int(self.device.split(":")[1]) if self.device.startswith("cuda:") else 0
         self.sandbox = Sandbox(options.sandbox, tmp_mb=options.scratch_mb, max_processes=options.max_processes)
-        self.cache_dir = (options.cache_dir or default_cache_dir()).resolve()
+        self.cache_dir = options.cache_dir
         for sub in ("triton/reference", "baselines"):
             (self.cache_dir / sub).mkdir(parents=True, exist_ok=True)
         self.artifacts = ArtifactCache(self.cache_dir / "artifacts", options.artifact_cache_mb << 20)
@@ -127,11 +128,9 @@ class Spawner:
         """The device-to-device bandwidth of the parent's own buffers (the second clock's copy
         charge, tools/timing/clocks.py), measured once, the first time it is asked: before any candidate
         of this spawner has run."""
-        from tools.timing import clocks
-
         with self._copy_lock:
             if self._copy_ms_per_byte is None:
-                self._copy_ms_per_byte = clocks.measure_copy(self.device)
+                self._copy_ms_per_byte = measure_copy(self.device)
             return self._copy_ms_per_byte
 
     @staticmethod
@@ -140,3 +139,21 @@ class Spawner:
 
     def close(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def measure_copy(device: str) -> float:
+    """Milliseconds per byte of a device-to-device copy between the parent's own buffers."""
+    import torch
+
+    src = torch.empty(COPY_PROBE_BYTES, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    best = float("inf")
+    for _ in range(3):
+        start.record()
+        dst.copy_(src)
+        end.record()
+        end.synchronize()
+        best = min(best, start.elapsed_time(end))
+    return best / COPY_PROBE_BYTES

@@ -43,9 +43,9 @@ class WarmPool:
 
     def __init__(self, options: "EvalOptions | None" = None, *, start: bool = True) -> None:
         """`start`: start a reference worker now (else when the first evaluator takes none)."""
-        from tools.options import EvalOptions
+        from tools.options import EvalOptions, resolved
 
-        self.options = options or EvalOptions()
+        self.options = resolved(options or EvalOptions())
         self.spawner = Spawner(self.options)
         self._lock = threading.Lock()
         self._reference: WorkerProcess | None = None
@@ -64,7 +64,7 @@ class WarmPool:
 
     def check(self, options: "EvalOptions") -> None:
         """ValueError unless workers started for this pool fit an evaluator with `options`."""
-        if spawn_key(options) != self.spawner.key:
+        if spawn_key(options) != self.spawner.key:  # both resolved (tools.options.resolved)
             differ = [name for name, a, b in zip(SPAWN_FIELDS, spawn_key(options), self.spawner.key) if a != b]
             raise ValueError(f"the warm pool's workers were started with other options ({', '.join(differ)})")
 

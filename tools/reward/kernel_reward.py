@@ -151,7 +151,7 @@ class KernelReward(RewardFunction):
             config = RewardConfig(**{**asdict(config), **overrides})
         if config.executor != "local":
             raise ValueError(f"KernelReward evaluates in this process; for executor={config.executor!r} "
-                             "use tools.reward.kernel_reward.make_reward(config)")
+                             "use tools.reward.make_reward(config)")
         self.config = config
         self._options = self._eval_options(config)  # a bad device or eval_options raises here, not per completion
         self.__name__ = "ratchet_kernel_reward"  # trainers log rewards under the function's name
@@ -298,14 +298,11 @@ class KernelReward(RewardFunction):
 
     @staticmethod
     def _eval_options(config: RewardConfig) -> Any:
-        from tools.env import resolve_device
-        from tools.options import EvalOptions
-
+        from tools.options import EvalOptions, resolved
         from tools.sandbox import Sandbox
 
-        resolve_device(config.device)  # ValueError now for a device this machine does not have
-        options = EvalOptions(device=config.device, trials=config.trials, timing=config.timing,
-                              precision=config.precision, spares=max(1, config.spares), **config.eval_options)
+        options = resolved(EvalOptions(device=config.device, trials=config.trials, timing=config.timing,  # ValueError now
+                                       precision=config.precision, spares=max(1, config.spares), **config.eval_options))
         Sandbox(options.sandbox)  # SandboxUnavailable now (the trainer's machine), not per completion
         return options
 
@@ -360,20 +357,6 @@ def _cache_too_small(ev: Any) -> bool:
     problem's evaluations run one at a time."""
     need = (ev.problem.input_bytes + ev.problem.output_bytes) * len(ev.seeds) * len(ev.distributions)
     return need > (ev.options.reference_cache_mb << 20)
-
-
-def make_reward(config: RewardConfig | None = None, **fields: Any) -> Any:
-    """The reward a config asks for, for trainer configs that take a factory: a `KernelReward`, or
-    with `executor="ray"` a `tools.reward.on_ray.RayKernelReward` (same signature and outcomes).
-    `fields` override the config's (`make_reward(device="cpu")` is `RewardConfig(device="cpu")`)."""
-    config = config or RewardConfig()
-    if fields:
-        config = RewardConfig(**{**asdict(config), **fields})
-    if config.executor == "ray":
-        from tools.reward.on_ray import RayKernelReward
-
-        return RayKernelReward(config)
-    return KernelReward(config)
 
 
 def format_outcome(error: FormatError, problem: str, config: RewardConfig) -> RewardOutcome:

@@ -52,7 +52,7 @@ class RewardConfig:
     log_path: str | None = None  # append every outcome as a JSON line
     max_problems: int | None = None  # warm evaluators kept at most (least recently used closed first); None: all
     # where the evaluations run: "local" (this process's KernelReward) or "ray" (a pool of Ray
-    # actors, tools/reward/on_ray.py; make the reward with tools.reward.kernel_reward.make_reward)
+    # actors, tools/reward/on_ray.py; make the reward with tools.reward.make_reward)
     executor: str = "local"
     ray_address: str = "auto"  # "auto": the running cluster; "local": start one here; or "ray://host:port"
     actors: int = 1  # Ray actors, one GPU each (one CPU each on device "cpu")

@@ -24,12 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tools.options import SANDBOX_MODES
 from tools.sandbox import bwrap as bw
 from tools.sandbox import paths
 from tools.sandbox.env import candidate_env
 from tools.sandbox.probe import Mechanisms, probe
 
-MODES = ("required", "best-effort")
+MODES = SANDBOX_MODES  # the option's values (tools/options.py)
 UID_BASE = 2_000_000_000  # workers of a root evaluator run as uids far above any real user's
 _uids = itertools.count()
 

@@ -33,6 +33,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
+from tools.options import default_cache_dir
 from tools.record import TimeStats
 from tools.timing.roofline import Ceilings
 
@@ -43,11 +44,6 @@ DEVICE_KEYS = ("gpu", "driver", "cuda")  # what the ceilings depend on
 
 class CacheWarning(UserWarning):
     """A cache entry could not be used (corrupt, wrong shape); it was treated as a miss."""
-
-
-def default_cache_dir() -> Path:
-    env = os.environ.get("RATCHET_CACHE_DIR")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "ratchet"
 
 
 def _subset(env: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, str | None]:

@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 from tools.judge.verdict import Failure, passed
 from tools.record import TimeStats, Verdict
-from tools.timing.blocks import TimingPlan, plan, time_reference
+from tools.timing.baseline_cache import BaselineCache
+from tools.timing.blocks import time_reference
+from tools.timing.plan import TimingPlan, plan
 from tools.timing.roofline import Ceilings, build_roofline, impossible
 from tools.timing.stats import speedup
 
@@ -22,12 +24,13 @@ if TYPE_CHECKING:
 def compile_baseline(bench: "Bench", p: TimingPlan) -> TimeStats:
     """torch.compile's time on this problem: cached per problem, precision and environment."""
     key = f"{bench.problem.hash}/{bench.options.precision}"  # a TF32 time is not an fp32 one
-    cached = bench.baselines.get_compile_time(key, bench.environment)
+    cache = BaselineCache(bench.cache_dir / "baselines")
+    cached = cache.get_compile_time(key, bench.environment)
     if cached is not None:
         return cached
     stats = time_reference(bench, p, "compiled")
     if stats.measured:
-        bench.baselines.put_compile_time(key, bench.environment, stats)
+        cache.put_compile_time(key, bench.environment, stats)
     return stats
 
 
@@ -47,11 +50,12 @@ def speedups(bench: "Bench", ev: "Evaluation") -> Failure | None:
 
 def ceilings(bench: "Bench") -> Ceilings:
     """The device's measured copy bandwidth and matrix rates (measured once, kept on disk)."""
-    found = bench.baselines.get_ceilings(bench.environment)
+    cache = BaselineCache(bench.cache_dir / "baselines")
+    found = cache.get_ceilings(bench.environment)
     if found is None:
         header, _ = bench.reference.request({"op": "ceilings"}, 120)
         found = Ceilings.from_dict(header["ceilings"])
-        bench.baselines.put_ceilings(bench.environment, found)
+        cache.put_ceilings(bench.environment, found)
     return found
 
 

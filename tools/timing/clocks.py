@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from tools.judge.bench import Bench
     from tools.judge.evaluation import Evaluation
     from tools.processes.reference import Reference
-    from tools.timing.blocks import TimingPlan
+    from tools.timing.plan import TimingPlan
 
 REPS = 3  # passes per arm; the smallest wall of each is used (noise only ever adds time)
 # rounds added, one at a time, while the parent's clock still reads above the allowed: on a busy host
@@ -69,7 +69,6 @@ REQUEST_ALLOWANCE_MS = 0.6
 BURST_MAX = 32  # calls per pass, at most
 PASS_MS = 20.0  # ... and about this much work per pass, by the worker's median
 FIRST_CALL = 10**6  # pool calls from here on: seeds not used by the timed blocks
-COPY_PROBE_BYTES = 128 << 20
 # the parent's own copies in a pass are charged at their event-timed duration, at most this many
 # times what the bandwidth measured at open predicts (the copies in a pass go between two other
 # processes' memory and may be slower than the probe's; docs/integrity.md has the measurement)
@@ -285,7 +284,7 @@ def _candidate_pass(bench: "Bench", worker: WorkerProcess, calls: list[tuple[int
 def burst_size(input_bytes: int, output_bytes: int, pool: int, median_ms: float) -> int:
     """Calls per pass: distinct pool sets (`pool` of them), as many as KEEP_BYTES of inputs and of
     outputs allow, BURST_MAX at most, and about PASS_MS of work by the worker's median."""
-    from tools.timing.blocks import KEEP_BYTES
+    from tools.timing.plan import KEEP_BYTES
 
     by_memory = min(KEEP_BYTES // max(output_bytes, 1), KEEP_BYTES // max(input_bytes, 1))
     by_time = int(PASS_MS / max(median_ms, 1e-3))
@@ -375,21 +374,3 @@ def copy_ms(bench: "Bench", nbytes: float) -> float:
     its own buffers when the evaluator opened, before any candidate could share the GPU with it
     (a candidate busy on the GPU during a copy only lengthens what it is charged)."""
     return max(nbytes, 0.0) * (bench.copy_ms_per_byte or 0.0)
-
-
-def measure_copy(device: str) -> float:
-    """Milliseconds per byte of a device-to-device copy between the parent's own buffers."""
-    import torch
-
-    src = torch.empty(COPY_PROBE_BYTES, dtype=torch.uint8, device=device)
-    dst = torch.empty_like(src)
-    dst.copy_(src)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    best = float("inf")
-    for _ in range(3):
-        start.record()
-        dst.copy_(src)
-        end.record()
-        end.synchronize()
-        best = min(best, start.elapsed_time(end))
-    return best / COPY_PROBE_BYTES
