@@ -86,6 +86,7 @@ def resolve_device(device: str | None, *, given_as: str | None = None) -> str:
         return device
     if not torch.cuda.is_available():
         raise DeviceError(f"{shown}: no CUDA GPU is available on this machine")
+    assert form is not None  # device is not None here, and its form matched
     index, count = int(form.group(1) or 0), torch.cuda.device_count()
     if index >= count:
         raise DeviceError(f"{shown}: this machine has {count} GPU(s) (cuda:0 to cuda:{count - 1})")

@@ -96,7 +96,7 @@ class KernelEnv:
         self.messages = [
             {"role": "system", "content": system_text(info, language=self.config.language, gpu=self.gpu_name(),
                                                       entry=entry, auxiliary=self.config.auxiliary_tools,
-                                                      precision=self.evaluator.options.precision)},
+                                                      precision=self.reward.config.precision)},
             {"role": "user", "content": task_text(info, entry=entry, problem_name=self.problem.name,
                                                   language=self.config.language, baseline={**static_baseline(info), **self.evaluator.baseline()},
                                                   max_attempts=self.config.max_attempts)},

@@ -23,7 +23,7 @@ from agent.loop.session import Session
 from agent.loop.state import AgentState
 
 
-def build_graph() -> StateGraph:
+def build_graph() -> StateGraph[AgentState, Session, AgentState, AgentState]:
     graph = StateGraph(AgentState, context_schema=Session)
     graph.add_node("draft", nodes.draft)
     graph.add_node("compile", nodes.compile)

@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from langgraph.runtime import Runtime
 
 from agent.config import AgentConfig, public
 from agent.loop.session import Session
-from agent.loop.state import AgentState, AttemptSummary
+from agent.loop.state import AgentState, AttemptSummary, latest_attempt, latest_record
 from agent.loop.turns import ask_model, feedback_message, first_line, system_text, task_text
 from agent.workspace.root import ProblemRepo
 from agent.workspace.attempt import Attempt, beats, beats_eager
@@ -70,8 +70,8 @@ def compile(state: AgentState, runtime: Node) -> dict[str, Any]:  # noqa: A001 (
         return {**updates, "format_errors": state.get("format_errors", 0) + 1, "record": None, "latest": None,
                 "phases": {"compile": "format_error"}}
 
-    source = proposal["source"]
-    done = committed_attempt(ctx.repo, proposal["source_hash"], state["run_id"])
+    source, digest = cast(str, proposal["source"]), cast(str, proposal["source_hash"])  # a submission has both
+    done = committed_attempt(ctx.repo, digest, state["run_id"])
     if done is not None:
         record = ctx.repo.record(done)
         attempt = done
@@ -97,14 +97,14 @@ def compile(state: AgentState, runtime: Node) -> dict[str, Any]:  # noqa: A001 (
 
 def test(state: AgentState, runtime: Node) -> dict[str, Any]:
     """Correctness: the evaluator's trials against the reference (read from the record)."""
-    record = state["record"]
+    record = latest_record(state)
     outcome = "passed" if record["verdict"] == Verdict.OK.value else record["verdict"]
     return {"phases": {**state["phases"], "test": outcome}}
 
 
 def profile(state: AgentState, runtime: Node) -> dict[str, Any]:
     """Timing and roofline of a correct kernel; a faster one becomes this run's best."""
-    record, latest = state["record"], state["latest"]
+    record, latest = latest_record(state), latest_attempt(state)
     timing = record.get("candidate_time") or {}
     if timing.get("measured"):
         outcome = "timed"
@@ -157,7 +157,7 @@ def stop_untimed(state: AgentState, runtime: Node) -> dict[str, Any]:
     first correct kernel ends the run, and one line says why."""
     ctx = runtime.context
     wall_s, since = _clock(state, ctx)
-    reason = (f"{timing_unavailable(state['record'])}: stopping at the first correct kernel; "
+    reason = (f"{timing_unavailable(latest_record(state))}: stopping at the first correct kernel; "
               "run on a GPU to optimize for speed")
     ctx.log(progress_line(state, ctx.config))
     ctx.log(reason)
@@ -198,7 +198,8 @@ def after_decide(state: AgentState) -> str:
 def change_summary(state: AgentState) -> str:
     """The model's own words on the submitted change: the first line of the text of the reply
     that made the submission ("" if it sent only the tool call), for the attempt's commit body."""
-    call_id = (state.get("proposal") or {}).get("tool_call_id")
+    proposal = state.get("proposal")
+    call_id = proposal["tool_call_id"] if proposal else None
     for message in reversed(state.get("messages") or []):
         if message.get("role") == "assistant" and any(c.get("id") == call_id for c in message.get("tool_calls") or []):
             content = message.get("content")
@@ -270,7 +271,7 @@ def empty_baseline() -> dict[str, Any]:
 
 def system_prompt(state: AgentState, ctx: Session) -> str:
     return system_text(ctx.evaluator.problem, language=state["language"], gpu=ctx.gpu, entry=state["entry"],
-                       auxiliary=ctx.config.auxiliary_tools, precision=ctx.evaluator.options.precision)
+                       auxiliary=ctx.config.auxiliary_tools, precision=ctx.config.precision)
 
 
 def task_prompt(state: AgentState, ctx: Session) -> str:

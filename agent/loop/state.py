@@ -90,3 +90,19 @@ def initial_state(*, run_id: str, problem: str, problem_hash: str, entry: str, l
         latest=None, phases={}, improved=False, attempts=[], best=None, attempts_used=0, format_errors=0,
         since_improvement=0, baseline=baseline, wall_s=0.0, stop_reason=None,
     )
+
+
+def latest_record(state: AgentState) -> dict[str, Any]:
+    """The latest attempt's result record: the nodes after `compile` need one (ValueError otherwise)."""
+    record = state["record"]
+    if record is None:
+        raise ValueError("no evaluated attempt in the state")
+    return record
+
+
+def latest_attempt(state: AgentState) -> AttemptSummary:
+    """The latest attempt's summary: the nodes after `compile` need one (ValueError otherwise)."""
+    latest = state["latest"]
+    if latest is None:
+        raise ValueError("no evaluated attempt in the state")
+    return latest

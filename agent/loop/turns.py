@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from agent.loop import context as ctxbudget
 from agent.loop.render import render, render_feedback
-from agent.loop.state import AgentState, AttemptSummary, Message, Proposal, TurnUsage
+from agent.loop.state import AgentState, AttemptSummary, Message, Proposal, TurnUsage, latest_attempt, latest_record
 from tools.toolcalls import (DIFF_AGAINST_BEST, GET_BEST, GET_PROFILE, SUBMIT_KERNEL, AuxRequest, FormatError,
                              Submission, best_payload, diff_payload, parse_call, profile_payload)
 
@@ -199,12 +199,14 @@ class RepoAttempts:
 
     def best(self) -> tuple[int, str | None, dict[str, Any] | None] | None:
         repo = self.ctx.repo
-        number = (self.state.get("best") or {}).get("attempt")
+        best = self.state.get("best")
+        number = best["attempt"] if best else None
         found = repo.attempt(number) if number else repo.best()
         return (found.number, repo.source(found), repo.record(found)) if found else None
 
     def latest(self) -> tuple[int, str | None] | None:
-        number = (self.state.get("latest") or {}).get("attempt")
+        latest = self.state.get("latest")
+        number = latest["attempt"] if latest else None
         found = self.ctx.repo.attempt(number) if number else None
         return (found.number, self.ctx.repo.source(found)) if found else None
 
@@ -222,10 +224,9 @@ def feedback_message(state: AgentState, ctx: "Session") -> Message:
     if proposal["kind"] == "format_error":
         content = render("format_error", reason=proposal["reason"], tool_call=proposal["tool_call_id"] is not None,
                          remaining=remaining)
-        meta = {"_verdict": "format_error", "_detail": first_line(proposal["reason"]), "_kind": "format_error"}
+        meta: dict[str, Any] = {"_verdict": "format_error", "_detail": first_line(proposal["reason"]), "_kind": "format_error"}
     else:
-        latest: AttemptSummary = state["latest"]
-        record = state["record"]
+        latest, record = latest_attempt(state), latest_record(state)
         content = render_feedback(record["verdict"], attempt=latest["attempt"], record=record, best=state.get("best"),
                                   is_best=bool(state.get("improved")), repeated=latest["reused"] and latest["repeat"],
                                   remaining=remaining)

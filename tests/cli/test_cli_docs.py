@@ -61,3 +61,13 @@ def test_each_folder_readme_names_its_files():
         assert not missing, f"{folder}/README.md does not name {missing}"
     for folder in ("prompts", "tests", "examples", "suite"):
         assert (ROOT / folder / "README.md").is_file(), f"{folder}/ has no README"
+
+
+def test_each_folder_of_tools_has_a_readme_naming_its_files():
+    """The evaluator's folders by role (tools/README.md) each say what their files are."""
+    for folder in sorted(p for p in (ROOT / "tools").iterdir() if p.is_dir() and (p / "__init__.py").is_file()):
+        readme = folder / "README.md"
+        assert readme.is_file(), f"tools/{folder.name}/ has no README"
+        missing = sorted(p.name for p in folder.glob("*.py") if p.name != "__init__.py" and f"`{p.name}`" not in readme.read_text())
+        assert not missing, f"tools/{folder.name}/README.md does not name {missing}"
+        assert f"`{folder.name}/`" in (ROOT / "tools" / "README.md").read_text(), f"tools/README.md does not name {folder.name}/"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import re
+from typing import cast
 from dataclasses import dataclass, field
 
 from tools.guard.calls import CALL_ONLY, CallChecks
@@ -74,7 +75,7 @@ def check(source: str, policy: GuardPolicy = GuardPolicy()) -> Scan:
 
 
 def _scan_cxx(node: ast.Constant, policy: GuardPolicy, scan: Scan) -> None:
-    text = node.value
+    text = str(node.value)  # a str constant (the caller's test)
     if "__global__" in text:
         scan.cuda_kernels.extend(re.findall(r"__global__\s+(?:void|[\w:<>]+)\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(", text))
     if not any(tok in text for tok in ("#include", "__global__", "torch::", "at::", "cuda")):
@@ -272,8 +273,8 @@ class _Visitor(CallChecks, KeyChecks, ast.NodeVisitor):
             self.flag("dynamic-code", node, "swaps a tensor's storage (x.set_): finalizers of the old one run inside torch's op")
         if node.attr in NAMESPACE_ATTRIBUTES:
             self.flag("dynamic-code", node, f"reads {node.attr}: a builtin or a module's namespace reached through an object")
-        if node.attr in KEY_READERS and called(node, self.parents) and self.parents[id(node)].args:
-            self.check_key(self.parents[id(node)].args[0], node)
+        if node.attr in KEY_READERS and called(node, self.parents) and cast(ast.Call, self.parents[id(node)]).args:
+            self.check_key(cast(ast.Call, self.parents[id(node)]).args[0], node)
         if node.attr == "from_file":
             self.flag("file-io", node, "reads a file with from_file (native I/O the sandbox cannot see)")
         if node.attr == "load_library":
@@ -381,7 +382,7 @@ class _Visitor(CallChecks, KeyChecks, ast.NodeVisitor):
         self.generic_visit(node)
         self._kernel_depth -= kernel
 
-    visit_AsyncFunctionDef = visit_FunctionDef
+    visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]  # the same checks for both
 
     def visit_Call(self, node: ast.Call) -> None:
         dotted = self.resolve(node.func)

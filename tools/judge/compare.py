@@ -1,4 +1,5 @@
-"""Where a verdict on correctness is decided: one candidate output tree against the reference's.
+"""What correctness means for one candidate output tree against the reference's (the first difference,
+and the error sizes); the trials turn a difference into a Failure (tools/judge/trial_checks.py).
 
 Per output: plain torch.Tensor type, exact shape and dtype, the same device type, the same
 NaN/+Inf/-Inf pattern, then on the finite elements an elementwise bound
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -79,7 +80,8 @@ def compare_trees(ref: Any, cand: Any, stats: Stats, overrides: dict[str, Tolera
     if isinstance(ref, (int, float, bool)) or ref is None:
         if type(cand) is not type(ref):
             return Mismatch("output-kind", f"{path} is {_kind(cand)}; expected {_kind(ref)}")
-        if isinstance(ref, float) and not math.isclose(ref, cand, rel_tol=1e-5, abs_tol=1e-6) and not (math.isnan(ref) and math.isnan(cand)):
+        if isinstance(ref, float) and not math.isclose(ref, cast(float, cand), rel_tol=1e-5, abs_tol=1e-6) \
+                and not (math.isnan(ref) and math.isnan(cast(float, cand))):  # cand: a float too (its type is ref's)
             return Mismatch("values", f"{path} is {cand!r}; expected {ref!r}")
         if not isinstance(ref, float) and ref != cand:
             return Mismatch("values", f"{path} is {cand!r}; expected {ref!r}")

@@ -116,7 +116,7 @@ def check_manifest(manifest: Any, payload_bytes: int, cap: int) -> list[tuple[tu
         if not isinstance(entry, dict):
             raise ArtifactError("a manifest entry is not an object")
         path, start, length = entry.get("path"), entry.get("offset"), entry.get("length")
-        if not isinstance(path, str) or not all(isinstance(v, int) and v >= 0 for v in (start, length)):
+        if not (isinstance(path, str) and isinstance(start, int) and isinstance(length, int) and start >= 0 and length >= 0):
             raise ArtifactError("a manifest entry has a bad path, offset or length")
         parts = tuple(path.split("/"))
         if (len(parts) > MAX_DEPTH or parts[0] not in ROOTS or not all(PART.match(p) and p not in (".", "..") for p in parts)

@@ -115,8 +115,9 @@ class WorkerProcess:
         clock it was spawned by), as result phases: `boot` from spawn to ready, then `boot_<step>`,
         `boot_main` being the interpreter and bwrap. A diagnostic only: no verdict reads it; a
         worker that sent no stamps (or odd ones) gives none."""
-        stamps = ready.get("boot") if isinstance(ready.get("boot"), dict) else {}
-        times = [self.spawned_at] + [stamps.get(step) for step in self.BOOT_STEPS]
+        boot = ready.get("boot")
+        stamps: dict[str, Any] = boot if isinstance(boot, dict) else {}
+        times: list[Any] = [self.spawned_at] + [stamps.get(step) for step in self.BOOT_STEPS]
         if any(not isinstance(t, (int, float)) for t in times) or sorted(times) != times:
             return {}
         phases = {f"boot_{step}": round(b - a, 4) for step, a, b in zip(self.BOOT_STEPS, times, times[1:])}
@@ -201,7 +202,7 @@ class WorkerProcess:
         if self.input_arena is None or self.input_arena.numel() < nbytes:
             header, _ = self.request({"op": "input_arena", "bytes": nbytes}, timeout)
             if header.get("op") == "error":  # out of GPU memory, most likely
-                kind = header.get("kind") if header.get("kind") in ("runtime_error", "crashed") else "runtime_error"
+                kind = str(header.get("kind")) if header.get("kind") in ("runtime_error", "crashed") else "runtime_error"
                 raise WorkerGone(kind, f"no room for the inputs: {header.get('message', '')}")
             if header.get("op") != "input_arena" or int((header.get("arena") or {}).get("nbytes", 0)) < nbytes:
                 raise WorkerGone("rejected", "the worker answered the request for an input arena with something else")
@@ -369,7 +370,7 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def plain_launch(env: dict[str, str]) -> Callable[[tuple[int, int]], Launch]:
+def plain_launch(env: dict[str, str]) -> Callable[[tuple[int, ...]], Launch]:
     """An unconfined worker (the reference: the user's own problem code, trusted)."""
     from tools.sandbox.bwrap import python_command
 

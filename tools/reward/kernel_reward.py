@@ -159,7 +159,7 @@ class KernelReward(RewardFunction):
         self._users: collections.Counter[tuple[str, str]] = collections.Counter()  # evaluations under way
         self._creating: dict[tuple[str, str], threading.Lock] = collections.defaultdict(threading.Lock)
         self._slots: dict[tuple[str, str], threading.BoundedSemaphore] = {}
-        self._serial: dict[tuple[str, str], threading.Lock] = {}
+        self._serial: dict[tuple[str, str], Any] = {}  # a Lock, or _NO_LOCK where evaluations may overlap
         self._devices: dict[str, threading.Lock] = collections.defaultdict(threading.Lock)
         self._cache: collections.OrderedDict[tuple[str, str, str], RewardOutcome] = collections.OrderedDict()
         self._lock = threading.Lock()
@@ -327,7 +327,7 @@ class KernelReward(RewardFunction):
         """Stop every evaluator's workers (also run at interpreter exit)."""
         with self._lock:
             self._closed = True
-            evaluators, self._evaluators = list(self._evaluators.values()), {}
+            evaluators, self._evaluators = list(self._evaluators.values()), collections.OrderedDict()
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True)

@@ -194,9 +194,9 @@ class RayKernelReward(RewardFunction):
             jobs.setdefault((*key, source_hash(source)), (problems[key], source))
         seen: dict[str, int] = {}
         keys = []
-        for problem, _ in jobs.values():
-            keys.append((problem.digest, seen.get(problem.digest, 0)))
-            seen[problem.digest] = keys[-1][1] + 1
+        for text, _ in jobs.values():
+            keys.append((text.digest, seen.get(text.digest, 0)))
+            seen[text.digest] = keys[-1][1] + 1
         per_actor: dict[int, list[tuple[str, str, str]]] = {}
         for job, actor in zip(jobs, route(keys, len(self.actors))):
             per_actor.setdefault(actor, []).append(job)

@@ -6,7 +6,7 @@ impossible.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from tools.judge.verdict import Failure, passed
 from tools.record import TimeStats, Verdict
@@ -68,7 +68,7 @@ def roofline(bench: "Bench", ev: "Evaluation") -> Failure | None:
         bytes_moved = prob.input_bytes + prob.output_bytes + prob.param_bytes
         roof = build_roofline(bytes_moved, prob.flops, prob.dtype, ceilings(bench), result.candidate_time.median_ms)
         result.roofline = roof
-        if roof.floor_ms and impossible(result.candidate_time.median_ms, roof.floor_ms):
+        if roof.floor_ms and impossible(cast(float, result.candidate_time.median_ms), roof.floor_ms):  # timed: a median
             msg = (f"measured {result.candidate_time.median_ms:.4g} ms, below the roofline floor of {roof.floor_ms:.4g} ms "
                    f"({bytes_moved} bytes, {prob.flops} flops): faster than the hardware allows, so the work was not done")
             return Failure(Verdict.REJECTED, "roofline", msg, f"Rejected (rule roofline): {msg}.")

@@ -189,7 +189,8 @@ def time_reference(bench: "Bench", p: TimingPlan, fn: str, budget_s: float | Non
     if timeout is None:
         timeout = max(bench.options.trial_timeout, bench.options.compile_timeout)
     collector = SampleCollector(budget_s=budget, max_samples=bench.options.timing_max_samples)
-    n, warm = 0, p.call(10**9)[1]
+    n = 0
+    warm: int | None = p.call(10**9)[1]  # a warm-up set on the first request only
     while not collector.done():
         calls = [p.call(n + i) for i in range(p.block)]
         header, _ = bench.reference.request({"op": "time", "fn": fn, "calls": calls, "warmup_seed": warm}, timeout)

@@ -132,6 +132,7 @@ class Mapping:
 
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
+        assert self.ptr is not None, "mapped"
         return {"shape": (self.nbytes,), "typestr": "|u1", "data": (self.ptr.value, False), "version": 3,
                 "strides": None}
 

@@ -231,7 +231,8 @@ def dense_order(t: torch.Tensor) -> list[int] | None:
     None for a contiguous one or one that is not dense in any order (expanded, sliced)."""
     if t.is_contiguous() or t.dim() < 2:
         return None
-    perm = sorted(range(t.dim()), key=lambda d: (-t.stride(d), d))
+    strides = t.stride()
+    perm = sorted(range(t.dim()), key=lambda d: (-strides[d], d))
     permuted = t.permute(perm)
     return perm if permuted.is_contiguous() else None
 
@@ -241,7 +242,7 @@ def _decode_tensor(node: dict[str, Any], buf: bytearray, arena: torch.Tensor | N
         return Opaque(node)
     if node.get("held"):
         raise TransportError("a tensor whose values were not sent")
-    dtype = DTYPES.get(node.get("dtype"))
+    dtype = DTYPES.get(str(node.get("dtype")))
     shape = node.get("shape")
     if (dtype is None or not isinstance(shape, list)
             or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape)

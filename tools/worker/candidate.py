@@ -222,7 +222,9 @@ def install_files(where: dict[str, Path], manifest: list[dict[str, Any]], payloa
 
 def pack_files(where: dict[str, Path], files: list[Path], limit: int = 0) -> tuple[dict[str, Any], bytes]:
     """Files below the roots as a manifest [{"path": "<root>/<relative>", "offset", "length"}] and one payload."""
-    manifest, chunks, offset = [], [], 0
+    manifest: list[dict[str, Any]] = []
+    chunks: list[bytes] = []
+    offset = 0
     for path in files:
         name = next((n for n, root in where.items() if root in path.parents), None)
         if name is None:

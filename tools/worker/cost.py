@@ -71,11 +71,6 @@ def count_flops(module: Callable[..., Any], inputs: Sequence[Any]) -> int:
     return int(counter.get_total_flops())
 
 
-def dtype_key(dtype: torch.dtype | str) -> str:
-    """The ceilings' key for a dtype: "float32", "float16", "bfloat16", ..."""
-    return dtype if isinstance(dtype, str) else str(dtype).removeprefix("torch.")
-
-
 def problem_dtype(tensors: Iterable[torch.Tensor]) -> torch.dtype:
     """The floating dtype holding the most bytes among `tensors` (float32 if none is floating)."""
     by_dtype: dict[torch.dtype, int] = {}

@@ -251,7 +251,7 @@ def tripwire_state() -> dict[str, Any]:
             torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
         "flag:float32_matmul_precision": torch.get_float32_matmul_precision(),
         "flag:default_dtype": str(torch.get_default_dtype()),
-        "flag:deterministic_fill": torch.utils.deterministic.fill_uninitialized_memory,
+        "flag:deterministic_fill": torch.utils.deterministic.fill_uninitialized_memory,  # type: ignore[attr-defined]
     }
     watched = {
         "torch.cuda.synchronize": torch.cuda.synchronize,

@@ -203,6 +203,7 @@ class ReferenceWorker(Worker):
             if why is not None:
                 dropped.append({"variant": variant.describe(), "why": why})
                 continue
+            assert took is not None  # measured with the model above
             variant.bytes = {"inputs": took.inputs, "outputs": took.outputs}
             self.variant_models[len(self.variants)] = model
             self.variants.append(variant)

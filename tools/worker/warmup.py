@@ -4,8 +4,13 @@ machinery) in a worker that has not yet been handed a candidate, whose compiled 
 keeps as the tools layer (tools/processes/builds.py)."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import triton
 import triton.language as tl
+
+if TYPE_CHECKING:
+    import torch
 
 
 @triton.jit
@@ -15,7 +20,7 @@ def _copy(src_ptr, dst_ptr, n, BLOCK: tl.constexpr):
     tl.store(dst_ptr + offsets, tl.load(src_ptr + offsets, mask=mask), mask=mask)
 
 
-def launch(device: object) -> None:
+def launch(device: "torch.device") -> None:
     """Copy 16 floats on `device` with the kernel above (compiling it the first time)."""
     import torch
 

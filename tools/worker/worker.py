@@ -192,11 +192,11 @@ def poisoned_memory(on: bool):
         yield
         return
     previous = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
-                torch.utils.deterministic.fill_uninitialized_memory)
+                torch.utils.deterministic.fill_uninitialized_memory)  # type: ignore[attr-defined]
     torch.use_deterministic_algorithms(True, warn_only=True)
-    torch.utils.deterministic.fill_uninitialized_memory = True
+    torch.utils.deterministic.fill_uninitialized_memory = True  # type: ignore[attr-defined]
     try:
         yield
     finally:
         torch.use_deterministic_algorithms(previous[0], warn_only=previous[1])
-        torch.utils.deterministic.fill_uninitialized_memory = previous[2]
+        torch.utils.deterministic.fill_uninitialized_memory = previous[2]  # type: ignore[attr-defined]
