@@ -37,7 +37,7 @@ def test_reset_gives_the_agents_prompts_and_tools(reward):
     messages, tools = env.reset(PROBLEM)
     assert tools == tool_schemas(True) and [m["role"] for m in messages] == ["system", "user"]
     # exactly what `ratchet optimize` sends first for this problem and these settings
-    config = SimpleNamespace(auxiliary_tools=True, max_attempts=5, gpu=None)
+    config = SimpleNamespace(auxiliary_tools=True, max_attempts=5, gpu=None, precision="fp32")  # the settings nodes read
     ctx = SimpleNamespace(evaluator=env.evaluator, config=config, gpu=target_name(str(env.evaluator.device), config.gpu))
     state = {"language": "triton", "entry": "Model", "problem": str(PROBLEM),
              "baseline": {**nodes.empty_baseline(), **env.evaluator.baseline()}}  # as agent.loop.runner starts a run

@@ -141,8 +141,10 @@ class WarmPools:
         self._taken = {"reference": 0, "candidate": 0}  # over the pools closed so far
 
     def for_options(self, options: "EvalOptions") -> WarmPool:
+        from tools.options import resolved
+
         with self._lock:
-            if self._pool is not None and self._pool.spawner.key != spawn_key(options):
+            if self._pool is not None and self._pool.spawner.key != spawn_key(resolved(options)):
                 self._retire()
             if self._pool is None:  # the first evaluator starts its own workers; the pool those of the next
                 self._pool = WarmPool(options, start=False)
