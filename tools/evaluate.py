@@ -215,15 +215,15 @@ class Evaluator:
     def _reply_cap(self) -> int:
         return reply_cap(self.problem, self.spawner.artifacts.namespace_cap_bytes)
 
-    def _dispose(self, ev: Evaluation) -> None:
+    def _dispose(self, evaluation: Evaluation) -> None:
         """The used worker is disposable: keep what it compiled (when it ran), then kill and reap it,
         in a thread of its own (close() ends what is still running)."""
-        worker = ev.worker
+        worker = evaluation.worker
         if worker is None:
             return
         worker.unmap()
-        keep = ev.result.ok or ev.result.verdict in (Verdict.INCORRECT, Verdict.REJECTED)
-        reaper = threading.Thread(target=builds.reap, args=(self.builds, worker, ev.result.source_hash, keep),
+        keep = evaluation.result.ok or evaluation.result.verdict in (Verdict.INCORRECT, Verdict.REJECTED)
+        reaper = threading.Thread(target=builds.reap, args=(self.builds, worker, evaluation.result.source_hash, keep),
                                   name="ratchet-reap", daemon=True)
         with self._lock:
             self._reaping = [(w, t) for w, t in self._reaping if t.is_alive()] + [(worker, reaper)]
@@ -261,15 +261,15 @@ class Evaluator:
 
     def _evaluate_once(self, source: str) -> Result:
         started = time.monotonic()
-        ev = Evaluation(source, self._new_result(source))
+        evaluation = Evaluation(source, self._new_result(source))
         try:
-            return pipeline.run(self.bench, ev)
+            return pipeline.run(self.bench, evaluation)
         finally:
-            self._dispose(ev)
-            ev.result.phases["total"] = round(time.monotonic() - started, 4)
+            self._dispose(evaluation)
+            evaluation.result.phases["total"] = round(time.monotonic() - started, 4)
 
 
 def evaluate(problem_path: Path | str, source: str, options: EvalOptions | None = None, entry: str = "Model") -> Result:
     """One-shot evaluation; raises ProblemError only for an invalid problem file."""
-    with Evaluator(problem_path, options, entry) as ev:
-        return ev.evaluate(source)
+    with Evaluator(problem_path, options, entry) as evaluation:
+        return evaluation.evaluate(source)

@@ -59,7 +59,7 @@ STEPS: tuple[Step, ...] = (
 REQUIRED = tuple(step.name for step in STEPS)  # what must clear for `ok`, whatever list is run
 
 
-def run(bench: "Bench", ev: Evaluation, steps: Sequence[Step] = STEPS) -> Result:
+def run(bench: "Bench", evaluation: Evaluation, steps: Sequence[Step] = STEPS) -> Result:
     """Run `steps` in order until one fails; decide the verdict (against REQUIRED, always)."""
     cleared: list[str] = []
     failure: Failure | None = None
@@ -73,7 +73,7 @@ def run(bench: "Bench", ev: Evaluation, steps: Sequence[Step] = STEPS) -> Result
                 held.close()
                 holding = False
             try:
-                outcome = step.run(bench, ev)
+                outcome = step.run(bench, evaluation)
             except WorkerGone as exc:
                 outcome = Failure(Verdict(exc.verdict), "worker", str(exc))
             if outcome is None:
@@ -83,4 +83,4 @@ def run(bench: "Bench", ev: Evaluation, steps: Sequence[Step] = STEPS) -> Result
                 raise TypeError(f"step {step.name} returned {type(outcome).__name__}, not a Failure or None")
             failure = outcome
             break
-    return decide(ev.result, failure, cleared, REQUIRED)
+    return decide(evaluation.result, failure, cleared, REQUIRED)

@@ -22,16 +22,16 @@ if TYPE_CHECKING:
     from tools.judge.evaluation import Evaluation
 
 
-def cuda_build(bench: "Bench", ev: "Evaluation") -> Failure | None:
+def cuda_build(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
     """Step: the build products to install (CUDA C++ extensions built now if need be)."""
-    assert ev.scan is not None, "the static step runs first"
-    parts = [found] if (found := bench.builds.triton(ev.source)) else []
-    if ev.scan.uses_load_inline:
-        built = bench.builds.cuda(ev.source)
+    assert evaluation.scan is not None, "the static step runs first"
+    parts = [found] if (found := bench.builds.triton(evaluation.source)) else []
+    if evaluation.scan.uses_load_inline:
+        built = bench.builds.cuda(evaluation.source)
         if built.waited_s is not None:
-            ev.result.phases["cuda_build"] = round(built.waited_s, 4)  # what this evaluation waited for the build
+            evaluation.result.phases["cuda_build"] = round(built.waited_s, 4)  # what this evaluation waited for the build
         if built.whole_s is not None:
-            ev.result.phases["prebuild"] = round(built.whole_s, 4)  # the build worker's whole run
+            evaluation.result.phases["prebuild"] = round(built.whole_s, 4)  # the build worker's whole run
         if built.lost is not None:
             return Failure(Verdict(built.lost.verdict), "build", f"the build step: {built.lost}")
         if (failure := reply_failure(built.reply, "build")) is not None:
@@ -40,41 +40,41 @@ def cuda_build(bench: "Bench", ev: "Evaluation") -> Failure | None:
             return Failure(Verdict.REJECTED, "build", f"the build step handed over unusable files: {built.unusable}")
         assert built.files is not None
         if built.built:
-            passed(ev.result, "cuda-build", f"{built.built} extension(s) built in the build sandbox")
+            passed(evaluation.result, "cuda-build", f"{built.built} extension(s) built in the build sandbox")
         parts.append(built.files)
-    ev.files = builds.merge(parts)
+    evaluation.files = builds.merge(parts)
     return None
 
 
-def worker(bench: "Bench", ev: "Evaluation") -> Failure | None:
+def worker(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
     """Step: the candidate's worker, ready (started ahead of need: what this evaluation waited for)."""
-    ev.worker = proc = bench.take_worker()
+    evaluation.worker = proc = bench.take_worker()
     t0 = time.monotonic()
     ready = proc.wait_ready(bench.options.start_timeout)
     if ready.get("op") != "ready":
         raise WorkerGone("crashed", f"the candidate worker did not start: {ready.get('message')}")
-    ev.result.environment["sandbox"]["applied"] = ready.get("confined", [])
-    ev.result.phases["start"] = round(time.monotonic() - t0, 4)
-    ev.result.phases.update(proc.boot_phases(ready))
+    evaluation.result.environment["sandbox"]["applied"] = ready.get("confined", [])
+    evaluation.result.phases["start"] = round(time.monotonic() - t0, 4)
+    evaluation.result.phases.update(proc.boot_phases(ready))
     bench.builds.publish_tools_layer(proc)
     return None
 
 
-def build(bench: "Bench", ev: "Evaluation") -> Failure | None:
+def build(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
     """Step: install the build products, then load the source and build ModelNew."""
-    assert ev.worker is not None, "the worker step runs first"
+    assert evaluation.worker is not None, "the worker step runs first"
     timeout = bench.options.build_timeout
-    with ev.phase("build"):
-        if ev.files[0]:
-            installed = ev.worker.request({"op": "install", "files": ev.files[0]}, timeout, ev.files[1])[0]
+    with evaluation.phase("build"):
+        if evaluation.files[0]:
+            installed = evaluation.worker.request({"op": "install", "files": evaluation.files[0]}, timeout, evaluation.files[1])[0]
             if (failure := reply_failure(installed, "build")) is not None:
                 return failure
         init_tree, init_payload = bench.reference.init
-        built = ev.worker.request({"op": "build", "source": ev.source, "init": init_tree}, timeout, init_payload)[0]
+        built = evaluation.worker.request({"op": "build", "source": evaluation.source, "init": init_tree}, timeout, init_payload)[0]
     cuda = built.get("cuda") or {}
     if cuda.get("cached"):
-        ev.result.phases["cuda_load"] = round(cuda["seconds"], 4)  # inside "build"; built earlier (tools/processes/builds.py)
+        evaluation.result.phases["cuda_load"] = round(cuda["seconds"], 4)  # inside "build"; built earlier (tools/processes/builds.py)
     if (failure := reply_failure(built, "build")) is not None:
         return failure
-    passed(ev.result, "build")
+    passed(evaluation.result, "build")
     return None

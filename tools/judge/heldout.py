@@ -44,16 +44,16 @@ def declares_specialized(source: str) -> bool:
     return bool(SPECIALIZED.search(source))
 
 
-def heldout(bench: "Bench", ev: "Evaluation") -> Failure | None:
+def heldout(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
     """Step: one untimed trial per held-out variant, in the candidate's worker."""
-    with ev.phase("correctness"):
-        return _heldout(bench, ev)
+    with evaluation.phase("correctness"):
+        return _heldout(bench, evaluation)
 
 
-def _heldout(bench: "Bench", ev: "Evaluation") -> Failure | None:
-    assert ev.worker is not None, "the worker step runs first"
-    result = ev.result
-    specialized = declares_specialized(ev.source)
+def _heldout(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
+    assert evaluation.worker is not None, "the worker step runs first"
+    result = evaluation.result
+    specialized = declares_specialized(evaluation.source)
     result.heldout = [{"variant": d["variant"], "outcome": "not used", "detail": d["why"]}
                       for d in bench.problem.variants_dropped]
     launches: list[int] = []  # own-kernel launches of each variant that ran
@@ -62,7 +62,7 @@ def _heldout(bench: "Bench", ev: "Evaluation") -> Failure | None:
     for k, variant in enumerate(bench.problem.variants):
         name, desc = f"heldout-{k}", variant["describe"]
         try:
-            step = _one(bench, ev, k, name, desc, specialized, launches, ops)
+            step = _one(bench, evaluation, k, name, desc, specialized, launches, ops)
         except WorkerGone as exc:
             raise WorkerGone(exc.verdict, f"on held-out sizes ({desc}): {exc}") from None
         if isinstance(step, Failure):
@@ -70,19 +70,19 @@ def _heldout(bench: "Bench", ev: "Evaluation") -> Failure | None:
         refused = refused or step == "refused"
     if bench.problem.variants:
         result.generalizes = not refused
-    ev.launched = min([ev.launched or 0, *launches])
+    evaluation.launched = min([evaluation.launched or 0, *launches])
     for found in ops:
-        ev.torch_ops.update(compute_ops(found))
-    result.torch_ops = sorted(ev.torch_ops)
-    result.kernel_launches = ev.launched
+        evaluation.torch_ops.update(compute_ops(found))
+    result.torch_ops = sorted(evaluation.torch_ops)
+    result.kernel_launches = evaluation.launched
     return None
 
 
-def _one(bench: "Bench", ev: "Evaluation", k: int, name: str, desc: str, specialized: bool,
+def _one(bench: "Bench", evaluation: "Evaluation", k: int, name: str, desc: str, specialized: bool,
          launches: list[int], ops: list[dict[str, int]]) -> str | Failure:
     """One variant: "ok", "refused" (declared specialized, it raised), or the failure."""
-    assert ev.worker is not None
-    worker, result, options = ev.worker, ev.result, bench.options
+    assert evaluation.worker is not None
+    worker, result, options = evaluation.worker, evaluation.result, bench.options
     dist = f"variant:{k}"
     seed = bench.seeds[k % len(bench.seeds)]
     with bench.lock:

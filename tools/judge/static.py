@@ -18,9 +18,9 @@ if TYPE_CHECKING:
     from tools.judge.evaluation import Evaluation
 
 
-def static(bench: "Bench", ev: "Evaluation") -> Failure | None:
+def static(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
     """Step: parse the source and apply the static guard (its scan is kept for later steps)."""
-    failure, ev.scan = scan(ev.source, ev.result, bench.options.disabled_rules, bench.problem.single_op_family)
+    failure, evaluation.scan = scan(evaluation.source, evaluation.result, bench.options.disabled_rules, bench.problem.single_op_family)
     return failure
 
 

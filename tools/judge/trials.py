@@ -24,15 +24,15 @@ if TYPE_CHECKING:
     from tools.judge.evaluation import Evaluation
 
 
-def trials(bench: "Bench", ev: "Evaluation") -> Failure | None:
+def trials(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
     """Step: the correctness trials, one per seed."""
-    with ev.phase("correctness"):
-        return _trials(bench, ev)
+    with evaluation.phase("correctness"):
+        return _trials(bench, evaluation)
 
 
-def _trials(bench: "Bench", ev: "Evaluation") -> Failure | None:
-    assert ev.worker is not None, "the worker step runs first"
-    worker, result = ev.worker, ev.result
+def _trials(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
+    assert evaluation.worker is not None, "the worker step runs first"
+    worker, result = evaluation.worker, evaluation.result
     stats = Stats()
     for i, seed in enumerate(bench.seeds):
         dist = bench.distribution(i, seed)
@@ -51,11 +51,11 @@ def _trials(bench: "Bench", ev: "Evaluation") -> Failure | None:
             compared = compare_reply(worker, header, payload, ref_out, ref_in, stats, bench.options.tolerances, name,
                                      fed=trees[0])
             del ref_out, ref_in
-        ev.saw_launches(int(header.get("launches") or 0))
-        result.kernel_launches = ev.launched or 0
+        evaluation.saw_launches(int(header.get("launches") or 0))
+        result.kernel_launches = evaluation.launched or 0
         if isinstance(header.get("ops"), dict):
-            ev.torch_ops.update(compute_ops(header["ops"]))
-            result.torch_ops = sorted(ev.torch_ops)
+            evaluation.torch_ops.update(compute_ops(header["ops"]))
+            result.torch_ops = sorted(evaluation.torch_ops)
         if compared.failure is not None:  # malformed outputs: the worker's doing
             return compared.failure
         result.errors = Errors(max_abs=stats.max_abs, max_rel=stats.max_rel, norm_rel=stats.norm_rel)
@@ -71,12 +71,12 @@ def _trials(bench: "Bench", ev: "Evaluation") -> Failure | None:
     return None
 
 
-def integrity(bench: "Bench", ev: "Evaluation") -> Failure | None:
+def integrity(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
     """Step: the candidate's own kernels ran in every forward; a single-op problem's op was not left to torch."""
-    with ev.phase("correctness"):
-        result = ev.result
-        if not ev.launched:
-            defines_kernel = ev.scan is not None and bool(ev.scan.triton_kernels or ev.scan.uses_load_inline)
+    with evaluation.phase("correctness"):
+        result = evaluation.result
+        if not evaluation.launched:
+            defines_kernel = evaluation.scan is not None and bool(evaluation.scan.triton_kernels or evaluation.scan.uses_load_inline)
             return Failure(
                 Verdict.REJECTED, "kernel-launched", "a forward() with no launch of the candidate's own kernels",
                 "Rejected: the candidate defines a kernel but did not launch it in every forward() call; the work must "
@@ -84,7 +84,7 @@ def integrity(bench: "Bench", ev: "Evaluation") -> Failure | None:
                 "Rejected: the candidate defines no kernel of its own (no @triton.jit function, no load_inline), so no "
                 "forward() launched one; the work must run in your own kernel (the guard rule own-kernel, which says so "
                 "first, was switched off).")
-        passed(result, "kernel-launched", f"{ev.launched} launches in one forward")
+        passed(result, "kernel-launched", f"{evaluation.launched} launches in one forward")
         if bench.problem.single_op and result.torch_ops:
             ops = ", ".join(result.torch_ops)
             return Failure(Verdict.REJECTED, "single-op", ops,

@@ -34,15 +34,15 @@ def compile_baseline(bench: "Bench", p: TimingPlan) -> TimeStats:
     return stats
 
 
-def speedups(bench: "Bench", ev: "Evaluation") -> Failure | None:
+def speedups(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
     """Step: the speedups against eager (timed beside the candidate) and torch.compile."""
     if not bench.timed:
         return None
-    assert ev.plan is not None, "the blocks step runs first"
-    result = ev.result
-    with ev.phase("timing"):
+    assert evaluation.plan is not None, "the blocks step runs first"
+    result = evaluation.result
+    with evaluation.phase("timing"):
         result.speedup_vs_eager = speedup(result.eager_time, result.candidate_time)
-        result.compile_time = compile_baseline(bench, ev.plan)
+        result.compile_time = compile_baseline(bench, evaluation.plan)
         if result.compile_time.measured:
             result.speedup_vs_compile = speedup(result.compile_time, result.candidate_time)
     return None
@@ -59,12 +59,12 @@ def ceilings(bench: "Bench") -> Ceilings:
     return found
 
 
-def roofline(bench: "Bench", ev: "Evaluation") -> Failure | None:
+def roofline(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
     """Step: the roofline floor and the fraction of it achieved; a time below it is impossible."""
     if not bench.timed:
         return None
-    prob, result = bench.problem, ev.result
-    with ev.phase("timing"):
+    prob, result = bench.problem, evaluation.result
+    with evaluation.phase("timing"):
         bytes_moved = prob.input_bytes + prob.output_bytes + prob.param_bytes
         roof = build_roofline(bytes_moved, prob.flops, prob.dtype, ceilings(bench), result.candidate_time.median_ms)
         result.roofline = roof

@@ -36,23 +36,23 @@ def unavailable(result: Result, why: str) -> None:
     result.roofline.note = why
 
 
-def own_kernel_share(bench: "Bench", ev: "Evaluation") -> Failure | None:
+def own_kernel_share(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
     """Step: the share of GPU time spent in the candidate's own kernels, from one profiled forward
     (a single-op problem's own-kernel rule is stricter, and read from the trials)."""
     if not bench.timed or bench.problem.single_op is not None:
         return None
-    assert ev.worker is not None and ev.scan is not None
-    with ev.phase("timing"):
-        trees, _ = bench.feed(ev.worker, [(None, bench.seeds[0], "problem")])
-        names = ev.scan.triton_kernels + ev.scan.cuda_kernels
-        header, _ = ev.worker.request({"op": "profile", "inputs": trees[0], "own": names}, bench.options.trial_timeout)
+    assert evaluation.worker is not None and evaluation.scan is not None
+    with evaluation.phase("timing"):
+        trees, _ = bench.feed(evaluation.worker, [(None, bench.seeds[0], "problem")])
+        names = evaluation.scan.triton_kernels + evaluation.scan.cuda_kernels
+        header, _ = evaluation.worker.request({"op": "profile", "inputs": trees[0], "own": names}, bench.options.trial_timeout)
         if (failure := reply_failure(header, "profile")) is not None:
             return failure
-        ev.result.own_kernel_share = header.get("own_share")
+        evaluation.result.own_kernel_share = header.get("own_share")
         return None
 
 
-def blocks(bench: "Bench", ev: "Evaluation") -> Failure | None:
+def blocks(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
     """Step: the timed blocks. Without a GPU, or with timing off, the record says why nothing was timed.
 
     Blocks alternate the arms (ABBA). Each arm stops sampling when its own median is known to
@@ -64,24 +64,24 @@ def blocks(bench: "Bench", ev: "Evaluation") -> Failure | None:
     compiled-kernel files kept per source, tools/processes/builds.py) and replayed them would be
     timed on inputs it has not seen, and its outputs checked against them (an attacker helper's idea)."""
     if not bench.options.timing:
-        unavailable(ev.result, "not measured (timing switched off)")
+        unavailable(evaluation.result, "not measured (timing switched off)")
         return None
     if not bench.device.startswith("cuda"):
-        unavailable(ev.result, "unavailable: no GPU (CPU runs use Triton's interpreter; times would mean nothing)")
+        unavailable(evaluation.result, "unavailable: no GPU (CPU runs use Triton's interpreter; times would mean nothing)")
         return None
-    with ev.phase("timing"):
-        return _blocks(bench, ev)
+    with evaluation.phase("timing"):
+        return _blocks(bench, evaluation)
 
 
-def _blocks(bench: "Bench", ev: "Evaluation") -> Failure | None:
-    assert ev.worker is not None
-    worker, result = ev.worker, ev.result
-    p = ev.plan = plan(bench, salt=0 if bench.options.seed is not None else secrets.randbits(62))
+def _blocks(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
+    assert evaluation.worker is not None
+    worker, result = evaluation.worker, evaluation.result
+    p = evaluation.plan = plan(bench, salt=0 if bench.options.seed is not None else secrets.randbits(62))
     timeout = bench.options.trial_timeout
     arms: dict[str, Any] = {"candidate": worker, "eager": bench.reference}
     collectors = {a: SampleCollector(budget_s=p.budget_s, max_samples=bench.options.timing_max_samples) for a in arms}
     gaps: dict[str, list[float]] = {a: [] for a in arms}
-    ev.gaps = gaps
+    evaluation.gaps = gaps
     unwarmed = set(arms)  # each arm warms up on its first request, on inputs not used for timing
     if p.pool == 1:  # multi-GB sets: the warm-up's set alone, then the timed ones in its place (one set held)
         if (failure := _warm_alone(bench, worker, p.call(10**9)[1])) is not None:
@@ -164,14 +164,14 @@ def _verify(bench: "Bench", replies: dict[str, Any], first: int) -> Failure | No
     return Failure(verdict, "timing:verified", message)
 
 
-def one_stream(bench: "Bench", ev: "Evaluation") -> Failure | None:
+def one_stream(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
     """Step: reject work that outlives the end event: after a device-wide sync the candidate's gap
     must match the eager reference's (host wake-up latency, measured in the same run)."""
     if not bench.timed:
         return None
-    result = ev.result
-    with ev.phase("timing"):
-        excess = statistics.median(ev.gaps["candidate"]) - statistics.median(ev.gaps["eager"])
+    result = evaluation.result
+    with evaluation.phase("timing"):
+        excess = statistics.median(evaluation.gaps["candidate"]) - statistics.median(evaluation.gaps["eager"])
         allowed = max(SIDE_STREAM_SLACK_MS, 0.1 * (result.candidate_time.median_ms or 0.0))
         detail = f"work finished {excess:.4g} ms after the end event beyond the reference's gap (allowed {allowed:.3g} ms)"
         if excess > allowed:

@@ -133,22 +133,22 @@ class Passes:
         return parent, RATIO * median_ms + HOST_ALLOWANCE_MS + self.noise(k), overhead
 
 
-def two_clocks(bench: "Bench", ev: "Evaluation") -> Failure | None:
+def two_clocks(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
     """Step: compare the parent's clock with the worker's median."""
     if not bench.timed:
         return None
-    assert ev.worker is not None and ev.plan is not None, "the blocks step runs first"
+    assert evaluation.worker is not None and evaluation.plan is not None, "the blocks step runs first"
     try:
-        with ev.phase("timing"):
-            return _check(bench, ev.worker, ev.plan, ev)
+        with evaluation.phase("timing"):
+            return _check(bench, evaluation.worker, evaluation.plan, evaluation)
     finally:  # the copies of the outputs (up to KEEP_BYTES, or one output when larger) must not stay
         import torch  # reserved by the parent, out of the candidates' reach
 
         torch.cuda.empty_cache()
 
 
-def _check(bench: "Bench", worker: WorkerProcess, plan: "TimingPlan", ev: "Evaluation") -> Failure | None:
-    result = ev.result
+def _check(bench: "Bench", worker: WorkerProcess, plan: "TimingPlan", evaluation: "Evaluation") -> Failure | None:
+    result = evaluation.result
     k = burst_size(bench.problem.input_bytes, bench.problem.output_bytes, plan.pool, result.candidate_time.median_ms or 0.0)
     passes = Passes([], [], [], [], handover=copy_ms(bench, bench.problem.output_bytes))
     room = _output_room(bench, k)  # the parent's copy of the outputs: allocated before any clock starts
