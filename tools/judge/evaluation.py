@@ -11,8 +11,9 @@ import contextlib
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from tools.processes.builds import NO_FILES, Files
 from tools.record import Result
 
 if TYPE_CHECKING:
@@ -20,15 +21,13 @@ if TYPE_CHECKING:
     from tools.processes.process import WorkerProcess
     from tools.timing.plan import TimingPlan
 
-Files = tuple[list[dict[str, Any]], bytes]
-
 
 @dataclass
 class Evaluation:
     source: str
     result: Result
     scan: "Scan | None" = None  # the static guard's reading of the source (step static)
-    files: Files = ([], b"")  # build products to install in the worker before its build
+    files: Files = NO_FILES  # build products to install in the worker before its build
     worker: "WorkerProcess | None" = None  # the candidate's, this evaluation's alone
     launched: int | None = None  # the fewest own-kernel launches in any forward (trials, held-out)
     torch_ops: set[str] = field(default_factory=set)  # compute ops left to torch in any forward
