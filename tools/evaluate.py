@@ -152,6 +152,15 @@ class Evaluator:
         with self._lock:  # not while another thread times on this evaluator's reference
             return self.builds.start(source)
 
+    def keeps_every_trial_output(self) -> bool:
+        """Whether the reference's output cache holds every trial's outputs at once. Where it
+        cannot, evaluations running at once would keep evicting each other's reference outputs (the
+        reference recomputes them, and the evicted copies other threads still hold exceed the
+        budget): a caller evaluating in several threads (the RL reward) runs this problem's one at a time."""
+        problem = self.problem
+        need = (problem.input_bytes + problem.output_bytes) * len(self.seeds) * len(self.bench.distributions.names)
+        return need <= (self.options.reference_cache_mb << 20)
+
     # what a problem's curation reads (agent/suite/check.py) -------------------------------
     def trial_distribution(self, i: int, seed: int) -> str:
         """The input distribution trial i of this problem uses (tools/judge/distributions.py)."""

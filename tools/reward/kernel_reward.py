@@ -194,13 +194,13 @@ class KernelReward(RewardFunction):
                 self._cache.move_to_end(cache_key)
                 return RewardOutcome(**{**hit.__dict__, "cached": True})
         try:
-            ev = self._lease(key)
+            evaluator = self._lease(key)
         except (ProblemError, RewardClosed):  # the dataset's error, or a closed reward: the caller's to see
             raise
         except Exception as exc:  # noqa: BLE001 - the evaluator could not start: our fault, never the completion's
             return self._fault(exc, key, source, "the evaluator could not start")
         try:
-            outcome = score_record(self._evaluate(ev, key, source), self.config)
+            outcome = score_record(self._evaluate(evaluator, key, source), self.config)
         except Exception as exc:  # noqa: BLE001 - evaluate() raised: an evaluator fault, whatever its type
             return self._fault(exc, key, source, "the evaluation failed")
         finally:
@@ -214,21 +214,21 @@ class KernelReward(RewardFunction):
                     self._cache.popitem(last=False)
         return outcome
 
-    def _evaluate(self, ev: Any, key: tuple[str, str], source: str) -> Any:
-        prebuild = getattr(ev, "prebuild", None)
-        if prebuild is not None and self._device_lock(ev) is not _NO_LOCK:
+    def _evaluate(self, evaluator: Any, key: tuple[str, str], source: str) -> Any:
+        prebuild = getattr(evaluator, "prebuild", None)
+        if prebuild is not None and self._device_lock(evaluator) is not _NO_LOCK:
             prebuild(source)  # load_inline builds start on CPU cores while the GPU is busy
-        with self._slots[key], self._serial[key], self._device_lock(ev):
-            return ev.evaluate(source)
+        with self._slots[key], self._serial[key], self._device_lock(evaluator):
+            return evaluator.evaluate(source)
 
     def _fault(self, exc: Exception, key: tuple[str, str], source: str, what: str) -> RewardOutcome:
         log.warning("%s for %s (%s); scored as an evaluator fault (reward %s, evaluator_fault=True)",
                     what, key[0], describe_exception(exc), self.config.fault_reward, exc_info=exc)
         return fault_outcome(exc, key[0], source, self.config)
 
-    def _device_lock(self, ev: Any):
-        if self.config.exclusive_timing and self.config.timing and str(ev.device).startswith("cuda"):
-            return self._devices[str(ev.device)]
+    def _device_lock(self, evaluator: Any):
+        if self.config.exclusive_timing and self.config.timing and str(evaluator.device).startswith("cuda"):
+            return self._devices[str(evaluator.device)]
         return _NO_LOCK
 
     # evaluators ------------------------------------------------------------------------------
@@ -239,31 +239,31 @@ class KernelReward(RewardFunction):
 
         key = (self._resolve(problem), entry)
         with self._lock:
-            ev = self._evaluators.get(key)
-            if ev is not None:
+            evaluator = self._evaluators.get(key)
+            if evaluator is not None:
                 self._evaluators.move_to_end(key)
-                return ev
+                return evaluator
         with self._creating[key]:
             with self._lock:
-                ev = self._evaluators.get(key)
-            if ev is None:
+                evaluator = self._evaluators.get(key)
+            if evaluator is None:
                 if self._closed:
                     raise RewardClosed("the reward was closed")
-                ev = Evaluator(key[0], replace(self._options), entry=entry)  # ProblemError for a bad problem file
+                evaluator = Evaluator(key[0], replace(self._options), entry=entry)  # ProblemError for a bad problem file
                 try:  # the eager and torch.compile baselines, measured before any completion's code runs,
                     # alone on the device: measured later, beside a completion's worker, the compile time
                     # (kept on disk for every later completion) would be whatever that worker let it be
-                    with self._device_lock(ev):
-                        ev.baseline()
+                    with self._device_lock(evaluator):
+                        evaluator.baseline()
                 except BaseException:
-                    ev.close()
+                    evaluator.close()
                     raise
                 self._slots[key] = threading.BoundedSemaphore(max(1, self.config.spares))
-                self._serial[key] = threading.Lock() if _cache_too_small(ev) else _NO_LOCK
+                self._serial[key] = _NO_LOCK if evaluator.keeps_every_trial_output() else threading.Lock()
                 with self._lock:
-                    self._evaluators[key] = ev
+                    self._evaluators[key] = evaluator
                 self._trim()
-        return ev
+        return evaluator
 
     def warm_problems(self) -> list[tuple[str, str]]:
         """The (problem, entry) keys of the warm evaluators, least recently used first."""
@@ -273,11 +273,11 @@ class KernelReward(RewardFunction):
     def _lease(self, key: tuple[str, str]) -> Any:
         """The key's evaluator, marked in use (never closed by the bound) until `_release(key)`."""
         while True:
-            ev = self.evaluator(*key)
+            evaluator = self.evaluator(*key)
             with self._lock:
-                if self._evaluators.get(key) is ev:  # not evicted between its creation and now
+                if self._evaluators.get(key) is evaluator:  # not evicted between its creation and now
                     self._users[key] += 1
-                    return ev
+                    return evaluator
 
     def _release(self, key: tuple[str, str]) -> None:
         with self._lock:
@@ -292,9 +292,9 @@ class KernelReward(RewardFunction):
         with self._lock:  # the most recent is kept even past the bound: it was made or used just now
             idle = [k for k in list(self._evaluators)[:-1] if self._users[k] <= 0]
             victims = [(k, self._evaluators.pop(k)) for k in idle[:max(0, len(self._evaluators) - bound)]]
-        for key, ev in victims:
+        for key, evaluator in victims:
             log.info("closing the warm evaluator of %s (more than max_problems=%d)", key[0], bound)
-            ev.close()
+            evaluator.close()
 
     @staticmethod
     def _eval_options(config: RewardConfig) -> Any:
@@ -331,7 +331,7 @@ class KernelReward(RewardFunction):
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True)
-        closers = [threading.Thread(target=ev.close, name="ratchet-reward-close") for ev in evaluators]
+        closers = [threading.Thread(target=evaluator.close, name="ratchet-reward-close") for evaluator in evaluators]
         for t in closers:  # each close waits on its own workers: do them side by side
             t.start()
         for t in closers:
@@ -347,16 +347,6 @@ class _NoLock:
 
 
 _NO_LOCK = _NoLock()
-
-
-def _cache_too_small(ev: Any) -> bool:
-    """Whether the evaluator's reference-output cache cannot hold every trial's outputs at once.
-
-    Then concurrent evaluations would keep evicting each other's reference outputs (the reference
-    recomputes them, and the evicted copies other threads still hold exceed the budget), so this
-    problem's evaluations run one at a time."""
-    need = (ev.problem.input_bytes + ev.problem.output_bytes) * len(ev.seeds) * len(ev.distributions)
-    return need > (ev.options.reference_cache_mb << 20)
 
 
 def format_outcome(error: FormatError, problem: str, config: RewardConfig) -> RewardOutcome:
