@@ -84,17 +84,17 @@ class Evaluator:
             # the second clock's copy charge (tools/timing/clocks.py), measured before any candidate runs
             timed = self.options.timing and self.device.startswith("cuda")
             copy_ms_per_byte = self.spawner.copy_ms_per_byte() if timed else None
+            self.bench = Bench(problem=self.problem, options=self.options, device=self.device, seeds=self.seeds,
+                               reference=self.reference, lock=self._lock,
+                               distributions=Distributions(self.problem.inputs), builds=self.builds,
+                               environment=environment(self.device), cache_dir=self.spawner.cache_dir,
+                               copy_ms_per_byte=copy_ms_per_byte, take_worker=self._take_worker)
         except (WorkerGone, ReferenceLost) as exc:
             self.close()
             raise ProblemError(f"{self.problem.path.name}: {exc}") from None
         except BaseException:  # a ProblemError; an interrupt (a Ray slot's) or a fault: no worker is left running
             self.close()
             raise
-        self.bench = Bench(problem=self.problem, options=self.options, device=self.device, seeds=self.seeds,
-                           reference=self.reference, lock=self._lock, distributions=Distributions(self.problem.inputs),
-                           builds=self.builds, environment=environment(self.device),
-                           cache_dir=self.spawner.cache_dir,
-                           copy_ms_per_byte=copy_ms_per_byte, take_worker=self._take_worker)
 
     # lifecycle --------------------------------------------------------------------------
     def __enter__(self) -> "Evaluator":
