@@ -293,6 +293,14 @@ def test_a_malformed_reply_is_the_candidates_doing(attack):
     assert result.verdict is Verdict.REJECTED and "malformed reply" in result.message, describe(result)
 
 
+def test_a_forged_build_reply_is_the_candidates_doing(attack):
+    """A wrong kernel whose build reply says its extensions were found built but not how long the
+    load took: before, the parent read the missing field and raised (verdict `error`, masked);
+    found by an attacker helper reviewing the pipeline (stop 34)."""
+    result = attack("none", candidate="forge_cached_build", rules=FORGERY_RULES)
+    assert result.verdict is Verdict.REJECTED and "malformed reply" in result.message, describe(result)
+
+
 @pytest.mark.parametrize("claim", ["string", "short", "negative"])
 def test_a_forged_storage_claim_is_the_candidates_doing(attack, claim):
     """A wrong kernel whose reply claims a storage that is no [address, bytes] pair: before,

@@ -34,6 +34,11 @@ def _str(v: Any) -> bool:
     return isinstance(v, str)
 
 
+def _cuda(v: Any) -> bool:
+    """A build's CUDA extensions: numbers; a load of extensions found built says how long it took."""
+    return _dict_of(_number, 10)(v) and (not v.get("cached") or "seconds" in v)
+
+
 FIELDS: dict[str, Callable[[Any], bool]] = {
     "op": _str, "nonce": _str, "kind": _str, "message": _str, "cause": _str,
     "violations": _list_of(_str, 1000),
@@ -41,7 +46,7 @@ FIELDS: dict[str, Callable[[Any], bool]] = {
     "kernels": _dict_of(_int), "ops": _dict_of(_int), "kernels_us": _dict_of(_number),
     "samples": _list_of(_number, 100_000), "synced": _list_of(_number, 100_000),
     "own_share": lambda v: v is None or _number(v),
-    "cuda": _dict_of(_number, 10),
+    "cuda": _cuda,
     "tree": lambda v: isinstance(v, dict),
     "arena": lambda v: isinstance(v, dict) and _int(v.get("nbytes")) and v.get("fd") is True,
     "files": _list_of(lambda e: isinstance(e, dict), 100_000),
