@@ -255,6 +255,7 @@ class WorkerProcess:
             raise WorkerGone("runtime_error", f"out of host memory: the worker passed its {limit >> 20} MiB limit and was killed")
 
     def _gone(self, verdict: str) -> WorkerGone:
+        code: int | None
         try:
             code = self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:

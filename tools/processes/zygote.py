@@ -31,7 +31,10 @@ import threading
 import time
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tools.sandbox import Launch
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # read per worker (after the fork), never at import: a zygote serves workers that differ in these
@@ -223,11 +226,14 @@ class Forked:
                     pipe.close()
 
 
-def start(plan: Any, worker_fds: tuple[int, ...], log_fd: int, limits: dict[str, int], cwd: str) -> Forked:
+def start(plan: "Launch", worker_fds: tuple[int, ...], log_fd: int, limits: dict[str, tuple[int, int]],
+          cwd: str) -> Forked:
     """Fork one worker as `plan.fork` (tools/sandbox Launch.fork) says: in a sandbox of its own
     when it names a holder, else plain (the reference worker, or best-effort without bwrap)."""
     fork = plan.fork
-    holder, namespaces = None, {}
+    assert fork is not None
+    holder: subprocess.Popen | None = None
+    namespaces: dict[str, int] = {}
     if fork.holder:
         holder, namespaces, failed = _hold(fork.holder, log_fd)
         if failed is not None:
