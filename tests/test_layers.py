@@ -16,6 +16,7 @@ TOOLS = ROOT / "tools"
 ALLOWED: dict[str, set[str]] = {
     "wire": set(),  # frames, tensors and device memory between the parent and a worker
     "worker": {"wire"},  # runs next to candidates: its own code and the wire, nothing of the parent
+    "zygote": {"worker", "wire"},  # what workers are forked from: what a worker holds, nothing more
     "sandbox": {"options"},  # its modes are the option's values
     "guard": set(),
     "record": set(),

@@ -232,7 +232,9 @@ class Evaluator:
             return
         worker.unmap()
         keep = evaluation.result.ok or evaluation.result.verdict in (Verdict.INCORRECT, Verdict.REJECTED)
-        reaper = threading.Thread(target=builds.reap, args=(self.builds, worker, evaluation.result.source_hash, keep),
+        source_hash = evaluation.result.source_hash
+        handed = self.builds.handing_over(source_hash) if keep else None  # before the thread: the next evaluation waits
+        reaper = threading.Thread(target=builds.reap, args=(self.builds, worker, source_hash, keep, handed),
                                   name="ratchet-reap", daemon=True)
         with self._lock:
             self._reaping = [(w, t) for w, t in self._reaping if t.is_alive()] + [(worker, reaper)]

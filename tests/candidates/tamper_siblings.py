@@ -1,7 +1,8 @@
-"""An attacker with native code that goes after the evaluator's other workers: every process
-whose parent is its own parent (in a worker without bubblewrap: the evaluator's other workers,
-among them a warm pool's idle reference worker, started for the next problem and not sandboxed)
-and whose command line runs `tools.worker`. `signal`: it sends signal `arg` (SIGSTOP: a worker
+"""An attacker with native code that goes after the evaluator's other workers: every other
+process whose command line runs `tools.worker` (an exec'd worker) or `tools.zygote` (a worker
+forked from a zygote, its keeper, or the zygote itself) — in a worker without bubblewrap: the
+evaluator's other workers, among them a warm pool's idle reference worker, started for the next
+problem and not sandboxed, and the zygotes the next workers come from. `signal`: it sends signal `arg` (SIGSTOP: a worker
 that stays alive and never answers); `prlimit`: it cuts the worker's open-file limit to 8 (a
 worker that cannot start, or load its problem). The report says how many it reached. Otherwise
 honest: relu(x) * 2 + 1."""
@@ -28,29 +29,19 @@ static std::string slurp(const std::string& path) {
     return s.str();
 }
 
-static long parent_of(const std::string& pid) {
-    std::string stat = slurp("/proc/" + pid + "/stat");
-    size_t close = stat.rfind(')');
-    if (close == std::string::npos) return -1;
-    long ppid = -1;
-    char state;
-    sscanf(stat.c_str() + close + 1, " %c %ld", &state, &ppid);
-    return ppid;
-}
-
 std::string attack(std::string what, std::string arg) {
     if (what != "signal" && what != "prlimit") return "";
     int sig = std::stoi(arg);
-    long me = getpid(), parent = getppid();
+    long me = getpid();
     int seen = 0, reached = 0;
     std::string errors;
     DIR* d = opendir("/proc");
     while (struct dirent* e = d ? readdir(d) : nullptr) {
         if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
         long pid = atol(e->d_name);
-        if (pid == me || parent_of(e->d_name) != parent || parent <= 1) continue;
+        if (pid == me) continue;
         std::string cmd = slurp(std::string("/proc/") + e->d_name + "/cmdline");
-        if (cmd.find("tools.worker") == std::string::npos) continue;
+        if (cmd.find("tools.worker") == std::string::npos && cmd.find("tools.zygote") == std::string::npos) continue;
         ++seen;
         struct rlimit few = {8, 8};
         if (what == "prlimit" ? prlimit(pid, RLIMIT_NOFILE, &few, nullptr) == 0 : kill(pid, sig) == 0) ++reached;

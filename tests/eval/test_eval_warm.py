@@ -132,5 +132,5 @@ def test_a_result_says_how_long_its_worker_took_to_start(tmp_path: Path) -> None
     assert set(steps) == {f"boot_{s}" for s in ("main", "confined", "torch", "dynamo", "context", "triton", "ready")}
     assert all(v >= 0 for v in steps.values())
     assert sum(steps.values()) == pytest.approx(phases["boot"], abs=1e-3)
-    assert steps["boot_torch"] > 0.05  # a real import of torch, in the worker
+    assert steps["boot_torch"] < 0.05  # torch came with the fork: its zygote imported it (tools/zygote/)
     assert phases["start"] <= phases["boot"] + 0.5  # it waited at most for the rest of the start

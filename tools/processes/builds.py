@@ -83,6 +83,8 @@ class Builds:
         self._spawn, self._reply_cap = spawn, reply_cap  # a build worker (no GPU); the largest reply it may send
         self._lock = threading.Lock()
         self.prebuilds: dict[str, WorkerProcess] = {}  # source digest -> its build worker, running
+        # source digest -> set once a used worker of that source has handed its kernels over (reap)
+        self._handing: dict[str, threading.Event] = {}
 
     def publish_tools_layer(self, worker: WorkerProcess) -> None:
         """Once per cache: keep what a fresh worker compiled for itself (Triton's driver module and
@@ -113,9 +115,26 @@ class Builds:
             self.prebuilds[digest] = proc
             return True
 
+    def handing_over(self, source_hash: str) -> threading.Event | None:
+        """A used worker of this source is about to hand its kernels over (reap, in a thread): the
+        next evaluation of the source waits for them rather than compiling them again (a Triton
+        GEMM's autotuned kernels took 3.2 s on an H100 when it looked too early)."""
+        if not self.device.startswith("cuda"):
+            return None
+        event = threading.Event()
+        with self._lock:
+            self._handing[source_hash] = event
+        return event
+
     def triton(self, source: str) -> Files | None:
-        """Triton kernels an earlier evaluation of this source compiled (None: none kept)."""
-        return self.artifacts.get(self.artifacts.namespace("triton", _digest(source), self.toolchain))
+        """Triton kernels an earlier evaluation of this source compiled (None: none kept); waits
+        for a handover of this source still under way (at most its request's deadline)."""
+        digest = _digest(source)
+        with self._lock:
+            handing = self._handing.get(digest)
+        if handing is not None:
+            handing.wait(ARTIFACT_REQUEST_S + 5)
+        return self.artifacts.get(self.artifacts.namespace("triton", digest, self.toolchain))
 
     def cuda(self, source: str) -> CudaBuild:
         """The source's load_inline extensions: kept from an earlier build, or built now in a build
@@ -174,9 +193,11 @@ def merge(parts: list[Files]) -> Files:
 
 
 # after an evaluation ----------------------------------------------------------------------------
-def reap(builds: Builds, worker: WorkerProcess, source_hash: str, keep: bool) -> None:
+def reap(builds: Builds, worker: WorkerProcess, source_hash: str, keep: bool,
+         handed: threading.Event | None = None) -> None:
     """Keep what the worker compiled for this source (when it ran), then kill it. Runs in a
-    thread of its own, off the evaluation's critical path."""
+    thread of its own, off the evaluation's critical path; `handed` (Builds.handing_over) is set
+    once the kernels are kept, or there is nothing to keep."""
     try:
         if keep and builds.device.startswith("cuda") and worker.alive():
             artifacts = builds.artifacts
@@ -190,4 +211,6 @@ def reap(builds: Builds, worker: WorkerProcess, source_hash: str, keep: bool) ->
     except (WorkerGone, ArtifactError, OSError):
         pass  # nothing kept: the next evaluation of this source compiles again
     finally:
+        if handed is not None:
+            handed.set()
         worker.kill()

@@ -21,11 +21,15 @@ from typing import Any, Callable
 from tools.wire.protocol import Deadline, FrameReader, PeerClosed, ProtocolError, write_frame
 from tools.processes.replies import MalformedReply
 from tools.processes.replies import check as check_reply
+from tools.processes.zygote import Forked
+from tools.processes.zygote import start as start_forked
 from tools.sandbox import Launch
 from tools.sandbox.env import ALLOCATOR_CONF, secret
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SANDBOX_KILL = "killed by the sandbox's system-call filter (SIGSYS)"
+RESOURCE_LIMITS = {"core": resource.RLIMIT_CORE, "as": resource.RLIMIT_AS, "cpu": resource.RLIMIT_CPU,
+                   "fsize": resource.RLIMIT_FSIZE}
 WRITE_TIMEOUT_S = 60.0  # a request not taken in by then: the worker stopped reading (multi-GB CPU payloads take seconds)
 
 
@@ -60,16 +64,21 @@ class WorkerProcess:
         self.spawned_at = time.monotonic()
         self.environment: str | None = None  # what it was started from (tools/spawner.environment_fingerprint)
         plan = launch((to_child_r, from_child_w, child_memory.fileno()))
-        self.wrapped = plan.argv[0] != sys.executable  # bwrap reports a signal death as 128 + signal
+        self.wrapped = plan.fork is None and plan.argv[0] != sys.executable  # bwrap reports a signal death as 128 + signal
+        self.proc: subprocess.Popen | Forked
         try:
             with open(log, "wb") as out:
-                self.proc = subprocess.Popen(
-                    plan.argv, pass_fds=(to_child_r, from_child_w, child_memory.fileno(), *plan.pass_fds),
-                    stdin=subprocess.DEVNULL,
-                    stdout=out, stderr=subprocess.STDOUT, cwd=cwd, env=plan.env, start_new_session=True,
-                    user=plan.user, group=plan.user, extra_groups=[] if plan.user is not None else None,
-                    preexec_fn=self._set_limits,
-                )
+                if plan.fork is not None:  # a fork of the zygote of its environment (tools/processes/zygote.py)
+                    self.proc = start_forked(plan, (to_child_r, from_child_w, child_memory.fileno()), out.fileno(),
+                                             self._limit_values(), str(cwd))
+                else:
+                    self.proc = subprocess.Popen(
+                        plan.argv, pass_fds=(to_child_r, from_child_w, child_memory.fileno(), *plan.pass_fds),
+                        stdin=subprocess.DEVNULL,
+                        stdout=out, stderr=subprocess.STDOUT, cwd=cwd, env=plan.env, start_new_session=True,
+                        user=plan.user, group=plan.user, extra_groups=[] if plan.user is not None else None,
+                        preexec_fn=self._set_limits,
+                    )
         finally:
             for fd in (to_child_r, from_child_w, *plan.close_after):
                 os.close(fd)
@@ -84,17 +93,23 @@ class WorkerProcess:
         except (Deadline, OSError):
             pass  # the worker died or stalled at once: its first read of a reply says how
 
-    def _set_limits(self) -> None:  # runs in the child between fork and exec
-        _die_with_parent()
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    def _limit_values(self) -> dict[str, tuple[int, int]]:
+        """The worker's resource limits (soft, hard), by tools/zygote/enter.py's names."""
+        values = {"core": (0, 0)}
         if self.limits.host_memory_bytes and not self.cuda:
-            resource.setrlimit(resource.RLIMIT_AS, (self.limits.host_memory_bytes, self.limits.host_memory_bytes))
+            values["as"] = (self.limits.host_memory_bytes, self.limits.host_memory_bytes)
         if self.limits.cpu_seconds:
-            resource.setrlimit(resource.RLIMIT_CPU, (self.limits.cpu_seconds, self.limits.cpu_seconds + 5))
+            values["cpu"] = (self.limits.cpu_seconds, self.limits.cpu_seconds + 5)
         if self.limits.file_bytes:
             # Python ignores SIGXFSZ, so a write past the limit fails with EFBIG ("File too large")
             # in the candidate's own code; a compiler it runs is killed by SIGXFSZ instead
-            resource.setrlimit(resource.RLIMIT_FSIZE, (self.limits.file_bytes, self.limits.file_bytes))
+            values["fsize"] = (self.limits.file_bytes, self.limits.file_bytes)
+        return values
+
+    def _set_limits(self) -> None:  # runs in the child between fork and exec
+        _die_with_parent()
+        for name, value in self._limit_values().items():
+            resource.setrlimit(RESOURCE_LIMITS[name], value)
 
     @property
     def pid(self) -> int:
@@ -240,6 +255,7 @@ class WorkerProcess:
             raise WorkerGone("runtime_error", f"out of host memory: the worker passed its {limit >> 20} MiB limit and was killed")
 
     def _gone(self, verdict: str) -> WorkerGone:
+        code: int | None
         try:
             code = self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -282,7 +298,9 @@ class WorkerProcess:
     def stop(self) -> None:
         """SIGKILL the worker's process group, and nothing else: its pipes stay with whoever is
         talking to it (a reaping thread), which reads its death and calls kill()."""
-        if self.proc.poll() is None:
+        if isinstance(self.proc, Forked):
+            self.proc.stop()  # its sandbox's holder too: nothing of the pid namespace outlives it
+        elif self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -295,6 +313,8 @@ class WorkerProcess:
             self.proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             pass
+        if isinstance(self.proc, Forked):
+            self.proc.release()
         for fd in (self._to_child, self._from_child):
             try:
                 os.close(fd)
@@ -370,11 +390,13 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def plain_launch(env: dict[str, str]) -> Callable[[tuple[int, ...]], Launch]:
-    """An unconfined worker (the reference: the user's own problem code, trusted)."""
+def plain_launch(env: dict[str, str], *, fork: bool = False) -> Callable[[tuple[int, ...]], Launch]:
+    """An unconfined worker (the reference: the user's own problem code, trusted); `fork`: a fork
+    of a zygote rather than an exec."""
+    from tools.sandbox import Fork
     from tools.sandbox.bwrap import python_command
 
-    return lambda fds: Launch(argv=python_command(fds), env=env)
+    return lambda fds: Launch(argv=python_command(fds), env=env, fork=Fork() if fork else None)
 
 
 def worker_env(device: str, extra: dict[str, str]) -> dict[str, str]:

@@ -23,8 +23,9 @@ from tools.processes import bytecode
 from tools.processes.artifacts import ArtifactCache
 from tools.env import environment
 from tools.processes.process import Limits, WorkerProcess, plain_launch, worker_env
+from tools.processes.zygote import ZygoteFailed, fork_enabled, zygote_for
 from tools.sandbox import Sandbox
-from tools.sandbox.env import secret
+from tools.sandbox.env import candidate_env, secret
 
 if TYPE_CHECKING:
     from tools.options import EvalOptions
@@ -70,6 +71,11 @@ class Spawner:
                                             protected=self.sandbox.read_only_for_candidates)
         self.root = Path(tempfile.mkdtemp(prefix="ratchet-eval-")).resolve()
         self.root.chmod(0o755)  # a best-effort worker running as its own uid reaches its scratch
+        # workers are forks of a zygote (tools/processes/zygote.py), not exec'd, where no candidate can reach one
+        self.fork = fork_enabled() and self.sandbox.isolates_workers
+        if self.fork:  # both zygotes start at once, as two exec'd workers would have
+            for role in ("reference", "candidate"):
+                threading.Thread(target=self._prestart, args=(role,), daemon=True, name=f"zygote-{role}").start()
         self.spawned = 0  # workers started so far (their scratch directories are numbered by it)
         self._count_lock = threading.Lock()
         self._copy_lock = threading.Lock()
@@ -90,32 +96,24 @@ class Spawner:
         limits = Limits(host_memory_bytes=mb << 20 if mb else None,
                         file_bytes=self.options.file_mb << 20 if self.options.file_mb else None)
         device = "cpu" if profile_name == "build" else self.device
-        extra = {"TMPDIR": str(scratch / "tmp")}
-        if self.device.startswith("cuda"):  # the same arch flags with and without a GPU: one build
-            extra["TORCH_CUDA_ARCH_LIST"] = str(environment(self.device).get("capability") or "")
+        extra = self._extra_env(role, profile_name, scratch)
         config: dict[str, Any] = {"role": role, "device": device, "scratch": str(scratch), "init_seed": INIT_SEED,
                                   "gpu_memory_fraction": self.options.gpu_memory_fraction,
                                   "precision": self.options.precision}
         files: tuple[list[dict[str, Any]], bytes] | None = None
         if role == "reference":
             config.update(probe_seed=PROBE_SEED)
-            extra.update(TRITON_HOME=str(scratch), TRITON_CACHE_DIR=str(self.cache_dir / "triton" / "reference"),
-                         **bytecode.worker_env(self.bytecode, writer=True))
-            launch = plain_launch(worker_env(device, extra))
+            launch = plain_launch(worker_env(device, extra), fork=self.fork)
         else:
-            # one path in every sandbox (its private /tmp): Triton's cache records absolute paths
-            triton = Path("/tmp/ratchet-triton") if self.sandbox.mechanisms.bwrap else scratch / "triton"
-            extra["TRITON_CACHE_DIR"] = str(triton)
-            extra.update(bytecode.worker_env(self.bytecode, writer=False))
-            if profile_name == "build":
-                extra["CUDA_VISIBLE_DEVICES"] = ""
-            config.update(profile=profile_name, writable=[str(scratch), str(triton)], triton_cache=str(triton),
+            triton = extra["TRITON_CACHE_DIR"]
+            config.update(profile=profile_name, writable=[str(scratch), triton], triton_cache=triton,
                           hidden=[str(self.cache_dir)],  # not even mounted under bwrap; refused in Python without it
                           executables=[str(p) for p in builds.executables(profile_name)])
             files = builds.tools_layer(self.device, self.artifacts, self.toolchain) if profile_name == "run" else None
             readable = [self.bytecode] if self.bytecode else []
             launch = lambda fds: self.sandbox.launch(fds, scratch=scratch, profile=profile_name, device=device,  # noqa: E731
-                                                     gpu=device.startswith("cuda"), extra_env=extra, readable=readable)
+                                                     gpu=device.startswith("cuda"), extra_env=extra, readable=readable,
+                                                     fork=self.fork)
         if files:
             config["files"] = files[0]
         proc = WorkerProcess(config, launch=launch, cwd=self.root, log=scratch / "output.log", limits=limits,
@@ -123,6 +121,40 @@ class Spawner:
                              payload=files[1] if files else b"", untrusted=role != "reference")
         proc.environment = fingerprint
         return proc
+
+    def _extra_env(self, role: str, profile_name: str, scratch: Path) -> dict[str, str]:
+        """What a worker's environment adds to the reference's (the parent's) or a candidate's
+        (tools/sandbox/env.py)."""
+        extra = {"TMPDIR": str(scratch / "tmp")}
+        if self.device.startswith("cuda"):  # the same arch flags with and without a GPU: one build
+            extra["TORCH_CUDA_ARCH_LIST"] = str(environment(self.device).get("capability") or "")
+        if role == "reference":
+            extra.update(TRITON_HOME=str(scratch), TRITON_CACHE_DIR=str(self.cache_dir / "triton" / "reference"),
+                         **bytecode.worker_env(self.bytecode, writer=True))
+            return extra
+        # one path in every sandbox (its private /tmp): Triton's cache records absolute paths
+        triton = Path("/tmp/ratchet-triton") if self.sandbox.mechanisms.bwrap else scratch / "triton"
+        extra["TRITON_CACHE_DIR"] = str(triton)
+        # autotuning's results on disk with the kernels (the source's own artifact namespace): a
+        # later worker of the same source does not benchmark every config again (0.6 s for a
+        # 4-config GEMM on an H100, every evaluation)
+        extra["TRITON_CACHE_AUTOTUNING"] = "1"
+        extra.update(bytecode.worker_env(self.bytecode, writer=False))
+        if profile_name == "build":
+            extra["CUDA_VISIBLE_DEVICES"] = ""
+        return extra
+
+    def _prestart(self, role: str) -> None:
+        """Start the zygote that `role`'s workers (a candidate's: the run profile's) will be forked
+        from, before the first is asked for. A failure here is not lost: the spawn that needs the
+        zygote starts it again and raises it."""
+        scratch = self.root / "prestart"  # never made: what differs per worker is not the zygote's
+        extra = self._extra_env(role, "run", scratch)
+        env = worker_env(self.device, extra) if role == "reference" else candidate_env(self.device, scratch, "run", extra)
+        try:
+            zygote_for(env)
+        except ZygoteFailed:
+            pass
 
     def copy_ms_per_byte(self) -> float:
         """The device-to-device bandwidth of the parent's own buffers (the second clock's copy

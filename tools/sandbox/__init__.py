@@ -40,8 +40,20 @@ class SandboxUnavailable(Exception):
 
 
 @dataclass
+class Fork:
+    """How a worker forked from a zygote (tools/processes/zygote.py) is confined: what bwrap and
+    setpriv did for an exec'd worker, which the fork applies to itself (tools/zygote/enter.py)."""
+
+    holder: list[str] | None = None  # bwrap's command line holding the worker's own sandbox (its command waits)
+    uid: int | None = None  # the unprivileged uid it drops to (the evaluator is root)
+    seccomp: bytes | None = None  # the system-call filter it loads
+    cwd: str | None = None  # its working directory (inside the sandbox), else the spawner's
+    confined: bool = False  # a candidate's worker (the reference's is plain)
+
+
+@dataclass
 class Launch:
-    """How to start one confined worker."""
+    """How to start one worker: by exec (argv), or as a fork of a zygote (`fork`)."""
 
     argv: list[str]
     env: dict[str, str]
@@ -49,6 +61,7 @@ class Launch:
     close_after: list[int] = field(default_factory=list)  # fds the parent closes once started
     user: int | None = None  # Popen(user=, group=): dropping the uid without bwrap
     confine: dict[str, Any] = field(default_factory=dict)  # what the worker applies to itself
+    fork: Fork | None = None
 
 
 class Sandbox:
@@ -73,6 +86,16 @@ class Sandbox:
         m = self.mechanisms
         return bool(m.bwrap) or bool(m.landlock_abi and m.root and m.drop_uid)
 
+    @property
+    def isolates_workers(self) -> bool:
+        """Whether no candidate's worker can reach another process of the evaluator's (its zygotes
+        among them: tools/processes/zygote.py): bwrap's pid namespace hides them, or the worker
+        runs as a uid of its own. Otherwise (best-effort as the evaluator's own uid) a candidate
+        could tamper with a zygote that later workers, the reference's too, are forked from, so
+        every worker is started by exec instead."""
+        m = self.mechanisms
+        return bool(m.bwrap) or bool(m.root and m.drop_uid)
+
     def isolation(self) -> dict[str, Any]:
         """For the result's environment: the mode, what confined the worker, what was missing."""
         m = self.mechanisms
@@ -88,9 +111,10 @@ class Sandbox:
         return {"mode": self.mode, "mechanisms": used, "missing": list(m.missing)}
 
     def launch(self, fds: tuple[int, ...], *, scratch: Path, profile: str, device: str, gpu: bool,
-               extra_env: dict[str, str], readable: list[Path] | None = None) -> Launch:
+               extra_env: dict[str, str], readable: list[Path] | None = None, fork: bool = False) -> Launch:
         """The command, environment and self-confinement of one worker of `profile`; `readable`:
-        more directories it may read (bound read-only under bwrap)."""
+        more directories it may read (bound read-only under bwrap); `fork`: the worker will be a
+        fork of a zygote, confining itself as Launch.fork says (else bwrap starts it by exec)."""
         m = self.mechanisms
         command = bw.python_command(fds)
         env = candidate_env(device, scratch, profile, extra_env)
@@ -104,7 +128,16 @@ class Sandbox:
         if not m.bwrap:  # best effort: the worker runs on the host file system, as its own uid if we are root
             if uid is not None:
                 _hand_over(scratch, uid)
-            return Launch(argv=command, env=env, user=uid, confine=confine)
+            return Launch(argv=command, env=env, user=uid, confine=confine,
+                          fork=Fork(uid=uid, confined=True) if fork else None)
+        if fork:  # the holder needs no filter and no setpriv: the worker applies both to itself
+            from tools.sandbox.seccomp import filter_bpf
+
+            holder = bw.Spec(scratch=scratch, gpu=gpu, tmp_bytes=self.tmp_bytes, uid=uid, seccomp_fd=None,
+                             extra_readable=list(readable or []))
+            return Launch(argv=command, env=env, confine=confine, fork=Fork(
+                holder=bw.argv(m.bwrap, holder, bw.HOLDER_COMMAND, holder=True), uid=uid,
+                seccomp=filter_bpf() if m.seccomp else None, cwd=str(scratch), confined=True))
         seccomp_fd = _bpf_fd() if m.seccomp else None
         spec = bw.Spec(scratch=scratch, gpu=gpu, tmp_bytes=self.tmp_bytes, uid=uid, seccomp_fd=seccomp_fd,
                        extra_readable=list(readable or []))

@@ -36,12 +36,26 @@ class Spec:
     extra_readable: list[Path] = field(default_factory=list)
 
 
-def argv(bwrap: str, spec: Spec, command: list[str]) -> list[str]:
+# the command of a sandbox that only holds namespaces for a worker forked into them
+# (tools/processes/zygote.py): it says it runs (the sandbox is built), then waits until its stdin closes
+HOLDER_COMMAND = [sys.executable, "-S", "-I", "-c",
+                  "import sys; sys.stdout.write('ready\\n'); sys.stdout.flush(); sys.stdin.read()"]
+
+
+def argv(bwrap: str, spec: Spec, command: list[str], *, holder: bool = False) -> list[str]:
+    """bwrap's command line; `holder`: the command holds the sandbox for a worker forked into it
+    (HOLDER_COMMAND): it is the pid namespace's first process (no reaper of bwrap's beside it, so
+    the worker sees no process but that one and itself, as an exec'd worker saw only bwrap's
+    reaper), and with spec.uid set it stays root without capabilities rather than going through
+    setpriv: the worker drops to spec.uid itself (tools/zygote/enter.py)."""
     a = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
          "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
-    if spec.uid is not None:  # bwrap runs as root: keep just what setpriv needs to drop to spec.uid
+    drop_uid = not holder
+    if holder:
+        a += ["--as-pid-1"]
+    if spec.uid is not None and drop_uid:  # bwrap runs as root: keep just what setpriv needs to drop to spec.uid
         a += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
-    else:
+    elif spec.uid is None:
         a += ["--unshare-user"]
     a += _system()
     # /tmp first: the scratch directory and any readable directory under /tmp go inside it
@@ -63,7 +77,7 @@ def argv(bwrap: str, spec: Spec, command: list[str]) -> list[str]:
     if spec.seccomp_fd is not None:
         a += ["--seccomp", str(spec.seccomp_fd)]
     a.append("--")
-    if spec.uid is not None:
+    if spec.uid is not None and drop_uid:
         a += ["setpriv", f"--reuid={spec.uid}", f"--regid={spec.uid}", "--clear-groups", "--inh-caps=-all",
               "--bounding-set=-all", "--no-new-privs"]
     return a + command

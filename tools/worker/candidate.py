@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.worker.errors import Failure, describe_exception, load_module
-from tools.worker.worker import Reply, Worker, prewarm
+from tools.worker.worker import Reply, Worker, construct, prewarm
 
 ARTIFACT_DIRS = ("cuda", "triton")  # what a build leaves for the next worker (see roots())
 
@@ -77,8 +77,7 @@ class CandidateWorker(Worker):
             inspect.signature(cls).bind(*init_inputs)
         except TypeError as exc:
             raise Failure("compile_error", f"{cls.__name__}(*get_init_inputs()) does not fit its constructor: {exc}") from None
-        torch.manual_seed(self.config["init_seed"])  # public: both models' weights must match
-        self.model = cls(*init_inputs).to(self.device)
+        self.model = construct(cls, init_inputs, self.config["init_seed"], self.device)  # public seed: weights match
         self.cls = cls
         return {"op": "built", "seconds": time.monotonic() - start, "cuda": cuda}, b""
 
@@ -92,8 +91,7 @@ class CandidateWorker(Worker):
             raise Failure("runtime_error", "no model was built")
         self.variant_model = None
         init_inputs = decode(msg["init"], payload)
-        torch.manual_seed(self.config["init_seed"])
-        self.variant_model = self.cls(*init_inputs).to(self.device)
+        self.variant_model = construct(self.cls, init_inputs, self.config["init_seed"], self.device)
         return {"op": "built", "seconds": 0.0}, b""
 
     def _import(self, source: str):

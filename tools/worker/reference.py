@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.worker.errors import Failure, load_module
-from tools.worker.worker import Reply, Worker
+from tools.worker.worker import Reply, Worker, construct
 
 
 POOL_KEEP_BYTES = 1 << 30  # timing-pool sets kept while a trial makes a fresh set of its own
@@ -77,8 +77,7 @@ class ReferenceWorker(Worker):
             inspect.signature(cls).bind(*init_inputs)
         except TypeError as exc:
             raise Failure("compile_error", f"{cls.__name__}(*get_init_inputs()) does not fit its constructor: {exc}") from None
-        torch.manual_seed(self.config["init_seed"])
-        self.model = cls(*init_inputs).to(self.device)
+        self.model = construct(cls, init_inputs, self.config["init_seed"], self.device)
         from tools.wire.transport import encode
 
         init_tree, init_payload = encode(init_inputs)
@@ -178,8 +177,7 @@ class ReferenceWorker(Worker):
             # built and run as a candidate is, from the constructor's arguments and the inputs
             # alone: a Model or forward that reads the module's sizes itself makes a variant no
             # candidate could follow, so the reference failing here drops it
-            torch.manual_seed(self.config["init_seed"])
-            model = cls(*init).to(self.device)
+            model = construct(cls, init, self.config["init_seed"], self.device)
             with torch.no_grad():
                 outputs = model(*inputs)
             built[id(variant)] = (model, vb.footprint(model, inputs, outputs))

@@ -1,0 +1,373 @@
+"""Workers forked from a zygote (parent side): one pre-imported process per worker environment,
+and the handle of a worker it made.
+
+`python -m tools.zygote` (tools/zygote/) imports torch, dynamo, Triton and the worker's modules
+once; every later worker of the same environment is a fork of it, ready in a fraction of the
+seconds an exec takes. A candidate's worker still gets a bubblewrap sandbox of its own: bwrap
+starts a holder (a Python that waits on its stdin) in fresh namespaces and a fresh file system
+view, the zygote's fork joins them, and the worker is the fork's fork, inside its pid namespace
+(tools/zygote/enter.py says what it applies and checks). One sandbox per worker, as with exec:
+two candidates' workers share no namespace, file system, tmpfs or uid.
+
+Zygotes are kept per environment (less what differs per worker: its home, temporary and cache
+directories, which nothing reads at import), at most MAX_ZYGOTES at once, for the life of the
+evaluator's process. Each is its child, ends when the evaluator's end of its socket closes (the
+evaluator exited or died), and holds nothing that is not in every worker of its environment anyway.
+RATCHET_WORKER_START=exec starts every worker by exec instead (the way before the zygote).
+"""
+from __future__ import annotations
+
+import atexit
+import base64
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import OrderedDict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tools.sandbox import Launch
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+# read per worker (after the fork), never at import: a zygote serves workers that differ in these
+PER_WORKER = ("HOME", "TMPDIR", "TORCH_EXTENSIONS_DIR", "TRITON_HOME", "TRITON_CACHE_DIR", "PYTHONPYCACHEPREFIX")
+READY_TIMEOUT_S = 300.0  # importing torch where it has no bytecode took 11 s on an H100 machine
+HOLDER_TIMEOUT_S = 60.0
+# differs between processes that import alike: pytest names the running test in it
+VOLATILE = ("PYTEST_CURRENT_TEST",)
+MAX_ZYGOTES = 3  # the reference's, the candidates' and the CUDA builds' environments of one evaluator
+HOLDER_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}  # bwrap and its holder need nothing of ours
+NAMESPACES = ("user", "mnt", "net", "ipc", "uts", "cgroup", "pid")
+REQUIRED = ("mnt", "net", "ipc", "uts", "pid")
+
+
+class ZygoteFailed(Exception):
+    """The zygote could not be started or could not fork; str() is one line."""
+
+
+def fork_enabled() -> bool:
+    return os.environ.get("RATCHET_WORKER_START", "fork") != "exec" and hasattr(os, "pidfd_open")
+
+
+class Zygote:
+    def __init__(self, env: dict[str, str]) -> None:
+        self.key = _key(env)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.home = Path(tempfile.mkdtemp(prefix="ratchet-zygote-"))
+        base = {k: v for k, v in env.items() if k not in PER_WORKER or k == "PYTHONPYCACHEPREFIX"}
+        base.update(HOME=str(self.home), TMPDIR=str(self.home))
+        self.log = self.home / "zygote.log"
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "tools.zygote", str(theirs.fileno())], pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=str(self.home), env=base,
+                start_new_session=True)  # it ends when our end of its socket closes (tools/zygote/__main__.py)
+        theirs.close()
+        self.sock = ours
+        self._lock = threading.Lock()
+        ready, _, _ = select.select([ours], [], [], READY_TIMEOUT_S)
+        hello = ours.recv(4096) if ready else b""
+        if not hello:
+            self.close()
+            raise ZygoteFailed(f"the worker zygote did not start: {self._tail()}")
+        self.ready = json.loads(hello)
+
+    def _tail(self) -> str:
+        try:
+            text = self.log.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            text = []
+        return text[-1] if text else f"exit status {self.proc.poll()}"
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def fork(self, request: dict[str, Any], fds: list[int]) -> None:
+        data = json.dumps(request).encode()
+        with self._lock:
+            if self.sock.fileno() < 0:
+                raise ZygoteFailed("the worker zygote was closed")
+            try:
+                socket.send_fds(self.sock, [data], fds)
+            except OSError as exc:
+                raise ZygoteFailed(f"the worker zygote is gone ({exc}): {self._tail()}") from None
+
+    def close(self) -> None:
+        with self._lock:
+            self.sock.close()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        for p in (self.log, self.home):
+            try:
+                p.unlink() if p.is_file() else p.rmdir()
+            except OSError:
+                pass
+
+
+_zygotes: OrderedDict[tuple[tuple[str, str], ...], Zygote] = OrderedDict()  # least recently used first
+_starting: dict[tuple[tuple[str, str], ...], threading.Lock] = {}
+_registry = threading.Lock()
+
+
+def _key(env: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, v) for k, v in env.items() if k not in PER_WORKER and k not in VOLATILE))
+
+
+def zygote_for(env: dict[str, str]) -> Zygote:
+    """The zygote of workers with environment `env`, started the first time it is asked for. At
+    most MAX_ZYGOTES live: the least recently used goes when another starts (its workers live on:
+    each has its own keeper, which does not die with the zygote)."""
+    key = _key(env)
+    with _registry:
+        slot = _starting.setdefault(key, threading.Lock())
+    with slot:  # one start per environment; other environments' starts go on meanwhile
+        with _registry:
+            zygote = _zygotes.get(key)
+            if zygote is not None and zygote.alive():
+                _zygotes.move_to_end(key)
+                return zygote
+        zygote = Zygote(env)
+        with _registry:
+            _zygotes[key] = zygote
+            _zygotes.move_to_end(key)
+            evicted = [_zygotes.popitem(last=False)[1] for _ in range(max(0, len(_zygotes) - MAX_ZYGOTES))]
+        for old in evicted:
+            old.close()
+        return zygote
+
+
+@atexit.register
+def close_all() -> None:
+    with _registry:
+        zygotes = list(_zygotes.values())
+        _zygotes.clear()
+    for zygote in zygotes:
+        zygote.close()
+
+
+class Forked:
+    """A worker forked by a zygote, as the parent sees it (what process.py used of Popen)."""
+
+    def __init__(self, status: socket.socket | None, holder: subprocess.Popen | None, *,
+                 returncode: int | None = None, pid: int = -1) -> None:
+        self._status = status
+        self.holder = holder
+        self.pid = pid
+        self.returncode = returncode
+
+    def _take(self, message: bytes) -> None:
+        if not message:  # the keeper is gone without a word: killed with the zygote, the worker with it
+            self.returncode = -signal.SIGKILL if self.returncode is None else self.returncode
+            return
+        reply = json.loads(message)
+        if "pid" in reply:
+            self.pid = int(reply["pid"])
+        elif "exit" in reply:
+            self.returncode = os.waitstatus_to_exitcode(int(reply["exit"]))
+        elif "error" in reply:
+            raise ZygoteFailed(f"the worker zygote could not start a worker: {reply['error']}")
+
+    def started(self, timeout: float) -> None:
+        """Wait for the keeper's report of the worker's pid."""
+        deadline = time.monotonic() + timeout
+        while self.pid < 0 and self.returncode is None:
+            left = deadline - time.monotonic()
+            if left <= 0 or self._status is None or not select.select([self._status], [], [], left)[0]:
+                raise ZygoteFailed(f"the worker zygote did not start a worker within {timeout:.0f} s")
+            self._take(self._status.recv(4096))
+
+    def poll(self) -> int | None:
+        while self.returncode is None and self._status is not None and select.select([self._status], [], [], 0)[0]:
+            self._take(self._status.recv(4096))
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired("worker", timeout or 0)
+            if self._status is not None:
+                select.select([self._status], [], [], left)
+        assert self.returncode is not None
+        return self.returncode
+
+    def stop(self) -> None:
+        """SIGKILL the worker's process group (its keeper does) and its sandbox's holder (the pid
+        namespace, and everything left in it, dies with the holder's bwrap)."""
+        if self._status is not None and self.returncode is None:
+            try:
+                self._status.send(b"kill")
+            except OSError:
+                pass
+        if self.holder is not None:
+            _kill_holder(self.holder, wait=False)
+
+    def release(self) -> None:
+        """After the worker's end: close its channels and reap its holder."""
+        if self._status is not None:
+            self._status.close()
+            self._status = None
+        if self.holder is not None:
+            _kill_holder(self.holder)
+            for pipe in (self.holder.stdin, self.holder.stdout):
+                if pipe is not None:
+                    pipe.close()
+
+
+def start(plan: "Launch", worker_fds: tuple[int, ...], log_fd: int, limits: dict[str, tuple[int, int]],
+          cwd: str) -> Forked:
+    """Fork one worker as `plan.fork` (tools/sandbox Launch.fork) says: in a sandbox of its own
+    when it names a holder, else plain (the reference worker, or best-effort without bwrap)."""
+    fork = plan.fork
+    assert fork is not None
+    holder: subprocess.Popen | None = None
+    namespaces: dict[str, int] = {}
+    if fork.holder:
+        holder, namespaces, failed = _hold(fork.holder, log_fd)
+        if failed is not None:
+            return Forked(None, None, returncode=failed)
+    spec = {"env": plan.env, "cwd": fork.cwd or cwd, "limits": limits, "confined": fork.confined,
+            "sandboxed": bool(fork.holder), "uid": fork.uid,
+            "seccomp": base64.b64encode(fork.seccomp).decode() if fork.seccomp else None}
+    try:
+        for attempt in (1, 2):
+            zygote = zygote_for(plan.env)
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            fds = [*worker_fds, log_fd, theirs.fileno(), *namespaces.values()]
+            request = {"fds": len(fds), "worker": [0, 1, 2], "log": 3, "status": 4,
+                       "namespaces": {name: 5 + i for i, name in enumerate(namespaces)}, "spec": spec}
+            try:
+                try:
+                    zygote.fork(request, fds)
+                finally:
+                    theirs.close()
+                forked = Forked(ours, holder)
+                forked.started(HOLDER_TIMEOUT_S)
+                return forked
+            except ZygoteFailed:
+                ours.close()
+                if attempt == 2:
+                    raise
+                # closed meanwhile to make room for another environment's, or unable to serve
+                # (a best-effort candidate of the evaluator's own uid cut its limits): a new one
+                discard(zygote)
+        raise AssertionError("unreachable")
+    except BaseException:
+        if holder is not None:
+            _kill_holder(holder)
+        raise
+    finally:
+        for fd in namespaces.values():
+            os.close(fd)
+
+
+def discard(zygote: Zygote) -> None:
+    """Close `zygote` and forget it (the next worker of its environment starts a new one)."""
+    with _registry:
+        if _zygotes.get(zygote.key) is zygote:
+            del _zygotes[zygote.key]
+    zygote.close()
+
+
+def _hold(argv: list[str], log_fd: int) -> tuple[subprocess.Popen | None, dict[str, int], int | None]:
+    """Start bwrap holding a fresh sandbox; return it, descriptors of its namespaces (each checked
+    to be new), or its exit status when it could not build one (bwrap said why in the log)."""
+    info_r, info_w = os.pipe()
+    try:
+        holder = subprocess.Popen([argv[0], "--info-fd", str(info_w), *argv[1:]], pass_fds=(info_w,),
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_fd, env=HOLDER_ENV,
+                                  start_new_session=True, preexec_fn=_die_with_parent)
+    finally:
+        os.close(info_w)
+    try:
+        info = _read_all(info_r, HOLDER_TIMEOUT_S)
+    finally:
+        os.close(info_r)
+    assert holder.stdout is not None
+    said = info and select.select([holder.stdout], [], [], HOLDER_TIMEOUT_S)[0]
+    line = holder.stdout.readline() if said else b""  # the holder runs: the sandbox is built
+    if line != b"ready\n":
+        _kill_holder(holder)
+        code = holder.returncode
+        return None, {}, code or 1
+    init = int(json.loads(info)["child-pid"])
+    return holder, _namespaces_of(init, holder), None
+
+
+def _read_all(fd: int, timeout: float) -> bytes:
+    data, deadline = b"", time.monotonic() + timeout
+    while time.monotonic() < deadline and select.select([fd], [], [], deadline - time.monotonic())[0]:
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def _namespaces_of(init: int, holder: subprocess.Popen) -> dict[str, int]:
+    """Descriptors of the namespaces of the sandbox's first process `init` (bwrap's child, the
+    holder): only those that differ from ours, which must include REQUIRED; checked to belong to
+    that very process (its parent is our bwrap, and it was alive after they were opened)."""
+    try:
+        pidfd = os.pidfd_open(init)
+    except ProcessLookupError:
+        _kill_holder(holder)
+        raise ZygoteFailed("the sandbox's first process ended before its namespaces were opened") from None
+    fds: dict[str, int] = {}
+    try:
+        with open(f"/proc/{init}/stat") as f:
+            parent = int(f.read().rsplit(")", 1)[1].split()[1])
+        if parent != holder.pid:
+            raise ZygoteFailed(f"the sandbox's first process {init} is not bwrap's child")
+        for name in NAMESPACES:
+            path = f"/proc/{init}/ns/{name}"
+            if not os.path.exists(path):
+                continue
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            if os.fstat(fd).st_ino == os.stat(f"/proc/self/ns/{name}").st_ino:
+                os.close(fd)
+                continue
+            fds[name] = fd
+        if select.select([pidfd], [], [], 0)[0]:
+            raise ZygoteFailed("the sandbox ended while its namespaces were opened")
+        missing = [name for name in REQUIRED if name not in fds]
+        if missing:
+            raise ZygoteFailed(f"bwrap made no new {', '.join(missing)} namespace")
+    except BaseException:
+        for fd in fds.values():
+            os.close(fd)
+        _kill_holder(holder)
+        raise
+    finally:
+        os.close(pidfd)
+    return fds
+
+
+def _kill_holder(holder: subprocess.Popen, wait: bool = True) -> None:
+    """SIGKILL bwrap's process group (bwrap, with --die-with-parent, takes its sandbox along);
+    only while it is unreaped, so that the group's id cannot belong to anyone else."""
+    if holder.poll() is None:
+        try:
+            os.killpg(holder.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    if wait:
+        holder.wait()
+
+
+def _die_with_parent() -> None:
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
