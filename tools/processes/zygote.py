@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # read per worker (after the fork), never at import: a zygote serves workers that differ in these
-PER_WORKER = ("HOME", "TMPDIR", "TORCH_EXTENSIONS_DIR", "TRITON_HOME", "TRITON_CACHE_DIR", "PYTHONPYCACHEPREFIX")
+PER_WORKER = ("HOME", "TMPDIR", "TORCH_EXTENSIONS_DIR", "TRITON_HOME", "TRITON_CACHE_DIR")
 READY_TIMEOUT_S = 300.0  # importing torch where it has no bytecode took 11 s on an H100 machine
 HOLDER_TIMEOUT_S = 60.0
 # differs between processes that import alike: pytest names the running test in it
@@ -62,7 +62,7 @@ class Zygote:
         self.key = _key(env)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.home = Path(tempfile.mkdtemp(prefix="ratchet-zygote-"))
-        base = {k: v for k, v in env.items() if k not in PER_WORKER or k == "PYTHONPYCACHEPREFIX"}
+        base = {k: v for k, v in env.items() if k not in PER_WORKER}
         base.update(HOME=str(self.home), TMPDIR=str(self.home))
         self.log = self.home / "zygote.log"
         with open(self.log, "wb") as out:
