@@ -281,6 +281,8 @@ class WorkerProcess:
         else:
             how = f"exited with status {code} (os._exit or a fatal error)"
         message = f"the worker process died: {how}"
+        if isinstance(self.proc, Forked) and self.proc.failure:
+            message = f"the worker process was not started: {self.proc.failure}"
         if tail.strip():
             message += f"\nlast output:\n{tail.strip()}"
         return WorkerGone(verdict, message)

@@ -3,7 +3,8 @@ and the handle of a worker it made.
 
 `python -m tools.zygote` (tools/zygote/) imports torch, dynamo, Triton and the worker's modules
 once; every later worker of the same environment is a fork of it, ready in a fraction of the
-seconds an exec takes. A candidate's worker still gets a bubblewrap sandbox of its own: bwrap
+seconds an exec takes. Nothing waits for a zygote's imports: a request waits in its socket, and
+the worker's pid, wait status or failure come later on a status socket of its own. A candidate's worker still gets a bubblewrap sandbox of its own: bwrap
 starts a holder (a Python that waits on its stdin) in fresh namespaces and a fresh file system
 view, the zygote's fork joins them, and the worker is the fork's fork, inside its pid namespace
 (tools/zygote/enter.py says what it applies and checks). One sandbox per worker, as with exec:
@@ -41,6 +42,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 PER_WORKER = ("HOME", "TMPDIR", "TORCH_EXTENSIONS_DIR", "TRITON_HOME", "TRITON_CACHE_DIR")
 READY_TIMEOUT_S = 300.0  # importing torch where it has no bytecode took 11 s on an H100 machine
 HOLDER_TIMEOUT_S = 60.0
+ENTER_FAILED = 125  # a worker's exit status when it was not started (as tools/zygote/__main__.py's)
 # differs between processes that import alike: pytest names the running test in it
 VOLATILE = ("PYTEST_CURRENT_TEST",)
 MAX_ZYGOTES = 3  # the reference's, the candidates' and the CUDA builds' environments of one evaluator
@@ -71,16 +73,13 @@ class Zygote:
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=str(self.home), env=base,
                 start_new_session=True)  # it ends when our end of its socket closes (tools/zygote/__main__.py)
         theirs.close()
+        self.limits = _proc_limits(self.proc.pid)  # what it inherited from us, to see them changed
         self.sock = ours
+        self.sock.settimeout(READY_TIMEOUT_S)  # a request waits in the socket while the zygote imports
         self._lock = threading.Lock()
-        ready, _, _ = select.select([ours], [], [], READY_TIMEOUT_S)
-        hello = ours.recv(4096) if ready else b""
-        if not hello:
-            self.close()
-            raise ZygoteFailed(f"the worker zygote did not start: {self._tail()}")
-        self.ready = json.loads(hello)
 
-    def _tail(self) -> str:
+    def tail(self) -> str:
+        """The last line the zygote printed (why it ended), or its exit status."""
         try:
             text = self.log.read_text(errors="replace").strip().splitlines()
         except OSError:
@@ -90,6 +89,20 @@ class Zygote:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def usable(self) -> bool:
+        """Alive and as it was started: resource limits unchanged, no tracer. Only a candidate's
+        worker of the evaluator's own uid could change them (best-effort without bwrap or a uid
+        of its own, where workers are exec'd: tools/sandbox Sandbox.isolates_workers, but a zygote of
+        another evaluator in this process may be in reach), and every fork would inherit them."""
+        if not self.alive():
+            return False
+        try:
+            with open(f"/proc/{self.proc.pid}/status") as f:
+                traced = any(line.startswith("TracerPid:") and line.split()[1] != "0" for line in f)
+            return not traced and _proc_limits(self.proc.pid) == self.limits
+        except OSError:
+            return False
+
     def fork(self, request: dict[str, Any], fds: list[int]) -> None:
         data = json.dumps(request).encode()
         with self._lock:
@@ -98,7 +111,7 @@ class Zygote:
             try:
                 socket.send_fds(self.sock, [data], fds)
             except OSError as exc:
-                raise ZygoteFailed(f"the worker zygote is gone ({exc}): {self._tail()}") from None
+                raise ZygoteFailed(f"the worker zygote is gone ({exc}): {self.tail()}") from None
 
     def close(self) -> None:
         with self._lock:
@@ -134,9 +147,11 @@ def zygote_for(env: dict[str, str]) -> Zygote:
     with slot:  # one start per environment; other environments' starts go on meanwhile
         with _registry:
             zygote = _zygotes.get(key)
-            if zygote is not None and zygote.alive():
+            if zygote is not None and zygote.usable():
                 _zygotes.move_to_end(key)
                 return zygote
+        if zygote is not None:  # dead, or tampered with: replaced
+            discard(zygote)
         zygote = Zygote(env)
         with _registry:
             _zygotes[key] = zygote
@@ -157,35 +172,53 @@ def close_all() -> None:
 
 
 class Forked:
-    """A worker forked by a zygote, as the parent sees it (what process.py used of Popen)."""
+    """A worker forked by a zygote, as the parent sees it (what process.py used of Popen). Asking
+    for it does not wait for the zygote: the request waits in the zygote's socket while it imports,
+    and the worker's pid, exit status or failure arrive later on its status socket."""
 
-    def __init__(self, status: socket.socket | None, holder: subprocess.Popen | None, *,
-                 returncode: int | None = None, pid: int = -1) -> None:
+    def __init__(self, status: socket.socket | None, holder: subprocess.Popen | None, zygote: Zygote | None = None,
+                 *, returncode: int | None = None) -> None:
         self._status = status
         self.holder = holder
-        self.pid = pid
+        self.zygote = zygote
+        self._pid = -1
         self.returncode = returncode
+        self.failure: str | None = None  # why the worker never ran (the zygote could not make it)
 
     def _take(self, message: bytes) -> None:
-        if not message:  # the keeper is gone without a word: killed with the zygote, the worker with it
+        if not message:  # the keeper is gone without a word, or the zygote before it forked one
+            if self._pid < 0 and self.returncode is None:
+                self.failure = "the worker zygote ended before it forked this worker: " + (
+                    self.zygote.tail() if self.zygote is not None else "")
+                if self.zygote is not None:
+                    discard(self.zygote)
             self.returncode = -signal.SIGKILL if self.returncode is None else self.returncode
+            self._close_status()
             return
-        reply = json.loads(message)
+        try:
+            reply = json.loads(message)
+        except ValueError:
+            reply = {"error": f"an unreadable report {message[:80]!r}"}
         if "pid" in reply:
-            self.pid = int(reply["pid"])
+            self._pid = int(reply["pid"])
         elif "exit" in reply:
             self.returncode = os.waitstatus_to_exitcode(int(reply["exit"]))
         elif "error" in reply:
-            raise ZygoteFailed(f"the worker zygote could not start a worker: {reply['error']}")
+            self.failure = f"the worker zygote could not start a worker: {reply['error']}"
+            self.returncode = ENTER_FAILED
+            if self.zygote is not None:
+                discard(self.zygote)  # the next worker of its environment gets a new one
 
-    def started(self, timeout: float) -> None:
-        """Wait for the keeper's report of the worker's pid."""
-        deadline = time.monotonic() + timeout
-        while self.pid < 0 and self.returncode is None:
-            left = deadline - time.monotonic()
-            if left <= 0 or self._status is None or not select.select([self._status], [], [], left)[0]:
-                raise ZygoteFailed(f"the worker zygote did not start a worker within {timeout:.0f} s")
-            self._take(self._status.recv(4096))
+    def _close_status(self) -> None:
+        if self._status is not None:
+            self._status.close()
+            self._status = None
+
+    @property
+    def pid(self) -> int:
+        """The worker's pid (-1 while the zygote has not forked it yet)."""
+        self.poll()
+        return self._pid
 
     def poll(self) -> int | None:
         while self.returncode is None and self._status is not None and select.select([self._status], [], [], 0)[0]:
@@ -198,14 +231,15 @@ class Forked:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 raise subprocess.TimeoutExpired("worker", timeout or 0)
-            if self._status is not None:
-                select.select([self._status], [], [], left)
+            if self._status is None:
+                break
+            select.select([self._status], [], [], left)
         assert self.returncode is not None
         return self.returncode
 
     def stop(self) -> None:
-        """SIGKILL the worker's process group (its keeper does) and its sandbox's holder (the pid
-        namespace, and everything left in it, dies with the holder's bwrap)."""
+        """SIGKILL the worker's process group (its keeper does, also when it is forked after this)
+        and its sandbox's holder (the pid namespace, and everything left in it, dies with bwrap)."""
         if self._status is not None and self.returncode is None:
             try:
                 self._status.send(b"kill")
@@ -216,9 +250,7 @@ class Forked:
 
     def release(self) -> None:
         """After the worker's end: close its channels and reap its holder."""
-        if self._status is not None:
-            self._status.close()
-            self._status = None
+        self._close_status()
         if self.holder is not None:
             _kill_holder(self.holder)
             for pipe in (self.holder.stdin, self.holder.stdout):
@@ -241,36 +273,27 @@ def start(plan: "Launch", worker_fds: tuple[int, ...], log_fd: int, limits: dict
     spec = {"env": plan.env, "cwd": fork.cwd or cwd, "limits": limits, "confined": fork.confined,
             "sandboxed": bool(fork.holder), "uid": fork.uid,
             "seccomp": base64.b64encode(fork.seccomp).decode() if fork.seccomp else None}
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    fds = [*worker_fds, log_fd, theirs.fileno(), *namespaces.values()]
+    request = {"fds": len(fds), "worker": [0, 1, 2], "log": 3, "status": 4,
+               "namespaces": {name: 5 + i for i, name in enumerate(namespaces)}, "spec": spec}
     try:
-        for attempt in (1, 2):
+        zygote = zygote_for(plan.env)
+        try:
+            zygote.fork(request, fds)
+        except ZygoteFailed:  # closed meanwhile, to make room for another environment's: once more
             zygote = zygote_for(plan.env)
-            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            fds = [*worker_fds, log_fd, theirs.fileno(), *namespaces.values()]
-            request = {"fds": len(fds), "worker": [0, 1, 2], "log": 3, "status": 4,
-                       "namespaces": {name: 5 + i for i, name in enumerate(namespaces)}, "spec": spec}
-            try:
-                try:
-                    zygote.fork(request, fds)
-                finally:
-                    theirs.close()
-                forked = Forked(ours, holder)
-                forked.started(HOLDER_TIMEOUT_S)
-                return forked
-            except ZygoteFailed:
-                ours.close()
-                if attempt == 2:
-                    raise
-                # closed meanwhile to make room for another environment's, or unable to serve
-                # (a best-effort candidate of the evaluator's own uid cut its limits): a new one
-                discard(zygote)
-        raise AssertionError("unreachable")
+            zygote.fork(request, fds)
     except BaseException:
+        ours.close()
         if holder is not None:
             _kill_holder(holder)
         raise
     finally:
+        theirs.close()
         for fd in namespaces.values():
             os.close(fd)
+    return Forked(ours, holder, zygote)
 
 
 def discard(zygote: Zygote) -> None:
@@ -353,6 +376,11 @@ def _namespaces_of(init: int, holder: subprocess.Popen) -> dict[str, int]:
     finally:
         os.close(pidfd)
     return fds
+
+
+def _proc_limits(pid: int) -> str:
+    with open(f"/proc/{pid}/limits") as f:
+        return f.read()
 
 
 def _kill_holder(holder: subprocess.Popen, wait: bool = True) -> None:
