@@ -114,13 +114,13 @@ class Zygote:
                 raise ZygoteFailed(f"the worker zygote is gone ({exc}): {self.tail()}") from None
 
     def close(self) -> None:
+        """Killed, not asked: it holds nothing to flush, and an interpreter with torch took about a
+        second to shut down politely (twice that for a cold `ratchet eval` on the CPU, one per
+        zygote). The workers it made live on (each has a keeper of its own)."""
         with self._lock:
             self.sock.close()
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        self.proc.kill()
+        self.proc.wait()
         for p in (self.log, self.home):
             try:
                 p.unlink() if p.is_file() else p.rmdir()
