@@ -250,7 +250,8 @@ class WorkerProcess:
 
     def _watchdog(self) -> None:
         limit = self.limits.host_memory_bytes
-        if limit and self.cuda and tree_rss_bytes(self.pid) > limit:
+        pid = self.proc.known_pid if isinstance(self.proc, Forked) else self.proc.pid  # not waiting for a fork
+        if limit and self.cuda and pid > 0 and tree_rss_bytes(pid) > limit:
             self.kill()
             raise WorkerGone("runtime_error", f"out of host memory: the worker passed its {limit >> 20} MiB limit and was killed")
 

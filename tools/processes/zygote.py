@@ -77,6 +77,7 @@ class Zygote:
         self.sock = ours
         self.sock.settimeout(READY_TIMEOUT_S)  # a request waits in the socket while the zygote imports
         self._lock = threading.Lock()
+        self.pending = 0  # requests sent whose worker it has not forked yet (never evicted while any)
 
     def tail(self) -> str:
         """The last line the zygote printed (why it ended), or its exit status."""
@@ -110,8 +111,14 @@ class Zygote:
                 raise ZygoteFailed("the worker zygote was closed")
             try:
                 socket.send_fds(self.sock, [data], fds)
+                self.pending += 1
             except OSError as exc:
                 raise ZygoteFailed(f"the worker zygote is gone ({exc}): {self.tail()}") from None
+
+    def answered(self) -> None:
+        """One request's worker was forked (or refused)."""
+        with self._lock:
+            self.pending -= 1
 
     def close(self) -> None:
         """Killed, not asked: it holds nothing to flush, and an interpreter with torch took about a
@@ -156,7 +163,8 @@ def zygote_for(env: dict[str, str]) -> Zygote:
         with _registry:
             _zygotes[key] = zygote
             _zygotes.move_to_end(key)
-            evicted = [_zygotes.popitem(last=False)[1] for _ in range(max(0, len(_zygotes) - MAX_ZYGOTES))]
+            idle = [k for k, z in _zygotes.items() if k != key and z.pending == 0]  # least recently used first
+            evicted = [_zygotes.pop(k) for k in idle[:max(0, len(_zygotes) - MAX_ZYGOTES)]]
         for old in evicted:
             old.close()
         return zygote
@@ -184,8 +192,13 @@ class Forked:
         self._pid = -1
         self.returncode = returncode
         self.failure: str | None = None  # why the worker never ran (the zygote could not make it)
+        self._answered = False
+        self._stopped = False  # stop() was called: a worker the zygote could not make after that was killed
 
     def _take(self, message: bytes) -> None:
+        if self._pid < 0 and self.zygote is not None and not self._answered:
+            self._answered = True  # the zygote is done with our request, whatever this says
+            self.zygote.answered()
         if not message:  # the keeper is gone without a word, or the zygote before it forked one
             if self._pid < 0 and self.returncode is None:
                 self.failure = "the worker zygote ended before it forked this worker: " + (
@@ -203,6 +216,8 @@ class Forked:
             self._pid = int(reply["pid"])
         elif "exit" in reply:
             self.returncode = os.waitstatus_to_exitcode(int(reply["exit"]))
+        elif "error" in reply and self._stopped:  # its sandbox was gone before it was forked into it
+            self.returncode = -signal.SIGKILL
         elif "error" in reply:
             self.failure = f"the worker zygote could not start a worker: {reply['error']}"
             self.returncode = ENTER_FAILED
@@ -216,7 +231,19 @@ class Forked:
 
     @property
     def pid(self) -> int:
-        """The worker's pid (-1 while the zygote has not forked it yet)."""
+        """The worker's pid, once the zygote has forked it (waits for that, as long as a zygote's
+        imports may take); -1 for a worker that was never made."""
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while True:
+            self.poll()
+            left = deadline - time.monotonic()
+            if self._pid >= 0 or self.returncode is not None or self._status is None or left <= 0:
+                return self._pid
+            select.select([self._status], [], [], left)
+
+    @property
+    def known_pid(self) -> int:
+        """The worker's pid if the zygote has said it yet, else -1 (never waits)."""
         self.poll()
         return self._pid
 
@@ -240,6 +267,7 @@ class Forked:
     def stop(self) -> None:
         """SIGKILL the worker's process group (its keeper does, also when it is forked after this)
         and its sandbox's holder (the pid namespace, and everything left in it, dies with bwrap)."""
+        self._stopped = True
         if self._status is not None and self.returncode is None:
             try:
                 self._status.send(b"kill")

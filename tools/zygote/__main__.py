@@ -36,6 +36,7 @@ PRELOAD = ("torch", "torch._dynamo", "triton", "numpy", "landlock", "tools.worke
 MAX_REQUEST_BYTES = 1 << 20
 MAX_FDS = 32
 ENTER_FAILED = 125  # the worker's exit status when a confinement step did not take
+ENDED = 0  # the zygote's own, when the evaluator's end of its socket closed
 
 
 def main(sock_fd: int) -> None:
@@ -220,4 +221,4 @@ def _kill_group(pid: int) -> None:
 
 if __name__ == "__main__":
     main(int(sys.argv[1]))
-    os._exit(0)  # no interpreter teardown (about a second with torch loaded): nothing to flush
+    os._exit(ENDED)  # no interpreter teardown (about a second with torch loaded): nothing to flush
