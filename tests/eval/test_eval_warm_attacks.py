@@ -159,14 +159,14 @@ def test_no_candidate_process_outlives_its_evaluator(cache_dir, monkeypatch):
 
     real_reap, reaped = builds.reap, []
 
-    def slow_reap(ev, worker, source_hash, keep):
+    def slow_reap(ev, worker, source_hash, keep, handed=None):
         holder = getattr(worker.proc, "holder", None)  # a forked worker's sandbox (tools/processes/zygote.py)
         reaped.append(process_tree(worker.pid) + ([holder.pid] if holder is not None else []))
         try:
             worker.proc.wait(timeout=builds.ARTIFACT_REQUEST_S)
         except subprocess.TimeoutExpired:
             pass
-        real_reap(ev, worker, source_hash, keep)
+        real_reap(ev, worker, source_hash, keep, handed)
 
     monkeypatch.setattr(builds, "reap", slow_reap)
     opts = options(cache_dir, trials=1)

@@ -250,7 +250,8 @@ class WorkerProcess:
 
     def _watchdog(self) -> None:
         limit = self.limits.host_memory_bytes
-        if limit and self.cuda and tree_rss_bytes(self.pid) > limit:
+        pid = self.proc.known_pid if isinstance(self.proc, Forked) else self.proc.pid  # not waiting for a fork
+        if limit and self.cuda and pid > 0 and tree_rss_bytes(pid) > limit:
             self.kill()
             raise WorkerGone("runtime_error", f"out of host memory: the worker passed its {limit >> 20} MiB limit and was killed")
 
@@ -281,6 +282,8 @@ class WorkerProcess:
         else:
             how = f"exited with status {code} (os._exit or a fatal error)"
         message = f"the worker process died: {how}"
+        if isinstance(self.proc, Forked) and self.proc.failure:
+            message = f"the worker process was not started: {self.proc.failure}"
         if tail.strip():
             message += f"\nlast output:\n{tail.strip()}"
         return WorkerGone(verdict, message)

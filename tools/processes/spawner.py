@@ -73,9 +73,9 @@ class Spawner:
         self.root.chmod(0o755)  # a best-effort worker running as its own uid reaches its scratch
         # workers are forks of a zygote (tools/processes/zygote.py), not exec'd, where no candidate can reach one
         self.fork = fork_enabled() and self.sandbox.isolates_workers
-        if self.fork:  # both zygotes start at once, as two exec'd workers would have
+        if self.fork:  # both zygotes start now, importing while the evaluator opens
             for role in ("reference", "candidate"):
-                threading.Thread(target=self._prestart, args=(role,), daemon=True, name=f"zygote-{role}").start()
+                self._prestart(role)
         self.spawned = 0  # workers started so far (their scratch directories are numbered by it)
         self._count_lock = threading.Lock()
         self._copy_lock = threading.Lock()
@@ -146,14 +146,14 @@ class Spawner:
 
     def _prestart(self, role: str) -> None:
         """Start the zygote that `role`'s workers (a candidate's: the run profile's) will be forked
-        from, before the first is asked for. A failure here is not lost: the spawn that needs the
-        zygote starts it again and raises it."""
+        from, before the first is asked for (it does not wait for its imports). A failure here is
+        not lost: the spawn that needs the zygote starts it again and raises it."""
         scratch = self.root / "prestart"  # never made: what differs per worker is not the zygote's
         extra = self._extra_env(role, "run", scratch)
         env = worker_env(self.device, extra) if role == "reference" else candidate_env(self.device, scratch, "run", extra)
         try:
             zygote_for(env)
-        except ZygoteFailed:
+        except (ZygoteFailed, OSError):
             pass
 
     def copy_ms_per_byte(self) -> float:

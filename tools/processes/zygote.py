@@ -3,7 +3,8 @@ and the handle of a worker it made.
 
 `python -m tools.zygote` (tools/zygote/) imports torch, dynamo, Triton and the worker's modules
 once; every later worker of the same environment is a fork of it, ready in a fraction of the
-seconds an exec takes. A candidate's worker still gets a bubblewrap sandbox of its own: bwrap
+seconds an exec takes. Nothing waits for a zygote's imports: a request waits in its socket, and
+the worker's pid, wait status or failure come later on a status socket of its own. A candidate's worker still gets a bubblewrap sandbox of its own: bwrap
 starts a holder (a Python that waits on its stdin) in fresh namespaces and a fresh file system
 view, the zygote's fork joins them, and the worker is the fork's fork, inside its pid namespace
 (tools/zygote/enter.py says what it applies and checks). One sandbox per worker, as with exec:
@@ -38,9 +39,10 @@ if TYPE_CHECKING:
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # read per worker (after the fork), never at import: a zygote serves workers that differ in these
-PER_WORKER = ("HOME", "TMPDIR", "TORCH_EXTENSIONS_DIR", "TRITON_HOME", "TRITON_CACHE_DIR", "PYTHONPYCACHEPREFIX")
+PER_WORKER = ("HOME", "TMPDIR", "TORCH_EXTENSIONS_DIR", "TRITON_HOME", "TRITON_CACHE_DIR")
 READY_TIMEOUT_S = 300.0  # importing torch where it has no bytecode took 11 s on an H100 machine
 HOLDER_TIMEOUT_S = 60.0
+ENTER_FAILED = 125  # a worker's exit status when it was not started (as tools/zygote/__main__.py's)
 # differs between processes that import alike: pytest names the running test in it
 VOLATILE = ("PYTEST_CURRENT_TEST",)
 MAX_ZYGOTES = 3  # the reference's, the candidates' and the CUDA builds' environments of one evaluator
@@ -62,7 +64,7 @@ class Zygote:
         self.key = _key(env)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.home = Path(tempfile.mkdtemp(prefix="ratchet-zygote-"))
-        base = {k: v for k, v in env.items() if k not in PER_WORKER or k == "PYTHONPYCACHEPREFIX"}
+        base = {k: v for k, v in env.items() if k not in PER_WORKER}
         base.update(HOME=str(self.home), TMPDIR=str(self.home))
         self.log = self.home / "zygote.log"
         with open(self.log, "wb") as out:
@@ -71,16 +73,14 @@ class Zygote:
                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=str(self.home), env=base,
                 start_new_session=True)  # it ends when our end of its socket closes (tools/zygote/__main__.py)
         theirs.close()
+        self.limits = _proc_limits(self.proc.pid)  # what it inherited from us, to see them changed
         self.sock = ours
+        self.sock.settimeout(READY_TIMEOUT_S)  # a request waits in the socket while the zygote imports
         self._lock = threading.Lock()
-        ready, _, _ = select.select([ours], [], [], READY_TIMEOUT_S)
-        hello = ours.recv(4096) if ready else b""
-        if not hello:
-            self.close()
-            raise ZygoteFailed(f"the worker zygote did not start: {self._tail()}")
-        self.ready = json.loads(hello)
+        self.pending = 0  # requests sent whose worker it has not forked yet (never evicted while any)
 
-    def _tail(self) -> str:
+    def tail(self) -> str:
+        """The last line the zygote printed (why it ended), or its exit status."""
         try:
             text = self.log.read_text(errors="replace").strip().splitlines()
         except OSError:
@@ -90,6 +90,20 @@ class Zygote:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def usable(self) -> bool:
+        """Alive and as it was started: resource limits unchanged, no tracer. Only a candidate's
+        worker of the evaluator's own uid could change them (best-effort without bwrap or a uid
+        of its own, where workers are exec'd: tools/sandbox Sandbox.isolates_workers, but a zygote of
+        another evaluator in this process may be in reach), and every fork would inherit them."""
+        if not self.alive():
+            return False
+        try:
+            with open(f"/proc/{self.proc.pid}/status") as f:
+                traced = any(line.startswith("TracerPid:") and line.split()[1] != "0" for line in f)
+            return not traced and _proc_limits(self.proc.pid) == self.limits
+        except OSError:
+            return False
+
     def fork(self, request: dict[str, Any], fds: list[int]) -> None:
         data = json.dumps(request).encode()
         with self._lock:
@@ -97,17 +111,23 @@ class Zygote:
                 raise ZygoteFailed("the worker zygote was closed")
             try:
                 socket.send_fds(self.sock, [data], fds)
+                self.pending += 1
             except OSError as exc:
-                raise ZygoteFailed(f"the worker zygote is gone ({exc}): {self._tail()}") from None
+                raise ZygoteFailed(f"the worker zygote is gone ({exc}): {self.tail()}") from None
+
+    def answered(self) -> None:
+        """One request's worker was forked (or refused)."""
+        with self._lock:
+            self.pending -= 1
 
     def close(self) -> None:
+        """Killed, not asked: it holds nothing to flush, and an interpreter with torch took about a
+        second to shut down politely (twice that for a cold `ratchet eval` on the CPU, one per
+        zygote). The workers it made live on (each has a keeper of its own)."""
         with self._lock:
             self.sock.close()
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        self.proc.kill()
+        self.proc.wait()
         for p in (self.log, self.home):
             try:
                 p.unlink() if p.is_file() else p.rmdir()
@@ -134,14 +154,17 @@ def zygote_for(env: dict[str, str]) -> Zygote:
     with slot:  # one start per environment; other environments' starts go on meanwhile
         with _registry:
             zygote = _zygotes.get(key)
-            if zygote is not None and zygote.alive():
+            if zygote is not None and zygote.usable():
                 _zygotes.move_to_end(key)
                 return zygote
+        if zygote is not None:  # dead, or tampered with: replaced
+            discard(zygote)
         zygote = Zygote(env)
         with _registry:
             _zygotes[key] = zygote
             _zygotes.move_to_end(key)
-            evicted = [_zygotes.popitem(last=False)[1] for _ in range(max(0, len(_zygotes) - MAX_ZYGOTES))]
+            idle = [k for k, z in _zygotes.items() if k != key and z.pending == 0]  # least recently used first
+            evicted = [_zygotes.pop(k) for k in idle[:max(0, len(_zygotes) - MAX_ZYGOTES)]]
         for old in evicted:
             old.close()
         return zygote
@@ -157,35 +180,72 @@ def close_all() -> None:
 
 
 class Forked:
-    """A worker forked by a zygote, as the parent sees it (what process.py used of Popen)."""
+    """A worker forked by a zygote, as the parent sees it (what process.py used of Popen). Asking
+    for it does not wait for the zygote: the request waits in the zygote's socket while it imports,
+    and the worker's pid, exit status or failure arrive later on its status socket."""
 
-    def __init__(self, status: socket.socket | None, holder: subprocess.Popen | None, *,
-                 returncode: int | None = None, pid: int = -1) -> None:
+    def __init__(self, status: socket.socket | None, holder: subprocess.Popen | None, zygote: Zygote | None = None,
+                 *, returncode: int | None = None) -> None:
         self._status = status
         self.holder = holder
-        self.pid = pid
+        self.zygote = zygote
+        self._pid = -1
         self.returncode = returncode
+        self.failure: str | None = None  # why the worker never ran (the zygote could not make it)
+        self._answered = False
+        self._stopped = False  # stop() was called: a worker the zygote could not make after that was killed
 
     def _take(self, message: bytes) -> None:
-        if not message:  # the keeper is gone without a word: killed with the zygote, the worker with it
+        if self._pid < 0 and self.zygote is not None and not self._answered:
+            self._answered = True  # the zygote is done with our request, whatever this says
+            self.zygote.answered()
+        if not message:  # the keeper is gone without a word, or the zygote before it forked one
+            if self._pid < 0 and self.returncode is None:
+                self.failure = "the worker zygote ended before it forked this worker: " + (
+                    self.zygote.tail() if self.zygote is not None else "")
+                if self.zygote is not None:
+                    discard(self.zygote)
             self.returncode = -signal.SIGKILL if self.returncode is None else self.returncode
+            self._close_status()
             return
-        reply = json.loads(message)
+        try:
+            reply = json.loads(message)
+        except ValueError:
+            reply = {"error": f"an unreadable report {message[:80]!r}"}
         if "pid" in reply:
-            self.pid = int(reply["pid"])
+            self._pid = int(reply["pid"])
         elif "exit" in reply:
             self.returncode = os.waitstatus_to_exitcode(int(reply["exit"]))
+        elif "error" in reply and self._stopped:  # its sandbox was gone before it was forked into it
+            self.returncode = -signal.SIGKILL
         elif "error" in reply:
-            raise ZygoteFailed(f"the worker zygote could not start a worker: {reply['error']}")
+            self.failure = f"the worker zygote could not start a worker: {reply['error']}"
+            self.returncode = ENTER_FAILED
+            if self.zygote is not None:
+                discard(self.zygote)  # the next worker of its environment gets a new one
 
-    def started(self, timeout: float) -> None:
-        """Wait for the keeper's report of the worker's pid."""
-        deadline = time.monotonic() + timeout
-        while self.pid < 0 and self.returncode is None:
+    def _close_status(self) -> None:
+        if self._status is not None:
+            self._status.close()
+            self._status = None
+
+    @property
+    def pid(self) -> int:
+        """The worker's pid, once the zygote has forked it (waits for that, as long as a zygote's
+        imports may take); -1 for a worker that was never made."""
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while True:
+            self.poll()
             left = deadline - time.monotonic()
-            if left <= 0 or self._status is None or not select.select([self._status], [], [], left)[0]:
-                raise ZygoteFailed(f"the worker zygote did not start a worker within {timeout:.0f} s")
-            self._take(self._status.recv(4096))
+            if self._pid >= 0 or self.returncode is not None or self._status is None or left <= 0:
+                return self._pid
+            select.select([self._status], [], [], left)
+
+    @property
+    def known_pid(self) -> int:
+        """The worker's pid if the zygote has said it yet, else -1 (never waits)."""
+        self.poll()
+        return self._pid
 
     def poll(self) -> int | None:
         while self.returncode is None and self._status is not None and select.select([self._status], [], [], 0)[0]:
@@ -198,14 +258,16 @@ class Forked:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 raise subprocess.TimeoutExpired("worker", timeout or 0)
-            if self._status is not None:
-                select.select([self._status], [], [], left)
+            if self._status is None:
+                break
+            select.select([self._status], [], [], left)
         assert self.returncode is not None
         return self.returncode
 
     def stop(self) -> None:
-        """SIGKILL the worker's process group (its keeper does) and its sandbox's holder (the pid
-        namespace, and everything left in it, dies with the holder's bwrap)."""
+        """SIGKILL the worker's process group (its keeper does, also when it is forked after this)
+        and its sandbox's holder (the pid namespace, and everything left in it, dies with bwrap)."""
+        self._stopped = True
         if self._status is not None and self.returncode is None:
             try:
                 self._status.send(b"kill")
@@ -216,9 +278,7 @@ class Forked:
 
     def release(self) -> None:
         """After the worker's end: close its channels and reap its holder."""
-        if self._status is not None:
-            self._status.close()
-            self._status = None
+        self._close_status()
         if self.holder is not None:
             _kill_holder(self.holder)
             for pipe in (self.holder.stdin, self.holder.stdout):
@@ -241,36 +301,27 @@ def start(plan: "Launch", worker_fds: tuple[int, ...], log_fd: int, limits: dict
     spec = {"env": plan.env, "cwd": fork.cwd or cwd, "limits": limits, "confined": fork.confined,
             "sandboxed": bool(fork.holder), "uid": fork.uid,
             "seccomp": base64.b64encode(fork.seccomp).decode() if fork.seccomp else None}
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    fds = [*worker_fds, log_fd, theirs.fileno(), *namespaces.values()]
+    request = {"fds": len(fds), "worker": [0, 1, 2], "log": 3, "status": 4,
+               "namespaces": {name: 5 + i for i, name in enumerate(namespaces)}, "spec": spec}
     try:
-        for attempt in (1, 2):
+        zygote = zygote_for(plan.env)
+        try:
+            zygote.fork(request, fds)
+        except ZygoteFailed:  # closed meanwhile, to make room for another environment's: once more
             zygote = zygote_for(plan.env)
-            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            fds = [*worker_fds, log_fd, theirs.fileno(), *namespaces.values()]
-            request = {"fds": len(fds), "worker": [0, 1, 2], "log": 3, "status": 4,
-                       "namespaces": {name: 5 + i for i, name in enumerate(namespaces)}, "spec": spec}
-            try:
-                try:
-                    zygote.fork(request, fds)
-                finally:
-                    theirs.close()
-                forked = Forked(ours, holder)
-                forked.started(HOLDER_TIMEOUT_S)
-                return forked
-            except ZygoteFailed:
-                ours.close()
-                if attempt == 2:
-                    raise
-                # closed meanwhile to make room for another environment's, or unable to serve
-                # (a best-effort candidate of the evaluator's own uid cut its limits): a new one
-                discard(zygote)
-        raise AssertionError("unreachable")
+            zygote.fork(request, fds)
     except BaseException:
+        ours.close()
         if holder is not None:
             _kill_holder(holder)
         raise
     finally:
+        theirs.close()
         for fd in namespaces.values():
             os.close(fd)
+    return Forked(ours, holder, zygote)
 
 
 def discard(zygote: Zygote) -> None:
@@ -353,6 +404,11 @@ def _namespaces_of(init: int, holder: subprocess.Popen) -> dict[str, int]:
     finally:
         os.close(pidfd)
     return fds
+
+
+def _proc_limits(pid: int) -> str:
+    with open(f"/proc/{pid}/limits") as f:
+        return f.read()
 
 
 def _kill_holder(holder: subprocess.Popen, wait: bool = True) -> None:

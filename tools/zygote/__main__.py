@@ -36,6 +36,7 @@ PRELOAD = ("torch", "torch._dynamo", "triton", "numpy", "landlock", "tools.worke
 MAX_REQUEST_BYTES = 1 << 20
 MAX_FDS = 32
 ENTER_FAILED = 125  # the worker's exit status when a confinement step did not take
+ENDED = 0  # the zygote's own, when the evaluator's end of its socket closed
 
 
 def main(sock_fd: int) -> None:
@@ -55,9 +56,8 @@ def main(sock_fd: int) -> None:
     if torch.cuda.is_initialized():  # a fork could not use it, and would share the card's context
         raise RuntimeError("the zygote must not create a CUDA context")
     limits = _limits()
-    sock = socket.socket(fileno=sock_fd)
-    sock.sendall(json.dumps({"ready": True, "pid": os.getpid(),
-                             "import_s": round(time.monotonic() - started, 3)}).encode())
+    print(f"zygote {os.getpid()}: imported in {time.monotonic() - started:.2f} s", flush=True)
+    sock = socket.socket(fileno=sock_fd)  # requests may have waited here while we imported
     while True:
         readable, _, _ = select.select([sock], [], [], 1.0)
         _reap()
@@ -65,6 +65,7 @@ def main(sock_fd: int) -> None:
             return
         if not readable:
             continue
+        changed = _restored(limits)  # before the descriptors arrive: a cut open-file limit truncates them
         msg, fds, flags, _ = socket.recv_fds(sock, MAX_REQUEST_BYTES, MAX_FDS)
         if not msg:
             return  # the evaluator closed its end, or died
@@ -77,7 +78,6 @@ def main(sock_fd: int) -> None:
                 raise ValueError("a malformed request")
             if flags & (socket.MSG_CTRUNC | socket.MSG_TRUNC) or len(fds) != request.get("fds"):
                 raise ValueError(f"{len(fds)} descriptors arrived of {request.get('fds')} (is the open-file limit cut?)")
-            changed = _tampered(limits)
             if changed:  # the evaluator starts a new zygote
                 raise ValueError(f"this zygote was tampered with: {changed}")
             pid = os.fork()
@@ -95,15 +95,21 @@ def _limits() -> dict[str, tuple[int, int]]:
     return {name: resource.getrlimit(getattr(resource, name)) for name in dir(resource) if name.startswith("RLIMIT_")}
 
 
-def _tampered(limits: dict[str, tuple[int, int]]) -> str:
-    """What another process changed in this one since it started, as far as can be seen: its
-    resource limits, a tracer. Only a worker of the evaluator's own uid could (best-effort without
-    bwrap or a uid of its own, where workers are not forked: tools/sandbox Sandbox.isolates_workers);
-    its forks would inherit the change, so the zygote refuses to fork and is replaced."""
-    changed = [name for name, value in _limits().items() if limits.get(name) != value]
+def _restored(limits: dict[str, tuple[int, int]]) -> str:
+    """Undo what another process changed in this one since it started, as far as can be seen, and
+    say what could not be undone: its resource limits (set back), a tracer. Only a worker of the
+    evaluator's own uid could change them (best-effort without bwrap or a uid of its own, where
+    workers are not forked at all: tools/sandbox Sandbox.isolates_workers), and forks inherit them."""
+    stuck = []
+    for name, value in _limits().items():
+        if limits.get(name) != value:
+            try:
+                resource.setrlimit(getattr(resource, name), limits[name])
+            except (OSError, ValueError) as exc:
+                stuck.append(f"{name} ({exc})")
     with open("/proc/self/status") as f:
         traced = any(line.startswith("TracerPid:") and line.split()[1] != "0" for line in f)
-    return ", ".join(changed + (["a tracer is attached"] if traced else []))
+    return ", ".join(stuck + (["a tracer is attached"] if traced else []))
 
 
 def _reap() -> None:
@@ -215,3 +221,4 @@ def _kill_group(pid: int) -> None:
 
 if __name__ == "__main__":
     main(int(sys.argv[1]))
+    os._exit(ENDED)  # no interpreter teardown (about a second with torch loaded): nothing to flush
