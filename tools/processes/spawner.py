@@ -72,7 +72,7 @@ class Spawner:
         self.root = Path(tempfile.mkdtemp(prefix="ratchet-eval-")).resolve()
         self.root.chmod(0o755)  # a best-effort worker running as its own uid reaches its scratch
         # workers are forks of a zygote (tools/processes/zygote.py), not exec'd, where no candidate can reach one
-        self.fork = fork_enabled() and self.sandbox.isolates_workers
+        self.fork = fork_enabled() and self.sandbox.forks_workers
         if self.fork:  # both zygotes start now, importing while the evaluator opens
             for role in ("reference", "candidate"):
                 self._prestart(role)

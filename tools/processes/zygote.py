@@ -14,7 +14,9 @@ Zygotes are kept per environment (less what differs per worker: its home, tempor
 directories, which nothing reads at import), at most MAX_ZYGOTES at once, for the life of the
 evaluator's process. Each is its child, ends when the evaluator's end of its socket closes (the
 evaluator exited or died), and holds nothing that is not in every worker of its environment anyway.
-RATCHET_WORKER_START=exec starts every worker by exec instead (the way before the zygote).
+Only a root evaluator forks, and only where candidates cannot reach a zygote
+(tools/sandbox Sandbox.forks_workers); elsewhere, and with RATCHET_WORKER_START=exec, every
+worker is started by exec (the way before the zygote).
 """
 from __future__ import annotations
 

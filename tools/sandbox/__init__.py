@@ -96,6 +96,14 @@ class Sandbox:
         m = self.mechanisms
         return bool(m.bwrap) or bool(m.root and m.drop_uid)
 
+    @property
+    def forks_workers(self) -> bool:
+        """Whether workers may be forked from a zygote here: they are isolated from it (above), and
+        the evaluator is root. Run by another user, bwrap's mount namespace belongs to a user
+        namespace the fork cannot act in (`setns(mnt)` refused, seen 2026-11-28 as uid 65534):
+        such an evaluator execs its workers, as before the zygote."""
+        return self.isolates_workers and self.mechanisms.root
+
     def isolation(self) -> dict[str, Any]:
         """For the result's environment: the mode, what confined the worker, what was missing."""
         m = self.mechanisms
