@@ -20,8 +20,7 @@ def test_workers_share_one_bytecode_cache_and_verdicts_do_not_change(tmp_path: P
         assert ev.spawner.bytecode == prefix
         assert_ok(ev.evaluate(source("elementwise_ok")))
         assert ev.evaluate(source("wrong_shape")).verdict is not Verdict.OK
-    # by the reference's zygote, as it imported torch for the reference workers forked from it
-    # (tools/processes/zygote.py; the prefix mirrors the source's directory)
+    # by the reference worker, as it imported torch (the prefix mirrors the source's directory)
     assert list(prefix.rglob(f"torch/__init__.{sys.implementation.cache_tag}.pyc"))
     assert not list(prefix.rglob("elementwise*"))  # the problem's own file: never (later candidates read it)
     with Evaluator(PROBLEMS / "elementwise.py", options(cache, bytecode_cache="on")) as ev:

@@ -163,6 +163,8 @@ def _keeper(request: dict[str, Any], fds: list[int], hosts: dict[str, int], last
 
 def _worker(spec: dict[str, Any], fds: dict[str, Any], hosts: dict[str, int], last_cap: int) -> None:
     code = ENTER_FAILED
+    log = os.fstat(fds["log"])
+    fds["log_id"] = (log.st_dev, log.st_ino)
     try:
         enter.apply(spec, fds, hosts, last_cap)
         code = 0
@@ -171,10 +173,12 @@ def _worker(spec: dict[str, Any], fds: dict[str, Any], hosts: dict[str, int], la
         sys.argv = [worker_main.__file__, *(str(fd) for fd in enter.WORKER_FDS)]  # as `python -m tools.worker 3 4 5`
         worker_main.serve(*enter.WORKER_FDS)
     except enter.EnterFailed as exc:
-        print(f"sandbox: the worker was not started: {exc}", file=sys.stderr)
+        _say(fds, f"sandbox: the worker was not started: {exc}\n")
         code = ENTER_FAILED
-    except BaseException:  # noqa: BLE001 - the worker's own failures go to its log, as with exec
+    except BaseException as exc:  # noqa: BLE001 - the worker's own failures go to its log, as with exec
         traceback.print_exc()
+        if code:  # before it served: said in its log too, whether or not stderr was its log yet
+            _say(fds, f"worker start failed: {type(exc).__name__}: {exc}\n")
         code = code or 1
     finally:
         try:
@@ -182,6 +186,17 @@ def _worker(spec: dict[str, Any], fds: dict[str, Any], hosts: dict[str, int], la
             sys.stderr.flush()
         finally:
             os._exit(code)
+
+
+def _say(fds: dict[str, Any], text: str) -> None:
+    """Write to the worker's log: fd 2 once it is the log, else the log's own descriptor (still
+    open until the worker's descriptors are taken, tools/zygote/enter.py)."""
+    try:
+        err = os.fstat(2)
+        fd = 2 if (err.st_dev, err.st_ino) == fds["log_id"] else fds["log"]
+        os.write(fd, text.encode(errors="replace"))
+    except OSError:
+        pass  # nowhere left to say it: the exit status (125) still tells the parent
 
 
 def _keep(pid: int, status: socket.socket) -> None:
