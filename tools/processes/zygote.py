@@ -36,6 +36,9 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tools.processes.holder import HolderFailed, hold
+from tools.processes.holder import kill as holder_kill
+
 if TYPE_CHECKING:
     from tools.sandbox import Launch
 
@@ -43,14 +46,10 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # read per worker (after the fork), never at import: a zygote serves workers that differ in these
 PER_WORKER = ("HOME", "TMPDIR", "TORCH_EXTENSIONS_DIR", "TRITON_HOME", "TRITON_CACHE_DIR")
 READY_TIMEOUT_S = 300.0  # importing torch where it has no bytecode took 11 s on an H100 machine
-HOLDER_TIMEOUT_S = 60.0
 ENTER_FAILED = 125  # a worker's exit status when it was not started (as tools/zygote/__main__.py's)
 # differs between processes that import alike: pytest names the running test in it
 VOLATILE = ("PYTEST_CURRENT_TEST",)
 MAX_ZYGOTES = 3  # the reference's, the candidates' and the CUDA builds' environments of one evaluator
-HOLDER_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}  # bwrap and its holder need nothing of ours
-NAMESPACES = ("user", "mnt", "net", "ipc", "uts", "cgroup", "pid")
-REQUIRED = ("mnt", "net", "ipc", "uts", "pid")
 
 
 class ZygoteFailed(Exception):
@@ -276,13 +275,13 @@ class Forked:
             except OSError:
                 pass
         if self.holder is not None:
-            _kill_holder(self.holder, wait=False)
+            holder_kill(self.holder, wait=False)
 
     def release(self) -> None:
         """After the worker's end: close its channels and reap its holder."""
         self._close_status()
         if self.holder is not None:
-            _kill_holder(self.holder)
+            holder_kill(self.holder)
             for pipe in (self.holder.stdin, self.holder.stdout):
                 if pipe is not None:
                     pipe.close()
@@ -297,7 +296,10 @@ def start(plan: "Launch", worker_fds: tuple[int, ...], log_fd: int, limits: dict
     holder: subprocess.Popen | None = None
     namespaces: dict[str, int] = {}
     if fork.holder:
-        holder, namespaces, failed = _hold(fork.holder, log_fd)
+        try:
+            holder, namespaces, failed = hold(fork.holder, log_fd)
+        except HolderFailed as exc:
+            raise ZygoteFailed(str(exc)) from None
         if failed is not None:
             return Forked(None, None, returncode=failed)
     spec = {"env": plan.env, "cwd": fork.cwd or cwd, "limits": limits, "confined": fork.confined,
@@ -317,7 +319,7 @@ def start(plan: "Launch", worker_fds: tuple[int, ...], log_fd: int, limits: dict
     except BaseException:
         ours.close()
         if holder is not None:
-            _kill_holder(holder)
+            holder_kill(holder)
         raise
     finally:
         theirs.close()
@@ -334,98 +336,6 @@ def discard(zygote: Zygote) -> None:
     zygote.close()
 
 
-def _hold(argv: list[str], log_fd: int) -> tuple[subprocess.Popen | None, dict[str, int], int | None]:
-    """Start bwrap holding a fresh sandbox; return it, descriptors of its namespaces (each checked
-    to be new), or its exit status when it could not build one (bwrap said why in the log)."""
-    info_r, info_w = os.pipe()
-    try:
-        holder = subprocess.Popen([argv[0], "--info-fd", str(info_w), *argv[1:]], pass_fds=(info_w,),
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_fd, env=HOLDER_ENV,
-                                  start_new_session=True, preexec_fn=_die_with_parent)
-    finally:
-        os.close(info_w)
-    try:
-        info = _read_all(info_r, HOLDER_TIMEOUT_S)
-    finally:
-        os.close(info_r)
-    assert holder.stdout is not None
-    said = info and select.select([holder.stdout], [], [], HOLDER_TIMEOUT_S)[0]
-    line = holder.stdout.readline() if said else b""  # the holder runs: the sandbox is built
-    if line != b"ready\n":
-        _kill_holder(holder)
-        code = holder.returncode
-        return None, {}, code or 1
-    init = int(json.loads(info)["child-pid"])
-    return holder, _namespaces_of(init, holder), None
-
-
-def _read_all(fd: int, timeout: float) -> bytes:
-    data, deadline = b"", time.monotonic() + timeout
-    while time.monotonic() < deadline and select.select([fd], [], [], deadline - time.monotonic())[0]:
-        chunk = os.read(fd, 4096)
-        if not chunk:
-            break
-        data += chunk
-    return data
-
-
-def _namespaces_of(init: int, holder: subprocess.Popen) -> dict[str, int]:
-    """Descriptors of the namespaces of the sandbox's first process `init` (bwrap's child, the
-    holder): only those that differ from ours, which must include REQUIRED; checked to belong to
-    that very process (its parent is our bwrap, and it was alive after they were opened)."""
-    try:
-        pidfd = os.pidfd_open(init)
-    except ProcessLookupError:
-        _kill_holder(holder)
-        raise ZygoteFailed("the sandbox's first process ended before its namespaces were opened") from None
-    fds: dict[str, int] = {}
-    try:
-        with open(f"/proc/{init}/stat") as f:
-            parent = int(f.read().rsplit(")", 1)[1].split()[1])
-        if parent != holder.pid:
-            raise ZygoteFailed(f"the sandbox's first process {init} is not bwrap's child")
-        for name in NAMESPACES:
-            path = f"/proc/{init}/ns/{name}"
-            if not os.path.exists(path):
-                continue
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            if os.fstat(fd).st_ino == os.stat(f"/proc/self/ns/{name}").st_ino:
-                os.close(fd)
-                continue
-            fds[name] = fd
-        if select.select([pidfd], [], [], 0)[0]:
-            raise ZygoteFailed("the sandbox ended while its namespaces were opened")
-        missing = [name for name in REQUIRED if name not in fds]
-        if missing:
-            raise ZygoteFailed(f"bwrap made no new {', '.join(missing)} namespace")
-    except BaseException:
-        for fd in fds.values():
-            os.close(fd)
-        _kill_holder(holder)
-        raise
-    finally:
-        os.close(pidfd)
-    return fds
-
-
 def _proc_limits(pid: int) -> str:
     with open(f"/proc/{pid}/limits") as f:
         return f.read()
-
-
-def _kill_holder(holder: subprocess.Popen, wait: bool = True) -> None:
-    """SIGKILL bwrap's process group (bwrap, with --die-with-parent, takes its sandbox along);
-    only while it is unreaped, so that the group's id cannot belong to anyone else."""
-    if holder.poll() is None:
-        try:
-            os.killpg(holder.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    if wait:
-        holder.wait()
-
-
-def _die_with_parent() -> None:
-    import ctypes
-
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
