@@ -74,7 +74,7 @@ class Spawner:
         # workers are forks of a zygote (tools/processes/zygote.py), not exec'd, where no candidate can reach one
         self.fork = fork_enabled() and self.sandbox.forks_workers
         if self.fork:  # the candidates' zygote starts now, importing while the evaluator opens
-            self._prestart("candidate")
+            self._prestart()
         self.spawned = 0  # workers started so far (their scratch directories are numbered by it)
         self._count_lock = threading.Lock()
         self._copy_lock = threading.Lock()
@@ -146,12 +146,12 @@ class Spawner:
             extra["CUDA_VISIBLE_DEVICES"] = ""
         return extra
 
-    def _prestart(self, role: str) -> None:
-        """Start the zygote that `role`'s workers (the run profile's candidates) will be forked
+    def _prestart(self) -> None:
+        """Start the zygote that the run profile's candidate workers will be forked
         from, before the first is asked for (it does not wait for its imports). A failure here is
         not lost: the spawn that needs the zygote starts it again and raises it."""
         scratch = self.root / "prestart"  # never made: what differs per worker is not the zygote's
-        extra = self._extra_env(role, "run", scratch)
+        extra = self._extra_env("candidate", "run", scratch)
         env = candidate_env(self.device, scratch, "run", extra)
         try:
             zygote_for(env)

@@ -42,14 +42,13 @@ from tools.processes.holder import kill as holder_kill
 if TYPE_CHECKING:
     from tools.sandbox import Launch
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # read per worker (after the fork), never at import: a zygote serves workers that differ in these
 PER_WORKER = ("HOME", "TMPDIR", "TORCH_EXTENSIONS_DIR", "TRITON_HOME", "TRITON_CACHE_DIR")
 READY_TIMEOUT_S = 300.0  # importing torch where it has no bytecode took 11 s on an H100 machine
 ENTER_FAILED = 125  # a worker's exit status when it was not started (as tools/zygote/__main__.py's)
 # differs between processes that import alike: pytest names the running test in it
 VOLATILE = ("PYTEST_CURRENT_TEST",)
-MAX_ZYGOTES = 3  # the reference's, the candidates' and the CUDA builds' environments of one evaluator
+MAX_ZYGOTES = 3  # the candidates' and the CUDA builds' environments of one evaluator, and one more
 
 
 class ZygoteFailed(Exception):
