@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tools.judge.compare import Tolerance
+    from tools.judge.exact import ExactBound
 
 # how a candidate's worker is confined (tools/sandbox/, docs/sandbox.md): "required" refuses to start
 # without full OS confinement; "best-effort" uses what the machine has and records what it lacks
@@ -26,6 +27,8 @@ class EvalOptions:
     precision: str = "fp32"  # float32 arithmetic of the baselines and both workers: fp32 | tf32 (tools/precision.py)
     disabled_rules: frozenset[str] = frozenset()  # guard rules switched off (see docs/evaluator.md)
     tolerances: dict[str, Tolerance] | None = None  # per dtype name, overriding compare.TOLERANCES
+    # float32 outputs judged against the reference in float64 (tools/judge/exact.py); None: off
+    float64_bound: "ExactBound | None" = field(default_factory=lambda: _default_bound())
     seed: int | None = None  # None: a secret seed per Evaluator (per run)
     start_timeout: float = 180.0
     build_timeout: float = 300.0
@@ -46,6 +49,12 @@ class EvalOptions:
     artifact_cache_mb: int = 4096  # build products kept between evaluations (tools/processes/artifacts.py)
     bytecode_cache: str = "auto"  # workers' .pyc where torch has none: "auto", "on", "off" (tools/processes/bytecode.py)
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _default_bound() -> "ExactBound":
+    from tools.judge.exact import ExactBound  # light: torch is imported only when errors are computed
+
+    return ExactBound()
 
 
 def default_cache_dir() -> Path:

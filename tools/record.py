@@ -11,7 +11,10 @@ held-out sizes and constructor arguments: the drop-in check, tools/judge/heldout
 held-out variant and its outcome); 5 adds `roofline.bound` ("memory" or "compute": which ceiling
 sets the floor, so the agent can stop a memory-bound search at its own target); 6 adds `precision`
 ("fp32" or "tf32": the float32 arithmetic of the baselines and both workers, tools/precision.py; an
-older record's runs used PyTorch's defaults, TF32 convolutions included). `Result.from_dict`
+older record's runs used PyTorch's defaults, TF32 convolutions included); 7 adds `errors.float64`
+(whether float32 outputs were judged against the reference evaluated in float64, and what was not)
+and `errors.float64_norm_ratio` / `errors.float64_max_ratio` (the candidate's largest error against
+float64 as a multiple of eager float32's own: tools/judge/exact.py). `Result.from_dict`
 reads every version (an older record simply lacks the newer fields, and is written back without
 them). The exit code of each verdict: agent/cli/exit_codes.py.
 """
@@ -23,10 +26,11 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-SCHEMA_VERSION = 6
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)  # from_dict reads these; workspaces hold records of every one
+SCHEMA_VERSION = 7
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7)  # from_dict reads these; workspaces hold records of every one
 # fields an older record does not have (written back without them); "a.b" is field b of the record's a
-ADDED_IN = {"distributions": 3, "dropped": 3, "generalizes": 4, "heldout": 4, "roofline.bound": 5, "precision": 6}
+ADDED_IN = {"distributions": 3, "dropped": 3, "generalizes": 4, "heldout": 4, "roofline.bound": 5, "precision": 6,
+            "errors.float64": 7, "errors.float64_norm_ratio": 7, "errors.float64_max_ratio": 7}
 
 
 class Verdict(str, enum.Enum):
@@ -61,6 +65,10 @@ class Errors:
     max_abs: float | None = None
     max_rel: float | None = None  # largest elementwise |a-b| / (|b| + eps)
     norm_rel: float | None = None  # largest ||a-b|| / ||b|| over outputs
+    # the float64-judged bound (tools/judge/exact.py): "judged (N outputs)[; not judged: ...]" or "not judged: why"
+    float64: str | None = None
+    float64_norm_ratio: float | None = None  # worst ||c - r64|| / ||r32 - r64|| over the outputs judged
+    float64_max_ratio: float | None = None  # worst max|c - r64| / max|r32 - r64|
 
 
 @dataclass

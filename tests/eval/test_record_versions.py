@@ -36,7 +36,7 @@ SCHEMA_1 = {
 
 
 def test_schema_1_records_are_still_read():
-    assert SCHEMA_VERSION == 6 and READABLE_VERSIONS == (1, 2, 3, 4, 5, 6)
+    assert SCHEMA_VERSION == 7 and READABLE_VERSIONS == (1, 2, 3, 4, 5, 6, 7)
     result = Result.from_dict(json.loads(json.dumps(SCHEMA_1)))
     assert result.verdict is Verdict.INCORRECT and result.schema_version == 1  # it says what wrote it
     assert result.errors.max_abs == 1.0 and result.checks[2].name == "trial-1" and result.roofline.bytes_moved == 8192
@@ -46,7 +46,12 @@ def test_schema_1_records_are_still_read():
     assert result.generalizes is None and result.heldout == []  # schema 4's
     assert result.roofline.bound is None and "bound" not in result.to_dict()["roofline"]  # schema 5's, nested
     assert result.precision is None and "precision" not in result.to_dict()  # schema 6's
-    current = Result(verdict=Verdict.ERROR, message="the evaluator failed", precision="tf32").to_dict()
+    assert "float64" not in result.to_dict()["errors"]  # schema 7's, nested
+    latest = Result(verdict=Verdict.ERROR, message="the evaluator failed", precision="tf32").to_dict()
+    assert latest["schema_version"] == 7 and latest["errors"]["float64"] is None
+    assert Result.from_dict(latest).to_dict() == latest
+    current = {**latest, "schema_version": 6, "errors": {k: v for k, v in latest["errors"].items() if not k.startswith("float64")}}
+    assert Result.from_dict(current).to_dict() == current  # a schema 6 record is written back as it was
     assert current["schema_version"] == 6 and Result.from_dict(current).precision == "tf32"
     assert current["roofline"]["bound"] is None
     schema_5 = {k: v for k, v in current.items() if k != "precision"} | {"schema_version": 5}
@@ -57,7 +62,7 @@ def test_schema_1_records_are_still_read():
     schema_3 = {**schema_4, "schema_version": 3}
     del schema_3["generalizes"], schema_3["heldout"]
     assert Result.from_dict(schema_3).to_dict() == schema_3  # a schema 3 record is written back as it was
-    for version in (None, 0, 7, "2"):
+    for version in (None, 0, 8, "2"):
         with pytest.raises(ValueError, match="schema_version"):
             Result.from_dict({**SCHEMA_1, "schema_version": version})
 

@@ -51,14 +51,31 @@ class Bench:
         with self.lock:
             return self.distributions.for_trial(i, seed, lambda s, d: self.reference_outputs(s, d, borrow=True))
 
+    @property
+    def exact(self) -> bool:
+        """Whether outputs are judged against the reference evaluated in float64 (tools/judge/exact.py):
+        a float32 problem, with the bound switched on (`EvalOptions.float64_bound`)."""
+        return self.options.float64_bound is not None and self.problem.dtype in ("float32", "complex64")
+
     def reference_outputs(self, seed: int, dist: str, borrow: bool = False) -> Any:
         """[outputs, inputs after forward] of the reference (tools/processes/reference.py); with
         `borrow`, a set too large to keep is views into the reference worker's arena: the caller
-        holds `lock` while it uses them (`trial_lock()` is that lock exactly when they are borrowed)."""
+        holds `lock` while it uses them (`trial_lock()` is that lock exactly when they are borrowed).
+        For a float32 problem the same request evaluates the reference in float64: `reference_wide()`."""
         with self.lock:
             return self.reference.outputs_for(seed, dist, timeout=self.options.trial_timeout,
-                                              arena_cap=self.arena_cap(2, dist=dist), size=self.set_bytes(dist),
-                                              keep_bytes=self.options.reference_cache_mb << 20, borrow=borrow)
+                                              arena_cap=self.arena_cap(2, dist=dist) + self._wide_bytes(dist),
+                                              size=self.set_bytes(dist),
+                                              keep_bytes=self.options.reference_cache_mb << 20, borrow=borrow,
+                                              float64=self.exact)
+
+    def reference_wide(self, seed: int, dist: str) -> tuple[Any, str | None]:
+        """(the reference's outputs in float64, None) on (seed, distribution), or (None, why not):
+        asked right after reference_outputs() of the same set, under the same lock when borrowed."""
+        with self.lock:
+            if not self.exact:
+                return None, "not a float32 problem" if self.options.float64_bound is not None else "switched off"
+            return self.reference.wide_for(seed, dist)
 
     def feed(self, worker: WorkerProcess, sets: list[Set],
              stamps: dict[str, float] | None = None) -> tuple[list[dict[str, Any]], bytes]:
@@ -74,7 +91,16 @@ class Bench:
         if dist.startswith("variant:"):
             variant = self.problem.variants[int(dist.split(":")[1])]
             inputs, outputs = int(variant.get("input_bytes") or inputs), int(variant.get("output_bytes") or outputs)
-        return inputs + outputs
+        return inputs + outputs + self._wide_bytes(dist)
+
+    def _wide_bytes(self, dist: str) -> int:
+        """Bytes of the reference's float64 outputs on `dist` (twice its float32 ones), if asked for."""
+        if not self.exact:
+            return 0
+        outputs = self.problem.output_bytes
+        if dist.startswith("variant:"):
+            outputs = int(self.problem.variants[int(dist.split(":")[1])].get("output_bytes") or outputs)
+        return 2 * outputs
 
     def trial_lock(self, dist: str) -> contextlib.AbstractContextManager[Any]:
         """What a trial on `dist` holds from writing its inputs to comparing its outputs: the

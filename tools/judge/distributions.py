@@ -1,7 +1,9 @@
 """The input distributions a problem's correctness trials rotate over, and those it does not allow.
 
-Three rotate over the trials (tools/worker/inputs.py makes them): the problem's own, a shifted one
-(wider, off-centre), and a signed one (centred on zero: both signs of every continuous input). A
+Four rotate over the trials (tools/worker/inputs.py makes them): the problem's own, a shifted one
+(wider, off-centre), a signed one (centred on zero: both signs of every continuous input), and a
+stress one (scaled up by the largest factor, up to 1000, under which the reference stays finite,
+and moved far off centre: what unstabilised softmax, log-sum-exp and variances do not survive). A
 distribution under which the reference's output stops being finite where it was finite on the
 problem's own inputs is not what the problem allows: "shifted" is then dropped; "signed" keeps
 the inputs that can cross zero (each tried alone, then together) and leaves the others as the
@@ -19,7 +21,8 @@ from typing import Any
 from tools.judge.trial_checks import nonfinite
 from tools.problem import ProblemError
 
-ROTATION = ("problem", "shifted", "signed")
+ROTATION = ("problem", "shifted", "signed", "stress")
+STRESS_FACTORS = (1000, 100, 10)  # tried largest first: the first is the cap (tools/worker/inputs.py, "stress:F")
 # (seed, distribution) -> [outputs, inputs after forward] of the reference, possibly read in place
 Outputs = Callable[[int, str], Any]
 
@@ -38,8 +41,21 @@ class Distributions:
                 self._drop("shifted", "the reference's output is not finite (or it raises) on shifted inputs")
             elif dist == "signed":
                 self._choose_signed(seed, outputs)  # replaced by the inputs that may cross zero, or dropped
+            elif dist == "stress":
+                self._choose_stress(seed, outputs)  # replaced by the largest factor allowed, or dropped
             else:
                 return dist
+
+    def _choose_stress(self, seed: int, outputs: Outputs) -> None:
+        """Replace "stress" in the rotation by "stress:F", F the largest of STRESS_FACTORS under which
+        the reference's output stays finite; drop it when there is none."""
+        at = self.names.index("stress")
+        for factor in STRESS_FACTORS:
+            if not _breaks(outputs, seed, f"stress:{factor}"):
+                self.names[at] = f"stress:{factor}"
+                return
+        self._drop("stress", f"the reference's output is not finite (or it raises) on inputs scaled up "
+                             f"{STRESS_FACTORS[-1]}x and moved off centre")
 
     def _choose_signed(self, seed: int, outputs: Outputs) -> None:
         """Replace "signed" in the rotation by the inputs that may cross zero: all, some, or none."""
@@ -86,6 +102,9 @@ def words(dist: str) -> str:
     kind, _, leaves = dist.partition(":")
     if kind == "signed":
         return f"signed inputs: input {_names([int(n) for n in leaves.split(',')])} drawn around zero, both signs"
+    if kind == "stress":
+        return (f"stress inputs: scaled up {leaves}x and moved 16 standard deviations off centre (softmax and "
+                "log-sum-exp need the row maximum subtracted, variances a stable formula)")
     return {"problem": "problem inputs", "shifted": "shifted inputs: wider and off-centre"}.get(kind, f"{dist} inputs")
 
 

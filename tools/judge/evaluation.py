@@ -18,6 +18,7 @@ from tools.record import Result
 
 if TYPE_CHECKING:
     from tools.guard.scan import Scan
+    from tools.judge.exact import ExactJudge
     from tools.processes.process import WorkerProcess
     from tools.timing.plan import TimingPlan
 
@@ -33,6 +34,16 @@ class Evaluation:
     torch_ops: set[str] = field(default_factory=set)  # compute ops left to torch in any forward
     plan: "TimingPlan | None" = None  # the timing protocol's input pool and blocks
     gaps: dict[str, list[float]] = field(default_factory=dict)  # per arm: sync time minus end event, per call
+    exact: "ExactJudge | None" = None  # the float64-judged bound's state (tools/judge/exact.py), float32 problems
+
+    def exact_for(self, bench_exact: bool, bound: object) -> "ExactJudge | None":
+        """This evaluation's float64 judge, made on first use when the bench judges so."""
+        if bench_exact and self.exact is None:
+            from tools.judge.exact import ExactBound, ExactJudge
+
+            assert isinstance(bound, ExactBound)
+            self.exact = ExactJudge(bound)
+        return self.exact
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from tools.guard.ops import compute_ops
 from tools.judge.compare import Stats
 from tools.judge.trial_checks import compare_reply
+from tools.judge.trials import exact_for_set
 from tools.judge.verdict import Failure, passed, reply_failure
 from tools.processes.process import WorkerGone
 from tools.record import Result, Verdict
@@ -97,6 +98,7 @@ def _one(bench: "Bench", evaluation: "Evaluation", k: int, name: str, desc: str,
     with bench.trial_lock(dist):  # as in tools/judge/trials.py: the inputs first, then the reference's outputs, read in place
         trees, payload = bench.feed(worker, [(None, seed, dist)])
         ref_out, ref_in = bench.reference_outputs(seed, dist, borrow=True)
+        exact = exact_for_set(bench, evaluation, seed, dist, "trials")  # small outputs pooled with the trials'
         shapes = _shapes(ref_in)
         where = f"held-out sizes ({desc}; inputs {shapes})"
         header, payload = worker.request({"op": "trial", "inputs": trees[0], "poison": True, "model": "variant",
@@ -107,8 +109,8 @@ def _one(bench: "Bench", evaluation: "Evaluation", k: int, name: str, desc: str,
             return failure
         # a Stats of its own: the result's error sizes stay those of the correctness trials
         compared = compare_reply(worker, header, payload, ref_out, ref_in, Stats(), options.tolerances, name,
-                                 fed=trees[0])
-        del ref_out, ref_in
+                                 fed=trees[0], exact=exact)
+        del ref_out, ref_in, exact
     if compared.failure is not None:  # the record still lists the variant as failed
         result.heldout.append({"variant": desc, "outcome": "failed", "detail": "malformed output from the worker"})
         return compared.failure

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tools.judge.compare import Stats, Tolerance, compare_trees
+from tools.judge.exact import ExactJudge
 from tools.judge.verdict import Failure
 from tools.record import Verdict
 from tools.wire.transport import TransportError, tensor_nodes
@@ -35,13 +36,15 @@ class Compared:
 
 def compare_reply(worker: "WorkerProcess", header: dict[str, Any], payload: bytes, ref_out: Any, ref_in: Any,
                   stats: Stats, tolerances: dict[str, Tolerance] | None, name: str,
-                  fed: dict[str, Any] | None = None) -> Compared:
+                  fed: dict[str, Any] | None = None, exact: tuple[ExactJudge, str, Any] | None = None) -> Compared:
     """A trial's reply against the reference: the candidate's outputs read from it (malformed:
     check `name` fails, rejected), then no output aliasing an input, outputs equal to `ref_out`
     (error sizes added to `stats`), inputs after forward() equal to `ref_in`. On a GPU the inputs
     after forward() are read where the parent wrote them (`fed`, the tree of the set written into
     the worker's input arena): the worker names them without copying them (tools/wire/transport.py,
-    `hold`), which keeps a whole input set out of its arena; on the CPU they come in the reply."""
+    `hold`), which keeps a whole input set out of its arena; on the CPU they come in the reply.
+    With `exact` = (judge, key, the reference's float64 outputs), outputs within the tolerance are
+    then held to the float64-judged bound (tools/judge/exact.py; check `float64-bound`)."""
     try:
         cand_out, cand_in = _candidate_values(worker, header, payload, fed)
         aliased = aliasing(header["tree"])  # reads the worker's storage claims: malformed ones are its doing
@@ -50,6 +53,10 @@ def compare_reply(worker: "WorkerProcess", header: dict[str, Any], payload: byte
                                         f"The worker sent malformed outputs ({exc})."))
     problem = (aliased or mismatch(ref_out, cand_out, stats, tolerances, "output")
                or mismatch(ref_in, cand_in, Stats(), tolerances, "input", what="inputs after forward"))
+    if problem is None and exact is not None:
+        judge, key, wide = exact
+        if (why := judge.observe(key, wide, ref_out, cand_out)) is not None:
+            problem = ("float64-bound", Verdict.INCORRECT, why)
     del cand_out, cand_in  # CUDA ones are views into the worker's arena; it frees its side at its next request
     return Compared(problem=problem)
 

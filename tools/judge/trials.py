@@ -10,7 +10,8 @@ ones included), and in a single-op problem nothing computing was left to torch.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import math
+from typing import TYPE_CHECKING, Any
 
 from tools.guard.ops import compute_ops
 from tools.judge.compare import Stats
@@ -21,6 +22,7 @@ from tools.record import Errors, Verdict
 
 if TYPE_CHECKING:
     from tools.judge.bench import Bench
+    from tools.judge.exact import ExactJudge
     from tools.judge.evaluation import Evaluation
 
 
@@ -42,6 +44,7 @@ def _trials(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
             # borrowed set of its outputs lies until its next request
             trees, payload = bench.feed(worker, [(None, seed, dist)])
             ref_out, ref_in = bench.reference_outputs(seed, dist, borrow=True)
+            exact = exact_for_set(bench, evaluation, seed, dist, "trials")
             header, payload = worker.request({"op": "trial", "inputs": trees[0], "poison": True,
                                               "arena_cap": bench.arena_cap(2)}, bench.options.trial_timeout, payload)
             if i == 0:
@@ -49,8 +52,8 @@ def _trials(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
             if (failure := reply_failure(header, name)) is not None:
                 return failure
             compared = compare_reply(worker, header, payload, ref_out, ref_in, stats, bench.options.tolerances, name,
-                                     fed=trees[0])
-            del ref_out, ref_in
+                                     fed=trees[0], exact=exact)
+            del ref_out, ref_in, exact
         evaluation.saw_launches(int(header.get("launches") or 0))
         result.kernel_launches = evaluation.launched or 0
         if isinstance(header.get("ops"), dict):
@@ -71,9 +74,44 @@ def _trials(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
     return None
 
 
+def exact_for_set(bench: "Bench", evaluation: "Evaluation", seed: int, dist: str, key: str) -> "tuple[ExactJudge, str, Any] | None":
+    """(judge, pool key, the reference's float64 outputs) for compare_reply(), or None (not a float32
+    problem, the bound off, or no float64 outputs for this set: recorded why)."""
+    judge = evaluation.exact_for(bench.exact, bench.options.float64_bound)
+    if judge is None:
+        return None
+    wide, why = bench.reference_wide(seed, dist)
+    if wide is None:
+        judge.skipped[dist] = why or "no float64 outputs"
+        return None
+    return judge, key, wide
+
+
+def float64_bound(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
+    """The pooled part of the float64-judged bound (outputs too small to judge one trial at a time:
+    tools/judge/exact.py), after the trials and the held-out ones; the record's float64 errors."""
+    judge, result = evaluation.exact, evaluation.result
+    if judge is None:
+        result.errors.float64 = "not judged: " + ("switched off" if bench.options.float64_bound is None
+                                                  else f"a {bench.problem.dtype} problem")
+        return None
+    why = judge.final()
+    result.errors.float64_norm_ratio = round(judge.worst_norm, 4) if math.isfinite(judge.worst_norm) else None
+    result.errors.float64_max_ratio = round(judge.worst_max, 4) if math.isfinite(judge.worst_max) else None
+    skipped = "; ".join(f"{k}: {v}" for k, v in sorted(judge.skipped.items()))
+    result.errors.float64 = f"judged ({judge.judged} trial outputs)" + (f"; not judged: {skipped}" if skipped else "")
+    if why is not None:
+        return Failure(Verdict.INCORRECT, "float64-bound", why,
+                       f"Every trial was within the float32 tolerance, but {why}.")
+    passed(result, "float64-bound", result.errors.float64)
+    return None
+
+
 def integrity(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
     """Step: the candidate's own kernels ran in every forward; a single-op problem's op was not left to torch."""
     with evaluation.phase("correctness"):
+        if (failure := float64_bound(bench, evaluation)) is not None:
+            return failure
         result = evaluation.result
         if not evaluation.launched:
             defines_kernel = evaluation.scan is not None and bool(evaluation.scan.triton_kernels or evaluation.scan.uses_load_inline)

@@ -31,6 +31,9 @@ class Reference:
         self.proc = spawn()  # starts loading now; build() waits for it
         self.restarts = 0
         self.cache: dict[tuple[int, str], Any] = {}
+        # (seed, distribution) -> the reference's outputs evaluated in float64 (tools/worker/float64.py),
+        # or why there are none; kept beside `cache`, and for a borrowed set until the next request
+        self.wide: dict[tuple[int, str], tuple[Any, str | None]] = {}
         self.init: tuple[dict[str, Any], bytes] = ({"t": "list", "items": []}, b"")  # get_init_inputs(), encoded
         self.variant_inits: dict[int, tuple[dict[str, Any], bytes]] = {}  # the same, per held-out variant
 
@@ -82,6 +85,7 @@ class Reference:
         politely (seen on an H100 as 7% of a warm batch slot's time)."""
         self.proc.kill()
         self.cache.clear()
+        self.wide.clear()
 
     # requests ---------------------------------------------------------------------------
     def request(self, msg: dict[str, Any], timeout: float) -> tuple[dict[str, Any], bytes]:
@@ -103,27 +107,46 @@ class Reference:
         return self.proc.outputs(header, payload)
 
     def outputs_for(self, seed: int, dist: str, *, timeout: float, arena_cap: int, size: int, keep_bytes: int,
-                    borrow: bool = False) -> Any:
+                    borrow: bool = False, float64: bool = False) -> Any:
         """[outputs, inputs] of the reference on the inputs of (seed, distribution), `size` bytes,
         computed once and kept (oldest dropped first) while they fit in `keep_bytes`. A set larger than
         `keep_bytes` is not kept: held by the parent after its trial, a 12 GiB set (a 6 GiB input
         and output) left no room for the timing on an 80 GiB GPU. With `borrow`, such a set is
         not even copied: the values are views into the reference worker's arena, valid until its
-        next request (the caller holds the evaluator's lock until it is done with them)."""
+        next request (the caller holds the evaluator's lock until it is done with them). With
+        `float64`, the same request has the reference evaluated in float64 too: `wide_for()`."""
         key = (seed, dist)
-        if key in self.cache:
+        if key in self.cache and (not float64 or key in self.wide):
             return self.cache[key]
         while self.cache and size * (len(self.cache) + 1) > keep_bytes:
-            del self.cache[next(iter(self.cache))]
+            oldest = next(iter(self.cache))
+            del self.cache[oldest]
+            self.wide.pop(oldest, None)
+        self.wide = {k: v for k, v in self.wide.items() if k in self.cache}  # a borrowed set's: gone with the arena
         header, payload = self.checked({"op": "trial", "seed": seed, "distribution": dist, "poison": False,
-                                        "record": False, "arena_cap": arena_cap}, timeout)
+                                        "record": False, "arena_cap": arena_cap, "float64": float64}, timeout)
         value = self.outputs(header, payload)
+        if float64:
+            if not isinstance(value, list) or len(value) != 3:
+                raise ReferenceLost("the reference worker's float64 trial reply is not [outputs, inputs, outputs64]")
+            why = header.get("float64_skipped")
+            self.wide[key] = (None, str(why)) if why or value[2] is None else (value[2], None)
+            value = value[:2]
         if size > keep_bytes and borrow:
             return value
         value = _clone(value)  # out of the arena: it is reused
+        if float64 and self.wide[key][0] is not None:
+            self.wide[key] = (_clone(self.wide[key][0]), None)
         if size <= keep_bytes:
             self.cache[key] = value
+        else:
+            self.wide.pop(key, None)
         return value
+
+    def wide_for(self, seed: int, dist: str) -> tuple[Any, str | None]:
+        """(the float64 outputs, None) of the last outputs_for(seed, dist, float64=True), or (None,
+        why not); a borrowed set's are views into the worker's arena, as its outputs are."""
+        return self.wide.get((seed, dist), (None, "the reference's float64 outputs were not asked for"))
 
 
 def one_line(message: str) -> str:

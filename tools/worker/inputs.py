@@ -19,6 +19,11 @@ Distributions:
   signs are tested (ReLU on `torch.rand` inputs sees negatives). "signed:0,2" signs only those
   tensor leaves (numbered depth-first over the inputs) and leaves the others as the problem
   made them: the evaluator chooses the leaves where the reference stays finite (tools/judge/trials.py).
+- "stress:F": every continuous floating input x is replaced by F * (x + 16*std(x)): scaled up by F
+  and moved off centre by 16 standard deviations (non-negative inputs stay non-negative), so that
+  softmax and log-sum-exp without the row maximum subtracted overflow, and variances computed as
+  E[x^2] - E[x]^2 lose their digits. F is the largest of 1000, 100 and 10 under which the
+  reference's output stays finite (tools/judge/distributions.py); none: "stress" is dropped.
 """
 from __future__ import annotations
 
@@ -27,7 +32,8 @@ from typing import Any
 
 import torch
 
-DISTRIBUTIONS = ("problem", "shifted", "signed")
+DISTRIBUTIONS = ("problem", "shifted", "signed", "stress")
+STRESS_SHIFT = 16.0  # standard deviations
 CATEGORICAL_MAX_VALUES = 16
 
 
@@ -79,13 +85,18 @@ def generate(get_inputs, seed: int, distribution: str, device: torch.device) -> 
 
         for i in range(len(inputs)):
             inputs[i] = _map_leaves(inputs[i], sign_leaf)
+    elif kind == "stress":
+        factor = float(min(leaves or {1}))
+        for i in range(len(inputs)):
+            inputs[i] = _map_leaves(inputs[i], lambda t: _stress(t, factor))
     return inputs
 
 
 def parse_distribution(name: str) -> tuple[str, frozenset[int] | None]:
-    """("problem" | "shifted" | "signed", the signed tensor leaves or None for all)."""
+    """("problem" | "shifted" | "signed" | "stress", the signed tensor leaves or None for all; for
+    "stress", its factor as the one member)."""
     kind, _, rest = name.partition(":")
-    if kind not in DISTRIBUTIONS or (rest and kind != "signed"):
+    if kind not in DISTRIBUTIONS or (rest and kind not in ("signed", "stress")) or (kind == "stress" and not rest):
         raise ValueError(f"unknown distribution {name!r}")
     if not rest:
         return kind, None
@@ -112,6 +123,14 @@ def _sign(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     del stats
     z = torch.randn(x.shape, generator=gen, device=x.device, dtype=torch.float32)
     return z.mul_(scale).to(x.dtype).contiguous(memory_format=_memory_format(x))  # in place: no third copy
+
+
+def _stress(x: torch.Tensor, factor: float) -> torch.Tensor:
+    if not x.is_floating_point() or x.numel() < 2 or is_categorical(x):
+        return x
+    std = float(x.float().std().clamp_min(1e-3))
+    y = x.to(torch.float32).add(STRESS_SHIFT * std).mul_(factor)
+    return y.to(x.dtype).contiguous(memory_format=_memory_format(x))
 
 
 def _to_device(x: Any, device: torch.device) -> Any:

@@ -28,6 +28,7 @@ class ReferenceWorker(Worker):
         self.compiled: Any = None
         self.variants: list[Any] = []  # held-out variants the reference accepted (tools/worker/variants.py)
         self.variant_models: dict[int, Any] = {}
+        self.wide_models: dict[int, Any] = {}  # id(model) -> its float64 twin (tools/worker/float64.py)
         if self.device.type == "cuda":
             from tools.worker.worker import prewarm
 
@@ -96,8 +97,16 @@ class ReferenceWorker(Worker):
         dist = msg["distribution"]
         self._make_room()
         inputs = self.generate(int(msg["seed"]), dist)
-        outputs, seconds = self.forward(inputs, poison=False, model=self.model_for(dist))
-        return self.reply_with({"op": "outputs", "seconds": seconds}, [outputs, inputs], int(msg.get("arena_cap") or 0))
+        model = self.model_for(dist)
+        wide, why = None, None
+        if msg.get("float64"):  # on the inputs as made, before forward() may change them
+            from tools.worker.float64 import forward64
+
+            wide, why = forward64(self.wide_models, model, inputs, self.device)
+        outputs, seconds = self.forward(inputs, poison=False, model=model)
+        value = [outputs, inputs, wide] if msg.get("float64") else [outputs, inputs]
+        reply = {"op": "outputs", "seconds": seconds, **({"float64_skipped": why} if why else {})}
+        return self.reply_with(reply, value, int(msg.get("arena_cap") or 0))
 
     def variant_init(self, msg: dict[str, Any], payload: bytes) -> Reply:
         """The constructor's arguments of held-out variant K, for the candidate's ModelNew."""

@@ -1,0 +1,57 @@
+"""The float64-judged bound (tools/judge/exact.py, docs/precision.md), on the CPU: in an fp32
+problem with a deep reduction (K = 512, non-negative inputs), products of TF32 or fp16 operands
+are within the float32 tolerance but are rejected against the reference evaluated in float64,
+however the downgrade is made (rounded bits, casts, a switch on the values); honest reorderings
+(another tiling, split-K with atomics, 3xTF32) are accepted. The multiples were calibrated on a
+GPU (benchmarks/precision_calibration.py)."""
+from __future__ import annotations
+
+import pytest
+
+from helpers_eval import assert_ok, assert_verdict, evaluator, source
+from tools import Verdict
+from tools.judge.exact import ExactBound
+
+
+@pytest.fixture(scope="module")
+def deep(tmp_path_factory):
+    ev = evaluator("deep_matmul", tmp_path_factory.mktemp("ratchet-cache"))
+    yield ev
+    ev.close()
+
+
+@pytest.mark.parametrize("candidate", ["deep_matmul_ieee_ok", "deep_matmul_splitk_ok", "deep_matmul_tf32x3_ok"])
+def test_honest_reorderings_are_accepted(deep, candidate):
+    result = deep.evaluate(source(candidate))
+    assert_ok(result)
+    judged = result.errors.float64 or ""
+    assert judged.startswith("judged (") and int(judged.split("(")[1].split()[0]) >= 5, result.errors  # held-out ones too
+    bound = ExactBound()
+    assert result.errors.float64_norm_ratio is not None and result.errors.float64_norm_ratio <= bound.norm_multiple
+    assert "float64-bound" in [c.name for c in result.checks if c.passed]
+
+
+@pytest.mark.parametrize("candidate", ["deep_matmul_tf32", "deep_matmul_fp16", "deep_matmul_fp16_nonneg"])
+def test_lower_precision_products_are_rejected(deep, candidate):
+    result = deep.evaluate(source(candidate))
+    assert_verdict(result, Verdict.INCORRECT, "float64-bound", "float64 evaluation of the reference", "eager float32")
+    assert result.errors.max_rel is not None and result.errors.norm_rel is not None
+    assert result.errors.norm_rel < 2e-3  # the float32 tolerance alone would have passed it
+
+
+def test_a_small_output_is_judged_on_its_errors_pooled_over_the_trials(deep):
+    """16 x 16 outputs: too few elements for one trial's eager error to be a stable yardstick, so the
+    trials' errors are pooled (IEEE on the signed trial's tiles does not hide the others')."""
+    result = deep.evaluate(source("deep_matmul_fp16_nonneg"))
+    assert_verdict(result, Verdict.INCORRECT, "float64-bound", "output (pooled over the trials")
+    assert [c.name for c in result.checks if c.name.startswith("trial-")] == \
+        ["trial-0:problem", "trial-1:shifted", "trial-2:signed:0,1", "trial-3:stress:1000", "trial-4:problem"]
+
+
+def test_switched_off_it_is_recorded(tmp_path):
+    ev = evaluator("deep_matmul", tmp_path, float64_bound=None)
+    try:
+        result = ev.evaluate(source("deep_matmul_fp16"))
+    finally:
+        ev.close()
+    assert result.verdict is Verdict.OK and result.errors.float64 == "not judged: switched off"

@@ -1,0 +1,206 @@
+"""The float64-judged accuracy bound (docs/precision.md): a floating output's error against the
+reference evaluated in float64 may be at most a multiple of eager's own error against it, plus a
+floor of a few units in the last place of the output's scale.
+
+    ||c - r64||      <= norm_multiple * ||r32 - r64||      + ulps * eps * ||r64||
+    max |c - r64|    <= max_multiple  * max |r32 - r64|    + ulps * eps * max |r64|
+
+r32 is eager's output in the run's precision (IEEE float32 under `fp32`, TF32 under `tf32`), so the
+yardstick is the arithmetic the baselines are timed with; eps is the output dtype's machine epsilon.
+Only the finite elements of r64 count (the NaN/Inf pattern is checked against r32 by compare.py).
+The multiples are calibrated on a GPU by benchmarks/precision_calibration.py: every honest
+reordering of sums measured (IEEE and 3xTF32 dots with other tilings, split-K with atomics, online
+softmax, Welford) lands within them, and TF32, fp16 and bf16 products land far outside.
+
+Errors add over trials (`ExactErrors.add`): an output of few elements (a loss, a row of sums) has
+too few of them for its eager error to be a stable yardstick (eager may land on the float64 value
+by luck), so such outputs are judged on their errors pooled over the trials (tools/judge/trials.py).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # torch is imported where errors are computed: EvalOptions holds an ExactBound
+    import torch
+
+CHUNK = 1 << 25
+POOL_BELOW = 4096  # finite elements: an output with fewer is judged on its errors pooled over trials
+EXACT_DTYPES = ("torch.float32", "torch.complex64")  # outputs judged against float64 (the half types: not yet)
+
+
+@dataclass
+class ExactErrors:
+    """Sums of squares and maxima of one output's errors against float64 (pooled with add())."""
+
+    cand_sq: float = 0.0
+    eager_sq: float = 0.0
+    ref_sq: float = 0.0
+    cand_max: float = 0.0
+    eager_max: float = 0.0
+    ref_max: float = 0.0
+    count: int = 0
+    eps: float = 2.0 ** -23
+
+    @property
+    def cand_norm(self) -> float:
+        return math.sqrt(self.cand_sq)
+
+    @property
+    def eager_norm(self) -> float:
+        return math.sqrt(self.eager_sq)
+
+    @property
+    def ref_norm(self) -> float:
+        return math.sqrt(self.ref_sq)
+
+    def add(self, other: "ExactErrors") -> None:
+        self.cand_sq += other.cand_sq
+        self.eager_sq += other.eager_sq
+        self.ref_sq += other.ref_sq
+        self.cand_max = max(self.cand_max, other.cand_max)
+        self.eager_max = max(self.eager_max, other.eager_max)
+        self.ref_max = max(self.ref_max, other.ref_max)
+        self.count += other.count
+        self.eps = other.eps
+
+    def ratios(self) -> tuple[float, float]:
+        """(norm, max): the candidate's error as a multiple of eager's (inf where eager's is 0)."""
+        def ratio(a: float, b: float) -> float:
+            return a / b if b > 0 else (0.0 if a == 0 else math.inf)
+        return ratio(self.cand_norm, self.eager_norm), ratio(self.cand_max, self.eager_max)
+
+    def to_dict(self) -> dict[str, float]:
+        norm, peak = self.ratios()
+        rel = self.cand_norm / self.ref_norm if self.ref_norm > 0 else self.cand_norm
+        eager = self.eager_norm / self.ref_norm if self.ref_norm > 0 else self.eager_norm
+        return {"norm_rel": rel, "eager_norm_rel": eager, "norm_ratio": _finite(norm), "max_ratio": _finite(peak)}
+
+
+@dataclass(frozen=True)
+class ExactBound:
+    norm_multiple: float = 8.0
+    max_multiple: float = 16.0
+    ulps: float = 4.0
+
+    def judge(self, e: ExactErrors) -> str | None:
+        """Why `e` is outside the bound (one phrase), or None."""
+        if e.count == 0:
+            return None
+        norm_allowed = self.norm_multiple * e.eager_norm + self.ulps * e.eps * e.ref_norm
+        if e.cand_norm > norm_allowed:
+            rel = e.cand_norm / e.ref_norm if e.ref_norm > 0 else e.cand_norm
+            eager = e.eager_norm / e.ref_norm if e.ref_norm > 0 else e.eager_norm
+            return (f"its error against a float64 evaluation of the reference is {rel:.3g} (relative norm), "
+                    f"{_times(e.cand_norm, e.eager_norm)} eager float32's own ({eager:.3g}); at most "
+                    f"{self.norm_multiple:g}x plus {self.ulps:g} ulps is allowed: a lower-precision product "
+                    "(TF32, fp16, bf16) or an unstable formula")
+        max_allowed = self.max_multiple * e.eager_max + self.ulps * e.eps * e.ref_max
+        if e.cand_max > max_allowed:
+            return (f"its largest error against a float64 evaluation of the reference is {e.cand_max:.3g}, "
+                    f"{_times(e.cand_max, e.eager_max)} eager float32's largest ({e.eager_max:.3g}); at most "
+                    f"{self.max_multiple:g}x plus {self.ulps:g} ulps is allowed: a lower-precision product "
+                    "(TF32, fp16, bf16) in part of the output, or an unstable formula")
+        return None
+
+
+def _times(a: float, b: float) -> str:
+    return f"{a / b:.3g}x" if b > 0 else "while eager's is 0, unlike"
+
+
+def _finite(x: float) -> float:
+    return x if math.isfinite(x) else 1e300
+
+
+def exact_errors(r64: torch.Tensor, r32: torch.Tensor, cand: torch.Tensor) -> ExactErrors:
+    """One output's errors against float64: the candidate's and eager's, over the elements where r64
+    and eager's r32 are finite,
+    computed on the tensors' device in float64 with one host sync."""
+    import torch
+
+    if r64.is_complex():
+        r64, r32, cand = (torch.view_as_real(t) for t in (r64, r32, cand))
+    r, e, c = r64.reshape(-1), r32.reshape(-1), cand.reshape(-1)
+    zero = torch.zeros((), dtype=torch.float64, device=r.device)
+    acc = [zero.clone() for _ in range(7)]
+    for i in range(0, r.numel(), CHUNK):
+        rs = r[i:i + CHUNK].to(torch.float64)
+        es = e[i:i + CHUNK].to(device=r.device, dtype=torch.float64)
+        finite = torch.isfinite(rs) & torch.isfinite(es)  # where eager overflowed, compare.py judged the pattern
+        rs = torch.where(finite, rs, 0.0)
+        dc = torch.where(finite, c[i:i + CHUNK].to(device=r.device, dtype=torch.float64) - rs, 0.0)
+        de = torch.where(finite, es - rs, 0.0)
+        dc = torch.where(torch.isnan(dc), math.inf, dc)  # a NaN where float64 is finite: outside any bound
+        acc[0] += (dc * dc).sum()
+        acc[1] += (de * de).sum()
+        acc[2] += (rs * rs).sum()
+        acc[3] = torch.maximum(acc[3], dc.abs().max())
+        acc[4] = torch.maximum(acc[4], de.abs().max())
+        acc[5] = torch.maximum(acc[5], rs.abs().max())
+        acc[6] += finite.sum()
+    cand_sq, eager_sq, ref_sq, cand_max, eager_max, ref_max, count = torch.stack(acc).tolist()
+    return ExactErrors(cand_sq, eager_sq, ref_sq, cand_max, eager_max, ref_max, int(count),
+                       torch.finfo(r32.dtype).eps)
+
+
+def tree_tensors(tree: Any, path: str = "output") -> list[tuple[str, Any]]:
+    """(path, leaf) of every tensor in an output tree, in order."""
+    import torch
+
+    if isinstance(tree, torch.Tensor):
+        return [(path, tree)]
+    if isinstance(tree, (list, tuple)):
+        return [x for i, v in enumerate(tree) for x in tree_tensors(v, f"{path}[{i}]")]
+    return []
+
+
+class ExactJudge:
+    """One evaluation's float64 judging, trial by trial: an output of POOL_BELOW finite elements or
+    more is judged at once; a smaller one's errors are pooled per `key` (the trials, a held-out
+    variant) and judged by final(). Keeps the worst ratios for the record."""
+
+    def __init__(self, bound: ExactBound) -> None:
+        self.bound = bound
+        self.pools: dict[str, ExactErrors] = {}
+        self.worst_norm = 0.0
+        self.worst_max = 0.0
+        self.judged = 0  # outputs judged, one per output per trial
+        self.skipped: dict[str, str] = {}  # what was not judged in float64, and why
+
+    def observe(self, key: str, r64: Any, r32: Any, cand: Any) -> str | None:
+        """Why the candidate's outputs `cand` are outside the bound (naming the output), or None."""
+        import torch
+
+        wide = dict(tree_tensors(r64))
+        for path, ref in tree_tensors(r32):
+            out = dict(tree_tensors(cand)).get(path)
+            if str(ref.dtype) not in EXACT_DTYPES or out is None or not ref.numel():
+                continue
+            twin = wide.get(path)
+            if not isinstance(twin, torch.Tensor) or twin.dtype not in (torch.float64, torch.complex128) \
+                    or twin.shape != ref.shape:
+                self.skipped[path] = "the reference's float64 evaluation does not give it in float64"
+                continue
+            e = exact_errors(twin, ref, out)
+            self.judged += 1
+            if e.count >= POOL_BELOW:
+                if (why := self._judge(e)) is not None:
+                    return f"{path}: {why}"
+            else:
+                self.pools.setdefault(f"{key}:{path}", ExactErrors()).add(e)
+        return None
+
+    def final(self) -> str | None:
+        """Judge the pooled small outputs (then forgotten)."""
+        pools, self.pools = self.pools, {}
+        for name, e in pools.items():
+            if (why := self._judge(e)) is not None:
+                path = name.rsplit(":", 1)[1]
+                return f"{path} (pooled over the trials: it has fewer than {POOL_BELOW} elements): {why}"
+        return None
+
+    def _judge(self, e: ExactErrors) -> str | None:
+        norm, peak = e.ratios()
+        self.worst_norm, self.worst_max = max(self.worst_norm, norm), max(self.worst_max, peak)
+        return self.bound.judge(e)

@@ -1,0 +1,69 @@
+"""The reference evaluated in float64 (the reference worker only: trusted code, the problem's own
+Model): a float64 copy of the model, built once per model, run on the trial's inputs cast to
+float64. The parent judges a float32 candidate's error against it (tools/judge/exact.py).
+
+Only float32 and complex64 tensors are widened (to float64 and complex128); integer, bool and
+half-precision tensors are left as they are (a half-precision problem is not judged so). The copy
+holds the same parameter values as the model, widened exactly. When the float64 evaluation cannot
+be made (out of memory, an op without a float64 kernel), the trial says why and the parent keeps to
+the float32 tolerance for that trial, recorded in `errors.float64`.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+WIDE = {"torch.float32": "float64", "torch.complex64": "complex128"}
+
+
+def widen(tree: Any) -> Any:
+    """`tree` with its float32/complex64 tensors as float64/complex128 (exact)."""
+    import torch
+
+    if isinstance(tree, torch.Tensor):
+        wide = WIDE.get(str(tree.dtype))
+        return tree.to(getattr(torch, wide)) if wide else tree
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(widen(x) for x in tree)
+    if isinstance(tree, dict):
+        return {k: widen(v) for k, v in tree.items()}
+    return tree
+
+
+def wide_model(model: Any) -> Any:
+    """A copy of `model` whose float32 parameters and buffers are float64 (complex64: complex128)."""
+    import torch
+
+    twin = copy.deepcopy(model)
+    for module in twin.modules():
+        for name, p in list(module.named_parameters(recurse=False)):
+            wide = WIDE.get(str(p.dtype))
+            if wide:
+                setattr(module, name, torch.nn.Parameter(p.detach().to(getattr(torch, wide)), requires_grad=p.requires_grad))
+        for name, b in list(module.named_buffers(recurse=False)):
+            wide = WIDE.get(str(b.dtype))
+            if wide:
+                module._buffers[name] = b.to(getattr(torch, wide))
+    return twin
+
+
+def forward64(twins: dict[int, Any], model: Any, inputs: list[Any], device: Any) -> tuple[Any, str | None]:
+    """(outputs in float64, None), or (None, why) when the float64 evaluation cannot be made here.
+    `twins` keeps each model's float64 copy (by id) for the worker's later trials."""
+    import torch
+
+    try:
+        if id(model) not in twins:
+            twins[id(model)] = wide_model(model)
+        twin = twins[id(model)]
+        with torch.no_grad():
+            out = twin(*widen(inputs))
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return out, None
+    except torch.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        return None, "the float64 evaluation does not fit in the device's memory"
+    except (RuntimeError, TypeError, NotImplementedError) as exc:  # an op with no float64 kernel
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return None, f"the reference does not run in float64 ({type(exc).__name__}: {first[:160]})"
