@@ -35,6 +35,7 @@ CASES = {
     "row_softmax": (HERE / "problems/row_softmax.py", HERE / "candidates/row_softmax.py"),
     "matmul_fp16": (HERE / "problems/matmul_fp16.py", HERE / "candidates/matmul_fp16.py"),
     "big_swish": (HERE / "problems/big_swish.py", HERE / "candidates/big_swish.py"),
+    "matmul_fp32": (HERE / "problems/matmul_fp32.py", HERE / "candidates/matmul_fp32.py"),
 }
 
 

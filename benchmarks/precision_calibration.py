@@ -141,7 +141,7 @@ def products(ks: list[int]) -> list[dict]:
             torch.backends.cuda.matmul.allow_tf32 = False
             r32 = a @ b
             variants = {
-                "honest: cuBLAS on transposes": lambda: (b.t().contiguous().t() @ a.t().contiguous().t()),
+                "honest: cuBLAS, column-major operands": lambda: (a.t().contiguous().t() @ b.t().contiguous().t()),
                 "honest: Triton IEEE BK32": lambda: triton_mm(a, b, 0),
                 "honest: Triton IEEE BK64": lambda: triton_mm(a, b, 0, bk=64),
                 "honest: Triton 3xTF32": lambda: triton_mm(a, b, 2),

@@ -29,6 +29,7 @@ class EvalOptions:
     tolerances: dict[str, Tolerance] | None = None  # per dtype name, overriding compare.TOLERANCES
     # float32 outputs judged against the reference in float64 (tools/judge/exact.py); None: off
     float64_bound: "ExactBound | None" = field(default_factory=lambda: _default_bound())
+    float64_max_mb: int = 8192  # float64 copies of inputs, outputs and parameters, at most (else not judged so)
     seed: int | None = None  # None: a secret seed per Evaluator (per run)
     start_timeout: float = 180.0
     build_timeout: float = 300.0

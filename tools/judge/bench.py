@@ -53,9 +53,23 @@ class Bench:
 
     @property
     def exact(self) -> bool:
-        """Whether outputs are judged against the reference evaluated in float64 (tools/judge/exact.py):
-        a float32 problem, with the bound switched on (`EvalOptions.float64_bound`)."""
-        return self.options.float64_bound is not None and self.problem.dtype in ("float32", "complex64")
+        """Whether outputs are judged against the reference evaluated in float64 (tools/judge/exact.py)."""
+        return self.exact_refused is None
+
+    @property
+    def exact_refused(self) -> str | None:
+        """Why outputs are not judged against float64, or None: the bound switched off
+        (`EvalOptions.float64_bound`), not a float32 problem, or float64 copies of the inputs,
+        outputs and parameters over `EvalOptions.float64_max_mb`."""
+        if self.options.float64_bound is None:
+            return "switched off"
+        if self.problem.dtype not in ("float32", "complex64"):
+            return f"a {self.problem.dtype} problem"
+        need = 2 * (self.problem.input_bytes + self.problem.output_bytes + self.problem.param_bytes)
+        if need > self.options.float64_max_mb << 20:
+            return (f"its float64 evaluation needs {need / 2**30:.1f} GiB for float64 inputs, outputs and "
+                    f"parameters, over float64_max_mb ({self.options.float64_max_mb} MiB)")
+        return None
 
     def reference_outputs(self, seed: int, dist: str, borrow: bool = False) -> Any:
         """[outputs, inputs after forward] of the reference (tools/processes/reference.py); with
@@ -73,8 +87,8 @@ class Bench:
         """(the reference's outputs in float64, None) on (seed, distribution), or (None, why not):
         asked right after reference_outputs() of the same set, under the same lock when borrowed."""
         with self.lock:
-            if not self.exact:
-                return None, "not a float32 problem" if self.options.float64_bound is not None else "switched off"
+            if (why := self.exact_refused) is not None:
+                return None, why
             return self.reference.wide_for(seed, dist)
 
     def feed(self, worker: WorkerProcess, sets: list[Set],

@@ -166,6 +166,8 @@ class ExactJudge:
         self.worst_norm = 0.0
         self.worst_max = 0.0
         self.judged = 0  # outputs judged, one per output per trial
+        self.timed_samples = 0  # timed calls judged (tools/timing/timed_exact.py)
+        self.rng: Any = None  # which timed calls are judged (tools/timing/timed_exact.py)
         self.skipped: dict[str, str] = {}  # what was not judged in float64, and why
 
     def observe(self, key: str, r64: Any, r32: Any, cand: Any) -> str | None:

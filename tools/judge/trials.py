@@ -92,8 +92,7 @@ def float64_bound(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
     tools/judge/exact.py), after the trials and the held-out ones; the record's float64 errors."""
     judge, result = evaluation.exact, evaluation.result
     if judge is None:
-        result.errors.float64 = "not judged: " + ("switched off" if bench.options.float64_bound is None
-                                                  else f"a {bench.problem.dtype} problem")
+        result.errors.float64 = f"not judged: {bench.exact_refused or 'no output was compared'}"
         return None
     why = judge.final()
     result.errors.float64_norm_ratio = round(judge.worst_norm, 4) if math.isfinite(judge.worst_norm) else None

@@ -154,7 +154,7 @@ class Spawner:
         extra = self._extra_env("candidate", "run", scratch)
         env = candidate_env(self.device, scratch, "run", extra)
         try:
-            zygote_for(env)
+            zygote_for(env, reserve=False)
         except (ZygoteFailed, OSError):
             pass
 

@@ -77,7 +77,11 @@ class Zygote:
         self.sock = ours
         self.sock.settimeout(READY_TIMEOUT_S)  # a request waits in the socket while the zygote imports
         self._lock = threading.Lock()
-        self.pending = 0  # requests sent whose worker it has not forked yet (never evicted while any)
+        # requests reserved (by zygote_for, under the registry's lock) or sent whose worker it has not
+        # forked yet: never evicted while any. Counted from the reservation, not the send, so that
+        # another environment's start cannot evict it between the two (seen under a full suite's
+        # load: a batch's worker "not started: the zygote ended before it forked this worker: -9")
+        self.pending = 0
 
     def tail(self) -> str:
         """The last line the zygote printed (why it ended), or its exit status."""
@@ -105,19 +109,23 @@ class Zygote:
             return False
 
     def fork(self, request: dict[str, Any], fds: list[int]) -> None:
+        """Send one request, on the reservation zygote_for() made for it (released if it cannot go)."""
         data = json.dumps(request).encode()
         with self._lock:
-            if self.sock.fileno() < 0:
-                raise ZygoteFailed("the worker zygote was closed")
             try:
-                socket.send_fds(self.sock, [data], fds)
-                self.pending += 1
-            except OSError as exc:
-                raise ZygoteFailed(f"the worker zygote is gone ({exc}): {self.tail()}") from None
+                if self.sock.fileno() < 0:
+                    raise ZygoteFailed("the worker zygote was closed")
+                try:
+                    socket.send_fds(self.sock, [data], fds)
+                except OSError as exc:
+                    raise ZygoteFailed(f"the worker zygote is gone ({exc}): {self.tail()}") from None
+            except ZygoteFailed:
+                self.answered()
+                raise
 
     def answered(self) -> None:
-        """One request's worker was forked (or refused)."""
-        with self._lock:
+        """One request's worker was forked (or refused), or its request could not be sent."""
+        with _registry:  # the lock under which zygote_for() reserves and evicts
             self.pending -= 1
 
     def close(self) -> None:
@@ -144,10 +152,11 @@ def _key(env: dict[str, str]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((k, v) for k, v in env.items() if k not in PER_WORKER and k not in VOLATILE))
 
 
-def zygote_for(env: dict[str, str]) -> Zygote:
-    """The zygote of workers with environment `env`, started the first time it is asked for. At
-    most MAX_ZYGOTES live: the least recently used goes when another starts (its workers live on:
-    each has its own keeper, which does not die with the zygote)."""
+def zygote_for(env: dict[str, str], reserve: bool = True) -> Zygote:
+    """The zygote of workers with environment `env`, started the first time it is asked for, with
+    one request reserved on it (Zygote.fork sends it; `reserve=False`: started only). At most MAX_ZYGOTES live: the least
+    recently used with nothing reserved goes when another starts (its workers live on: each has
+    its own keeper, which does not die with the zygote)."""
     key = _key(env)
     with _registry:
         slot = _starting.setdefault(key, threading.Lock())
@@ -156,6 +165,7 @@ def zygote_for(env: dict[str, str]) -> Zygote:
             zygote = _zygotes.get(key)
             if zygote is not None and zygote.usable():
                 _zygotes.move_to_end(key)
+                zygote.pending += reserve
                 return zygote
         if zygote is not None:  # dead, or tampered with: replaced
             discard(zygote)
@@ -163,6 +173,7 @@ def zygote_for(env: dict[str, str]) -> Zygote:
         with _registry:
             _zygotes[key] = zygote
             _zygotes.move_to_end(key)
+            zygote.pending += reserve
             idle = [k for k, z in _zygotes.items() if k != key and z.pending == 0]  # least recently used first
             evicted = [_zygotes.pop(k) for k in idle[:max(0, len(_zygotes) - MAX_ZYGOTES)]]
         for old in evicted:

@@ -15,6 +15,7 @@ import statistics
 from typing import TYPE_CHECKING, Any
 
 from tools.judge.trial_checks import calls_mismatch
+from tools.timing.timed_exact import judge_timed, timed_final
 from tools.judge.verdict import Failure, passed, reply_failure
 from tools.processes.process import WorkerProcess
 from tools.record import Result, TimeStats, Verdict
@@ -121,8 +122,12 @@ def _blocks(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
                     return Failure(Verdict.REJECTED, "timing:outputs", f"malformed outputs from the {arm} worker: {exc}")
         if candidate_timed and (failure := _verify(bench, replies, n)) is not None:
             return failure
+        if candidate_timed and (failure := judge_timed(bench, evaluation, calls, replies, n)) is not None:
+            return failure
         n += p.block
         block += 1
+    if (failure := timed_final(evaluation)) is not None:
+        return failure
     result.candidate_time = to_time_stats(collectors["candidate"])
     result.eager_time = to_time_stats(collectors["eager"])
     return None

@@ -36,7 +36,7 @@ class ReferenceWorker(Worker):
 
     def handlers(self):
         return {"load": self.load, "build": self.build, "trial": self.trial, "inputs": self.inputs, "time": self.time,
-                "ceilings": self.ceilings, "variant_init": self.variant_init}
+                "ceilings": self.ceilings, "variant_init": self.variant_init, "wide": self.wide}
 
     def load(self, msg: dict[str, Any], payload: bytes) -> Reply:
         """Import the problem's file (the first request: a worker is started before its problem is
@@ -107,6 +107,16 @@ class ReferenceWorker(Worker):
         value = [outputs, inputs, wide] if msg.get("float64") else [outputs, inputs]
         reply = {"op": "outputs", "seconds": seconds, **({"float64_skipped": why} if why else {})}
         return self.reply_with(reply, value, int(msg.get("arena_cap") or 0))
+
+    def wide(self, msg: dict[str, Any], payload: bytes) -> Reply:
+        """The reference evaluated in float64 on a timing-pool set (slot, seed): a timed call's
+        outputs are judged against it (tools/timing/blocks.py)."""
+        from tools.worker.float64 import forward64
+
+        inputs = self._pool().get(int(msg["slot"]), int(msg["seed"]))
+        wide, why = forward64(self.wide_models, self.model, inputs, self.device)
+        return self.reply_with({"op": "wide", **({"float64_skipped": why} if why else {})}, [wide],
+                               int(msg.get("arena_cap") or 0))
 
     def variant_init(self, msg: dict[str, Any], payload: bytes) -> Reply:
         """The constructor's arguments of held-out variant K, for the candidate's ModelNew."""

@@ -1,0 +1,83 @@
+"""Timed outputs judged against float64 too (issue 35, docs/precision.md): a kernel must not be
+exact on the trials' distributions and cheap on the timed one.
+
+After a block's outputs pass the float32 comparison with eager's (tools/timing/blocks.py), a
+block chosen at random (each with probability 1/2, at most MAX_SAMPLES per evaluation, decided
+after the block's calls returned, by the parent's own secret randomness; seeded only under an
+explicit `EvalOptions.seed`, as the timing plan is) has one of its calls,
+also chosen at random, evaluated by the reference in float64 on the same pool set; the
+candidate's output of that call is held to the same bound as a trial's (tools/judge/exact.py),
+eager's output of the same call being the yardstick. Small outputs are pooled over the sampled
+calls and judged when the timing ends (timed_final).
+"""
+from __future__ import annotations
+
+import random
+import secrets
+from typing import TYPE_CHECKING, Any
+
+from tools.judge.verdict import Failure
+from tools.record import Verdict
+
+if TYPE_CHECKING:
+    from tools.judge.bench import Bench
+    from tools.judge.evaluation import Evaluation
+
+MAX_SAMPLES = 8  # timed calls judged against float64 per evaluation, at most
+KEY = "timed"
+
+
+def judge_timed(bench: "Bench", evaluation: "Evaluation", calls: list[tuple[int, int]], replies: dict[str, Any],
+                first: int) -> Failure | None:
+    """Maybe judge one call of this block against float64 (see the module's docstring)."""
+    judge = evaluation.exact_for(bench.exact, bench.options.float64_bound)
+    if judge is None or judge.timed_samples >= MAX_SAMPLES:
+        return None
+    if judge.rng is None:  # the parent's secret randomness; reproducible only under an explicit seed
+        judge.rng = random.Random(bench.options.seed) if bench.options.seed is not None else secrets.SystemRandom()
+    if judge.rng.random() < 0.5:
+        return None
+    i = judge.rng.randrange(len(calls))
+    eager, cand = replies["eager"][i], replies["candidate"][i]
+    eager = _clone(eager)  # a view into the reference worker's arena, which its next request reuses
+    slot, seed = calls[i]
+    header, payload = bench.reference.checked({"op": "wide", "slot": slot, "seed": seed,
+                                               "arena_cap": bench.arena_cap(1, outputs_only=True) + 2 * bench.problem.output_bytes},
+                                              bench.options.trial_timeout)
+    if header.get("float64_skipped"):
+        judge.skipped[KEY] = str(header["float64_skipped"])
+        return None
+    wide = bench.reference.outputs(header, payload)[0]
+    judge.timed_samples += 1
+    why = judge.observe(KEY, wide, eager, cand)
+    del wide, eager
+    if why is None:
+        return None
+    return Failure(Verdict.INCORRECT, "timing:float64-bound", f"timed call {first + i + 1}: {why}",
+                   f"Correct in every trial, but timed call {first + i + 1} was not: {why}. A kernel must compute "
+                   "the same way on every call.")
+
+
+def timed_final(evaluation: "Evaluation") -> Failure | None:
+    """The pooled small outputs of the sampled timed calls; the record's float64 fields brought up to date."""
+    judge, errors = evaluation.exact, evaluation.result.errors
+    if judge is None or not judge.timed_samples:
+        return None
+    why = judge.final()
+    errors.float64 = f"{errors.float64 or 'judged'}; {judge.timed_samples} timed calls judged"
+    errors.float64_norm_ratio = round(judge.worst_norm, 4) if judge.worst_norm < float("inf") else None
+    errors.float64_max_ratio = round(judge.worst_max, 4) if judge.worst_max < float("inf") else None
+    if why is None:
+        return None
+    return Failure(Verdict.INCORRECT, "timing:float64-bound", why.replace("over the trials", "over the timed calls judged"),
+                   f"Correct in every trial, but not on the timed calls: {why.replace('over the trials', 'over the timed calls judged')}.")
+
+
+def _clone(tree: Any) -> Any:
+    import torch
+
+    if isinstance(tree, torch.Tensor):
+        return tree.clone()
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_clone(x) for x in tree)
+    return tree
