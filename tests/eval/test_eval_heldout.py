@@ -128,3 +128,20 @@ def test_a_forward_that_reads_the_module_sizes_has_no_variant_a_candidate_could_
         assert [d["variant"] for d in ev.problem.variants_dropped] == ["batch_size=9, dim=129", "batch_size=9",
                                                                      "batch_size=21, dim=321", "dim=321"]
         assert all("the reference fails on it" in d["why"] for d in ev.problem.variants_dropped)
+
+
+def test_a_grid_planned_on_the_first_call_fails_through_the_same_instance(rows):
+    """The larger variant keeps the constructor's arguments: it runs through the instance that ran
+    the trials, whose grid was planned for the problem's 16 x 256 (a new instance would plan anew)."""
+    result = rows.evaluate(source("rows_planned_first_call"))
+    assert_verdict(result, Verdict.INCORRECT, "heldout-1:nan-pattern", f"held-out sizes ({LARGER}")
+    assert result.heldout[0]["outcome"] == "ok"  # other arguments: a new instance, which planned for them
+
+
+def test_an_exact_shape_kernel_with_a_torch_fallback_is_not_general(rows):
+    result = rows.evaluate(source("rows_exact_fallback"))
+    assert_ok(result)
+    assert result.generalizes is False, describe(result)
+    assert result.heldout[-1] == {"variant": "any", "outcome": "fallback", "detail":
+                                  "left aten::relu to torch on held-out sizes that its own kernels computed "
+                                  "on the problem's"}

@@ -247,3 +247,16 @@ def test_max_problems_bounds_the_warm_evaluators(tmp_path):
         RewardConfig(max_problems=0)
     with pytest.raises(ValueError, match="make_reward"):
         KernelReward(RewardConfig(device="cpu", executor="ray"))
+
+
+def test_a_kernel_that_is_not_general_earns_less_by_default():
+    def record(generalizes):
+        return Result(verdict=Verdict.OK, message="ok", generalizes=generalizes, speedup_vs_eager=3.0,
+                      candidate_time=TimeStats(measured=True, median_ms=1.0))
+
+    general, specialized, untested = (score_record(record(g)) for g in (True, False, None))
+    assert general.speedup_term == 3.0 and untested.speedup_term == 3.0
+    assert specialized.speedup_term == 1.5 and specialized.generalizes is False and "not general" in specialized.note
+    assert score_record(record(False), RewardConfig(not_general=1.0)).speedup_term == 3.0
+    with pytest.raises(ValueError, match="not_general"):
+        RewardConfig(not_general=2.0)

@@ -1,6 +1,8 @@
 """The drop-in check: one untimed trial per held-out variant of the problem (other sizes and
 constructor arguments, derived or declared by the problem: tools/worker/variants.py), after the
-correctness trials, in the same candidate worker.
+correctness trials, in the same candidate worker. A variant of other sizes only (the constructor's
+arguments unchanged) runs through the very instance that ran the trials, so that what it planned
+on its first call meets the new shapes; one with other constructor arguments, through a new one.
 
 A kernel must compute the module's function for what a user varies, not only for the benchmark's
 shapes. On a variant, the candidate's ModelNew is built again with the variant's constructor
@@ -9,6 +11,9 @@ worker made at the variant's sizes, and is compared with the reference like any 
 recorded per variant in `Result.heldout`, and in `Result.generalizes`:
 
 - right on every variant: generalizes True;
+- right, but leaving to torch on a variant a computation its own kernels did on the problem's
+  sizes (an exact-shape kernel with a torch fallback): generalizes False, an entry `fallback` in
+  `heldout`, the verdict unaffected;
 - a candidate that declares itself specialized (a line `# ratchet: specialized` in its file) and
   raises an error on a variant (refuses it): generalizes False, the verdict is unaffected, and
   `ratchet best` says so;
@@ -69,8 +74,14 @@ def _heldout(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
         if isinstance(step, Failure):
             return step
         refused = refused or step == "refused"
+    # a forward that leaves to torch on other sizes what it computed itself on the problem's
+    # (an exact-shape kernel with a torch fallback) is right there, but not the candidate's work
+    fell_back = sorted(set().union(*(compute_ops(found) for found in ops)) - evaluation.torch_ops) if ops else []
+    if fell_back:
+        note = f"left {', '.join(fell_back)} to torch on held-out sizes that its own kernels computed on the problem's"
+        result.heldout.append({"variant": "any", "outcome": "fallback", "detail": note})
     if bench.problem.variants:
-        result.generalizes = not refused
+        result.generalizes = not refused and not fell_back
     evaluation.launched = min([evaluation.launched or 0, *launches])
     for found in ops:
         evaluation.torch_ops.update(compute_ops(found))
@@ -88,20 +99,25 @@ def _one(bench: "Bench", evaluation: "Evaluation", k: int, name: str, desc: str,
     seed = bench.seeds[k % len(bench.seeds)]
     with bench.lock:
         init_tree, init_payload = bench.reference.variant_init(k, options.build_timeout)
-    built = worker.request({"op": "variant", "init": init_tree}, options.build_timeout, init_payload)[0]
-    if built.get("op") == "error" and not built.get("violations"):
-        with bench.lock:  # the sizes' inputs, for the message: the reference's, read in place
-            where = f"held-out sizes ({desc}; inputs {_shapes(bench.reference_outputs(seed, dist, borrow=True)[1])})"
-        return _raised(result, name, desc, where, built, specialized)
-    if (failure := reply_failure(built, name)) is not None:
-        return failure
+    # sizes only (the constructor's arguments unchanged): through the instance that ran the
+    # trials, so that what it planned on its first call (a grid, a tile, a buffer) meets new shapes
+    same_instance = (init_tree, init_payload) == bench.reference.init
+    if not same_instance:
+        built = worker.request({"op": "variant", "init": init_tree}, options.build_timeout, init_payload)[0]
+        if built.get("op") == "error" and not built.get("violations"):
+            with bench.lock:  # the sizes' inputs, for the message: the reference's, read in place
+                where = f"held-out sizes ({desc}; inputs {_shapes(bench.reference_outputs(seed, dist, borrow=True)[1])})"
+            return _raised(result, name, desc, where, built, specialized)
+        if (failure := reply_failure(built, name)) is not None:
+            return failure
     with bench.trial_lock(dist):  # as in tools/judge/trials.py: the inputs first, then the reference's outputs, read in place
         trees, payload = bench.feed(worker, [(None, seed, dist)])
         ref_out, ref_in = bench.reference_outputs(seed, dist, borrow=True)
         exact = exact_for_set(bench, evaluation, seed, dist, "trials")  # small outputs pooled with the trials'
         shapes = _shapes(ref_in)
         where = f"held-out sizes ({desc}; inputs {shapes})"
-        header, payload = worker.request({"op": "trial", "inputs": trees[0], "poison": True, "model": "variant",
+        header, payload = worker.request({"op": "trial", "inputs": trees[0], "poison": True,
+                                          "model": "main" if same_instance else "variant",
                                           "arena_cap": bench.arena_cap(2, dist=dist)}, options.trial_timeout, payload)
         if header.get("op") == "error" and not header.get("violations"):
             return _raised(result, name, desc, where, header, specialized)

@@ -1,8 +1,11 @@
 """The reward of one evaluator result record: pure arithmetic, nothing is run.
 
-    r = a * compiled + b * correct + c * min(speedup, cap) * correct
+    r = a * compiled + b * correct + c * g * min(speedup, cap) * correct
 
-with the defaults a = 0.1, b = 0.3, c = 1.0, cap = 10 and the speedup taken against eager
+with the defaults a = 0.1, b = 0.3, c = 1.0, cap = 10, g = 1 for a kernel the drop-in check found
+general and g = `not_general` (0.5) for one it did not (`generalizes: false`: a declared
+specialization that refused other sizes, or a forward that left to torch on other sizes what its
+own kernels computed on the problem's), and the speedup taken against eager
 PyTorch (`baseline="compile"`: against torch.compile). `compiled` means the candidate loaded
 and built in its worker; `correct` means the verdict is ok (every trial passed, every integrity
 check held). Any guard or run-time integrity violation (verdict rejected) scores 0, whatever
@@ -34,6 +37,7 @@ class RewardConfig:
     correct: float = 0.3  # b: verdict ok
     speedup: float = 1.0  # c: times min(speedup, cap), for correct candidates only
     cap: float = 10.0
+    not_general: float = 0.5  # g: the speedup term's factor for a kernel that is not general (generalizes false)
     fault_reward: float = 0.0  # an evaluator fault (never the completion's): neutral; mask these outcomes
     baseline: str = "eager"  # "eager" or "compile" (torch.compile, default mode)
     problem_column: str = "problem"  # dataset column holding the problem file's path
@@ -64,6 +68,8 @@ class RewardConfig:
             raise ValueError(f"baseline must be one of {', '.join(BASELINES)}, not {self.baseline!r}")
         if self.cap <= 0:
             raise ValueError("cap must be positive")
+        if not 0 <= self.not_general <= 1:
+            raise ValueError(f"not_general must be between 0 and 1, not {self.not_general}")
         from tools.precision import check
 
         check(self.precision)  # PrecisionError, a ValueError
@@ -86,7 +92,8 @@ class RewardOutcome:
     compiled: bool = False
     correct: bool = False
     speedup: float | None = None  # against the configured baseline; None when not measured
-    speedup_term: float = 0.0  # c * min(speedup, cap) when correct, else 0
+    speedup_term: float = 0.0  # c * g * min(speedup, cap) when correct, else 0
+    generalizes: bool | None = None  # the record's drop-in check (False: the term scaled by not_general)
     timing_measured: bool = False
     baseline: str = "eager"
     precision: str | None = None  # the record's: the baselines' float32 arithmetic (None: no record, or one before schema 6)
@@ -138,10 +145,15 @@ def score_record(record: Result | dict[str, Any], config: RewardConfig | None = 
             note = f"speedup term 0: no {config.baseline} baseline ({other.get('note') or 'not measured'})"
         else:
             term = config.speedup * min(speedup, config.cap)
+            if data.get("generalizes") is False:
+                term *= config.not_general
+                note = (f"speedup term x{config.not_general:g}: not general (a declared specialization, or torch "
+                        "left to do the work on other sizes)")
     reward = config.compiled * compiled + config.correct * correct + term
     reason = "" if correct else f"{failed['name'] if failed else verdict}: {_first_line(data.get('message'))}"
     return RewardOutcome(reward=float(reward), compiled=compiled, correct=correct, speedup=speedup if measured else None,
-                         speedup_term=term, timing_measured=measured, reason=reason, note=note, **base)
+                         speedup_term=term, timing_measured=measured, reason=reason, note=note,
+                         generalizes=data.get("generalizes"), **base)
 
 
 def fault_outcome(exc: Exception, problem: str, source: str, config: RewardConfig | None = None) -> RewardOutcome:
