@@ -12,11 +12,22 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tools.judge.compare import Tolerance
-    from tools.judge.exact import ExactBound
 
 # how a candidate's worker is confined (tools/sandbox/, docs/sandbox.md): "required" refuses to start
 # without full OS confinement; "best-effort" uses what the machine has and records what it lacks
 SANDBOX_MODES = ("required", "best-effort")
+
+
+@dataclass(frozen=True)
+class Float64Bound:
+    """The float64-judged bound's multiples (tools/judge/exact.py applies them; calibrated on a GPU,
+    docs/precision.md): a float32 output's error against the reference in float64 may be at most
+    `norm_multiple` x eager's (norm) and `max_multiple` x eager's largest, plus `ulps` units in the
+    last place of the output's scale."""
+
+    norm_multiple: float = 8.0
+    max_multiple: float = 16.0
+    ulps: float = 4.0
 
 
 @dataclass
@@ -28,7 +39,7 @@ class EvalOptions:
     disabled_rules: frozenset[str] = frozenset()  # guard rules switched off (see docs/evaluator.md)
     tolerances: dict[str, Tolerance] | None = None  # per dtype name, overriding compare.TOLERANCES
     # float32 outputs judged against the reference in float64 (tools/judge/exact.py); None: off
-    float64_bound: "ExactBound | None" = field(default_factory=lambda: _default_bound())
+    float64_bound: "Float64Bound | None" = field(default_factory=lambda: Float64Bound())
     float64_max_mb: int = 8192  # float64 copies of inputs, outputs and parameters, at most (else not judged so)
     seed: int | None = None  # None: a secret seed per Evaluator (per run)
     start_timeout: float = 180.0
@@ -50,12 +61,6 @@ class EvalOptions:
     artifact_cache_mb: int = 4096  # build products kept between evaluations (tools/processes/artifacts.py)
     bytecode_cache: str = "auto"  # workers' .pyc where torch has none: "auto", "on", "off" (tools/processes/bytecode.py)
     extra: dict[str, Any] = field(default_factory=dict)
-
-
-def _default_bound() -> "ExactBound":
-    from tools.judge.exact import ExactBound  # light: torch is imported only when errors are computed
-
-    return ExactBound()
 
 
 def default_cache_dir() -> Path:

@@ -28,7 +28,7 @@ from tools.judge.evaluation import Evaluation
 from tools.judge.verdict import Failure, decide
 from tools.processes.process import WorkerGone
 from tools.record import Result, Verdict
-from tools.timing import baselines, blocks, clocks
+from tools.timing import baselines, blocks, clocks, library
 
 if TYPE_CHECKING:
     from tools.judge.bench import Bench
@@ -49,7 +49,7 @@ STEPS: tuple[Step, ...] = (
     Step("trials", trials.trials),  # correctness on secret inputs of three distributions
     Step("heldout", heldout.heldout),  # the drop-in check: other sizes and constructor arguments
     Step("integrity", trials.integrity),  # own kernels launched in every forward; single-op rule
-    Step("own_kernel_share", blocks.own_kernel_share),  # GPU time in the candidate's own kernels
+    Step("own_kernel_share", library.own_kernel_share),  # GPU time in own and in library kernels
     Step("blocks", blocks.blocks, exclusive=True),  # timed blocks, interleaved with eager, outputs verified
     Step("one_stream", blocks.one_stream, exclusive=True),  # no work left running after the end event
     Step("two_clocks", clocks.two_clocks, exclusive=True),  # the parent's own clock agrees with the worker's

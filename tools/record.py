@@ -14,7 +14,8 @@ sets the floor, so the agent can stop a memory-bound search at its own target); 
 older record's runs used PyTorch's defaults, TF32 convolutions included); 7 adds `errors.float64`
 (whether float32 outputs were judged against the reference evaluated in float64, and what was not)
 and `errors.float64_norm_ratio` / `errors.float64_max_ratio` (the candidate's largest error against
-float64 as a multiple of eager float32's own: tools/judge/exact.py). `Result.from_dict`
+float64 as a multiple of eager float32's own: tools/judge/exact.py), `library_share` and `library`
+(GPU time in library kernels the reference does not use: tools/timing/library.py). `Result.from_dict`
 reads every version (an older record simply lacks the newer fields, and is written back without
 them). The exit code of each verdict: agent/cli/exit_codes.py.
 """
@@ -30,7 +31,8 @@ SCHEMA_VERSION = 7
 READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7)  # from_dict reads these; workspaces hold records of every one
 # fields an older record does not have (written back without them); "a.b" is field b of the record's a
 ADDED_IN = {"distributions": 3, "dropped": 3, "generalizes": 4, "heldout": 4, "roofline.bound": 5, "precision": 6,
-            "errors.float64": 7, "errors.float64_norm_ratio": 7, "errors.float64_max_ratio": 7}
+            "errors.float64": 7, "errors.float64_norm_ratio": 7, "errors.float64_max_ratio": 7,
+            "library_share": 7, "library": 7}
 
 
 class Verdict(str, enum.Enum):
@@ -118,6 +120,10 @@ class Result:
     speedup_vs_compile: float | None = None
     roofline: Roofline = field(default_factory=Roofline)
     own_kernel_share: float | None = None  # share of GPU time in the candidate's own kernels
+    # share of GPU time in library kernels of a family the reference does not run; library: over half
+    # (the work is not the candidate's: tools/timing/library.py; the reward pays no speedup by default)
+    library_share: float | None = None
+    library: bool | None = None
     kernel_launches: int = 0  # launches of the candidate's own kernels seen in one forward
     torch_ops: list[str] = field(default_factory=list)  # aten ops the candidate left to torch
     phases: dict[str, float] = field(default_factory=dict)  # seconds per phase

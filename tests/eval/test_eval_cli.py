@@ -56,7 +56,8 @@ def test_json_record():
     assert record["trials"] == 5
     checks = {c["name"]: c["passed"] for c in record["checks"]}
     assert checks["guard"] and checks["build"] and checks["kernel-launched"]
-    assert set(record["errors"]) == {"max_abs", "max_rel", "norm_rel"}
+    assert set(record["errors"]) == {"max_abs", "max_rel", "norm_rel", "float64", "float64_norm_ratio", "float64_max_ratio"}
+    assert record["errors"]["float64"].startswith("judged (")
     for name in ("candidate_time", "eager_time", "compile_time"):
         assert record[name]["measured"] is False
     assert record["roofline"]["measured"] is False

@@ -17,14 +17,15 @@ def cache_dir(tmp_path_factory):
 
 def test_relu_as_a_copy_fails_on_inputs_that_cross_zero(cache_dir):
     """The problem draws x in [0, 1) and the shifted inputs stay non-negative: only the signed
-    trial shows that a copy is not a ReLU. The honest kernel passes all five trials."""
+    trial shows that a copy is not a ReLU (the stress inputs stay non-negative too). The honest
+    kernel passes all five trials."""
     with evaluator("relu_rand", cache_dir) as ev:
         cheat = ev.evaluate(source("relu_as_copy"))
         assert_verdict(cheat, Verdict.INCORRECT, "trial-2:signed:0:values", "signed inputs")
         assert cheat.distributions == ["problem", "shifted"] and cheat.dropped == {}
         honest = ev.evaluate(source("relu_ok"))
     assert_ok(honest)
-    assert honest.distributions == ["problem", "shifted", "signed:0", "problem", "shifted"]
+    assert honest.distributions == ["problem", "shifted", "signed:0", "stress:1000", "problem"]
     assert honest.dropped == {} and honest.to_dict()["distributions"] == honest.distributions
 
 
@@ -34,7 +35,7 @@ def test_an_input_that_cannot_cross_zero_keeps_its_signs(cache_dir):
     with evaluator("log_mul", cache_dir) as ev:
         result = ev.evaluate(source("log_mul_ok"))
     assert_ok(result)
-    assert result.distributions == ["problem", "shifted", "signed:1", "problem", "shifted"]
+    assert result.distributions == ["problem", "shifted", "signed:1", "stress:1000", "problem"]
     assert list(result.dropped) == ["signed"] and "input #0 keep the problem's own signs" in result.dropped["signed"]
 
 
@@ -42,7 +43,7 @@ def test_a_problem_that_allows_no_sign_change_drops_the_signed_trials(cache_dir)
     with evaluator("sqrt_only", cache_dir) as ev:
         result = ev.evaluate(source("sqrt_ok"))
     assert_ok(result)
-    assert result.distributions == ["problem", "shifted", "problem", "shifted", "problem"]
+    assert result.distributions == ["problem", "shifted", "stress:1000", "problem", "shifted"]
     assert "not finite (or it raises) when input #0 cross zero" in result.dropped["signed"]
 
 

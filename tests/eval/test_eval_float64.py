@@ -10,7 +10,7 @@ import pytest
 
 from helpers_eval import assert_ok, assert_verdict, evaluator, source
 from tools import Verdict
-from tools.judge.exact import ExactBound
+from tools.options import Float64Bound
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +26,7 @@ def test_honest_reorderings_are_accepted(deep, candidate):
     assert_ok(result)
     judged = result.errors.float64 or ""
     assert judged.startswith("judged (") and int(judged.split("(")[1].split()[0]) >= 5, result.errors  # held-out ones too
-    bound = ExactBound()
+    bound = Float64Bound()
     assert result.errors.float64_norm_ratio is not None and result.errors.float64_norm_ratio <= bound.norm_multiple
     assert "float64-bound" in [c.name for c in result.checks if c.passed]
 

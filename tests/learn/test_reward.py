@@ -260,3 +260,12 @@ def test_a_kernel_that_is_not_general_earns_less_by_default():
     assert score_record(record(False), RewardConfig(not_general=1.0)).speedup_term == 3.0
     with pytest.raises(ValueError, match="not_general"):
         RewardConfig(not_general=2.0)
+
+
+def test_library_work_is_paid_no_speedup_by_default():
+    record = Result(verdict=Verdict.OK, message="ok", speedup_vs_eager=1.6, library=True, library_share=0.93,
+                    candidate_time=TimeStats(measured=True, median_ms=1.0))
+    outcome = score_record(record)
+    assert outcome.correct and outcome.speedup_term == 0.0 and outcome.library is True
+    assert outcome.reward == pytest.approx(0.3) and "library kernels" in outcome.note  # no build check in this record
+    assert score_record(record, RewardConfig(library=1.0)).speedup_term == pytest.approx(1.6)

@@ -40,6 +40,8 @@ class Bench:
     cache_dir: Path  # what is measured once (torch.compile times, device ceilings) is kept below it
     copy_ms_per_byte: float | None  # the parent's own device-to-device copy, measured before any candidate
     take_worker: Callable[[], WorkerProcess]  # a started candidate worker, this evaluation's alone
+    # the kernel families of one eager forward of the reference, profiled once (tools/timing/library.py)
+    reference_kernel_families: frozenset[str] | None = None
 
     @property
     def timed(self) -> bool:

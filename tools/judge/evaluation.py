@@ -39,9 +39,10 @@ class Evaluation:
     def exact_for(self, bench_exact: bool, bound: object) -> "ExactJudge | None":
         """This evaluation's float64 judge, made on first use when the bench judges so."""
         if bench_exact and self.exact is None:
-            from tools.judge.exact import ExactBound, ExactJudge
+            from tools.judge.exact import ExactJudge
+            from tools.options import Float64Bound
 
-            assert isinstance(bound, ExactBound)
+            assert isinstance(bound, Float64Bound)
             self.exact = ExactJudge(bound)
         return self.exact
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tools.judge.compare import Stats, Tolerance, compare_trees
-from tools.judge.exact import ExactJudge
+from tools.judge.exact import POOL_BELOW, ExactJudge
 from tools.judge.verdict import Failure
 from tools.record import Verdict
 from tools.wire.transport import TransportError, tensor_nodes
@@ -51,7 +51,10 @@ def compare_reply(worker: "WorkerProcess", header: dict[str, Any], payload: byte
     except (TransportError, KeyError, TypeError, ValueError) as exc:
         return Compared(failure=Failure(Verdict.REJECTED, name, f"malformed output: {exc}",
                                         f"The worker sent malformed outputs ({exc})."))
-    problem = (aliased or mismatch(ref_out, cand_out, stats, tolerances, "output")
+    # a stress trial judged against float64: eager float32 is the yardstick there, not the truth (on
+    # inputs scaled 1000x, an attention's softmax is an argmax whose near-ties eager breaks its own way)
+    values_from = POOL_BELOW if exact is not None and exact[1] == "stress" else None
+    problem = (aliased or mismatch(ref_out, cand_out, stats, tolerances, "output", values_from=values_from)
                or mismatch(ref_in, cand_in, Stats(), tolerances, "input", what="inputs after forward"))
     if problem is None and exact is not None:
         judge, key, wide = exact
@@ -77,8 +80,8 @@ def _candidate_values(worker: "WorkerProcess", header: dict[str, Any], payload: 
 
 
 def mismatch(ref: Any, cand: Any, stats: Stats, tolerances: dict[str, Tolerance] | None, path: str,
-             what: str = "") -> Problem | None:
-    found = compare_trees(ref, cand, stats, tolerances, path)
+             what: str = "", values_from: int | None = None) -> Problem | None:
+    found = compare_trees(ref, cand, stats, tolerances, path, values_from=values_from)
     if found is None:
         return None
     verdict = Verdict.REJECTED if found.check == "output-type" and path == "output" else Verdict.INCORRECT

@@ -44,7 +44,7 @@ def _trials(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
             # borrowed set of its outputs lies until its next request
             trees, payload = bench.feed(worker, [(None, seed, dist)])
             ref_out, ref_in = bench.reference_outputs(seed, dist, borrow=True)
-            exact = exact_for_set(bench, evaluation, seed, dist, "trials")
+            exact = exact_for_set(bench, evaluation, seed, dist, "stress" if dist.startswith("stress") else "trials")
             header, payload = worker.request({"op": "trial", "inputs": trees[0], "poison": True,
                                               "arena_cap": bench.arena_cap(2)}, bench.options.trial_timeout, payload)
             if i == 0:

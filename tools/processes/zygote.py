@@ -260,7 +260,11 @@ class Forked:
 
     def poll(self) -> int | None:
         while self.returncode is None and self._status is not None and select.select([self._status], [], [], 0)[0]:
-            self._take(self._status.recv(4096))
+            try:
+                message = self._status.recv(4096)
+            except ConnectionResetError:  # the keeper (or the zygote) went with a report unread: gone, as EOF says
+                message = b""
+            self._take(message)
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:

@@ -5,7 +5,9 @@
 with the defaults a = 0.1, b = 0.3, c = 1.0, cap = 10, g = 1 for a kernel the drop-in check found
 general and g = `not_general` (0.5) for one it did not (`generalizes: false`: a declared
 specialization that refused other sizes, or a forward that left to torch on other sizes what its
-own kernels computed on the problem's), and the speedup taken against eager
+own kernels computed on the problem's), the term times `library` (0) for a kernel whose GPU time is
+mostly library kernels the reference does not use (record `library: true`, tools/timing/library.py),
+and the speedup taken against eager
 PyTorch (`baseline="compile"`: against torch.compile). `compiled` means the candidate loaded
 and built in its worker; `correct` means the verdict is ok (every trial passed, every integrity
 check held). Any guard or run-time integrity violation (verdict rejected) scores 0, whatever
@@ -38,6 +40,7 @@ class RewardConfig:
     speedup: float = 1.0  # c: times min(speedup, cap), for correct candidates only
     cap: float = 10.0
     not_general: float = 0.5  # g: the speedup term's factor for a kernel that is not general (generalizes false)
+    library: float = 0.0  # the speedup term's factor for a kernel whose time is mostly library work (record library true)
     fault_reward: float = 0.0  # an evaluator fault (never the completion's): neutral; mask these outcomes
     baseline: str = "eager"  # "eager" or "compile" (torch.compile, default mode)
     problem_column: str = "problem"  # dataset column holding the problem file's path
@@ -68,8 +71,9 @@ class RewardConfig:
             raise ValueError(f"baseline must be one of {', '.join(BASELINES)}, not {self.baseline!r}")
         if self.cap <= 0:
             raise ValueError("cap must be positive")
-        if not 0 <= self.not_general <= 1:
-            raise ValueError(f"not_general must be between 0 and 1, not {self.not_general}")
+        for name in ("not_general", "library"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"{name} must be between 0 and 1, not {getattr(self, name)}")
         from tools.precision import check
 
         check(self.precision)  # PrecisionError, a ValueError
@@ -94,6 +98,7 @@ class RewardOutcome:
     speedup: float | None = None  # against the configured baseline; None when not measured
     speedup_term: float = 0.0  # c * g * min(speedup, cap) when correct, else 0
     generalizes: bool | None = None  # the record's drop-in check (False: the term scaled by not_general)
+    library: bool | None = None  # the record's library mark (True: the term scaled by library)
     timing_measured: bool = False
     baseline: str = "eager"
     precision: str | None = None  # the record's: the baselines' float32 arithmetic (None: no record, or one before schema 6)
@@ -149,11 +154,15 @@ def score_record(record: Result | dict[str, Any], config: RewardConfig | None = 
                 term *= config.not_general
                 note = (f"speedup term x{config.not_general:g}: not general (a declared specialization, or torch "
                         "left to do the work on other sizes)")
+            if data.get("library") is True:
+                term *= config.library
+                note = "; ".join(filter(None, [note, f"speedup term x{config.library:g}: most GPU time in library kernels "
+                                                      f"the reference does not use ({data.get('library_share')})"]))
     reward = config.compiled * compiled + config.correct * correct + term
     reason = "" if correct else f"{failed['name'] if failed else verdict}: {_first_line(data.get('message'))}"
     return RewardOutcome(reward=float(reward), compiled=compiled, correct=correct, speedup=speedup if measured else None,
                          speedup_term=term, timing_measured=measured, reason=reason, note=note,
-                         generalizes=data.get("generalizes"), **base)
+                         generalizes=data.get("generalizes"), library=data.get("library"), **base)
 
 
 def fault_outcome(exc: Exception, problem: str, source: str, config: RewardConfig | None = None) -> RewardOutcome:

@@ -37,22 +37,6 @@ def unavailable(result: Result, why: str) -> None:
     result.roofline.note = why
 
 
-def own_kernel_share(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
-    """Step: the share of GPU time spent in the candidate's own kernels, from one profiled forward
-    (a single-op problem's own-kernel rule is stricter, and read from the trials)."""
-    if not bench.timed or bench.problem.single_op is not None:
-        return None
-    assert evaluation.worker is not None and evaluation.scan is not None
-    with evaluation.phase("timing"):
-        trees, _ = bench.feed(evaluation.worker, [(None, bench.seeds[0], "problem")])
-        names = evaluation.scan.triton_kernels + evaluation.scan.cuda_kernels
-        header, _ = evaluation.worker.request({"op": "profile", "inputs": trees[0], "own": names}, bench.options.trial_timeout)
-        if (failure := reply_failure(header, "profile")) is not None:
-            return failure
-        evaluation.result.own_kernel_share = header.get("own_share")
-        return None
-
-
 def blocks(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
     """Step: the timed blocks. Without a GPU, or with timing off, the record says why nothing was timed.
 

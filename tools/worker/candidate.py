@@ -169,20 +169,9 @@ class CandidateWorker(Worker):
 
     def profile(self, msg: dict[str, Any], payload: bytes) -> Reply:
         """GPU time per kernel name in one forward, and the share in the candidate's own kernels."""
-        import torch
-        from torch.profiler import ProfilerActivity, profile
+        from tools.worker.profile import kernel_times
 
-        inputs = self._inputs(msg["inputs"], payload)
-        with torch.no_grad():
-            self.model(*inputs)  # compiled and warm before the profiled call
-        torch.cuda.synchronize(self.device)
-        with profile(activities=[ProfilerActivity.CUDA]) as prof, torch.no_grad():
-            self.model(*inputs)
-            torch.cuda.synchronize(self.device)
-        times: dict[str, float] = {}
-        for event in prof.events():
-            if event.device_type == torch.autograd.DeviceType.CUDA:
-                times[event.name] = times.get(event.name, 0.0) + event.device_time_total
+        times = kernel_times(self.model, self._inputs(msg["inputs"], payload), self.device)
         own_names = [n for n in msg.get("own", []) if n]
         own = sum(t for name, t in times.items() if any(k in name for k in own_names))
         total = sum(times.values())

@@ -36,7 +36,8 @@ class ReferenceWorker(Worker):
 
     def handlers(self):
         return {"load": self.load, "build": self.build, "trial": self.trial, "inputs": self.inputs, "time": self.time,
-                "ceilings": self.ceilings, "variant_init": self.variant_init, "wide": self.wide}
+                "ceilings": self.ceilings, "variant_init": self.variant_init, "wide": self.wide,
+                "profile": self.profile}
 
     def load(self, msg: dict[str, Any], payload: bytes) -> Reply:
         """Import the problem's file (the first request: a worker is started before its problem is
@@ -117,6 +118,15 @@ class ReferenceWorker(Worker):
         wide, why = forward64(self.wide_models, self.model, inputs, self.device)
         return self.reply_with({"op": "wide", **({"float64_skipped": why} if why else {})}, [wide],
                                int(msg.get("arena_cap") or 0))
+
+    def profile(self, msg: dict[str, Any], payload: bytes) -> Reply:
+        """GPU time per kernel name in one eager forward on the problem's inputs of `seed`: the
+        library kernels the problem itself uses (tools/timing/library.py)."""
+        from tools.worker.profile import kernel_times
+
+        self._make_room()
+        times = kernel_times(self.model, self.generate(int(msg["seed"]), "problem"), self.device)
+        return {"op": "profiled", "kernels_us": times}, b""
 
     def variant_init(self, msg: dict[str, Any], payload: bytes) -> Reply:
         """The constructor's arguments of held-out variant K, for the candidate's ModelNew."""
