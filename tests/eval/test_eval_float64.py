@@ -55,3 +55,29 @@ def test_switched_off_it_is_recorded(tmp_path):
     finally:
         ev.close()
     assert result.verdict is Verdict.OK and result.errors.float64 == "not judged: switched off"
+
+
+@pytest.mark.parametrize("problem, candidate", [
+    ("linear_relu", "linear_relu_transposed_ok"),  # a weight transposed once in __init__
+    ("layer_norm_rows", "layer_norm_welford_ok"),  # Welford's mean and variance, in blocks
+    ("conv2d_small", "conv2d_im2col_ok"),  # an as_strided im2col and a GEMM
+])
+def test_honest_controls_are_accepted(tmp_path, problem, candidate):
+    ev = evaluator(problem, tmp_path)
+    try:
+        result = ev.evaluate(source(candidate))
+    finally:
+        ev.close()
+    assert_ok(result)
+    assert (result.errors.float64 or "").startswith("judged ("), result.errors
+
+
+def test_a_variance_as_the_mean_square_less_the_squared_mean_fails_the_stress_trial(tmp_path):
+    ev = evaluator("layer_norm_rows", tmp_path)
+    try:
+        result = ev.evaluate(source("layer_norm_naive_variance"))
+    finally:
+        ev.close()
+    assert result.verdict is Verdict.INCORRECT, result.message
+    failed = [c.name for c in result.checks if not c.passed]
+    assert failed and failed[0].startswith("trial-3:stress"), failed
