@@ -82,6 +82,7 @@ class Zygote:
         # another environment's start cannot evict it between the two (seen under a full suite's
         # load: a batch's worker "not started: the zygote ended before it forked this worker: -9")
         self.pending = 0
+        self.retired = False  # discarded while requests were pending: closed when the last is answered
 
     def tail(self) -> str:
         """The last line the zygote printed (why it ended), or its exit status."""
@@ -124,9 +125,13 @@ class Zygote:
                 raise
 
     def answered(self) -> None:
-        """One request's worker was forked (or refused), or its request could not be sent."""
+        """One request's worker was forked (or refused), or its request could not be sent; a
+        discarded zygote closes with its last one."""
         with _registry:  # the lock under which zygote_for() reserves and evicts
             self.pending -= 1
+            last = self.retired and self.pending <= 0
+        if last:
+            self.close()
 
     def close(self) -> None:
         """Killed, not asked: it holds nothing to flush, and an interpreter with torch took about a
@@ -211,11 +216,12 @@ class Forked:
             self._answered = True  # the zygote is done with our request, whatever this says
             self.zygote.answered()
         if not message:  # the keeper is gone without a word, or the zygote before it forked one
-            if self._pid < 0 and self.returncode is None:
-                self.failure = "the worker zygote ended before it forked this worker: " + (
-                    self.zygote.tail() if self.zygote is not None else "")
-                if self.zygote is not None:
+            if self._pid < 0 and self.returncode is None and not self._stopped:
+                if self.zygote is not None and not self.zygote.alive():
+                    self.failure = f"the worker zygote ended before it forked this worker: {self.zygote.tail()}"
                     discard(self.zygote)
+                else:  # the zygote lives (and serves others): only this request's keeper is gone
+                    self.failure = "the worker's keeper ended before it reported the worker"
             self.returncode = -signal.SIGKILL if self.returncode is None else self.returncode
             self._close_status()
             return
@@ -343,11 +349,17 @@ def start(plan: "Launch", worker_fds: tuple[int, ...], log_fd: int, limits: dict
 
 
 def discard(zygote: Zygote) -> None:
-    """Close `zygote` and forget it (the next worker of its environment starts a new one)."""
+    """Forget `zygote` (the next worker of its environment starts a new one) and close it, at once
+    when no request of another worker waits on it, else when the last is answered: closing it
+    under a pending request would end that worker before it was made (seen under a full suite's
+    load, when a stopped spare's keeper ended without a word and its zygote was taken for dead)."""
     with _registry:
         if _zygotes.get(zygote.key) is zygote:
             del _zygotes[zygote.key]
-    zygote.close()
+        zygote.retired = True
+        now = zygote.pending <= 0
+    if now:
+        zygote.close()
 
 
 def _proc_limits(pid: int) -> str:
