@@ -184,6 +184,8 @@ class Loopback:
                 elif step.kind == "hold":
                     loop.held.set()
                     loop._release.wait()
+                    if not loop._stopped:
+                        loop._release.clear()  # one release() per hold: the next hold holds again
                     self.close_connection = True  # drop it: the client sees a connection error
                 elif step.kind == "error":
                     headers = {"retry-after": step.retry_after} if step.retry_after is not None else {}
