@@ -143,6 +143,8 @@ def agent_row(spec: dict[str, Any], log: Callable[[str], None], *, problem: Path
         "kept_eager": bool(best.get("kept_eager")) if best else None,
         "speedup_vs_eager": best.get("speedup_vs_eager"), "speedup_vs_compile": best.get("speedup_vs_compile"),
         "roofline_fraction": best.get("roofline_fraction"), "candidate_ms": best.get("median_ms"),
+        # the best's drop-in check and library mark (docs/reward.md): what the report counts apart
+        "generalizes": best.get("generalizes"), "library": best.get("library"),
         "best_attempt": best.get("attempt"), "attempts": s["attempts"], "attempts_used": s["attempts_used"],
         "correct_attempts": s["correct"], "format_errors": s["format_errors"], "tokens": s["tokens_used"],
         "model_calls": s["model_calls"], "agent_wall_s": s["wall_s"], "model": s["model"], "run_id": s["run_id"],
@@ -225,7 +227,8 @@ def _complete_row(row: dict[str, Any]) -> dict[str, Any]:
                 "speedup_vs_eager", "speedup_vs_compile", "roofline_fraction", "candidate_ms", "eager_ms",
                 "compile_ms", "floor_ms", "best_attempt", "attempts", "attempts_used", "correct_attempts",
                 "evaluator_faults", "format_errors", "tokens", "model_calls", "agent_wall_s", "model", "run_id",
-                "stop_reason", "workspace", "best_path", "device_s", "executor", "node", "warm_workers", "precision"):
+                "stop_reason", "workspace", "best_path", "device_s", "executor", "node", "warm_workers", "precision",
+                "generalizes", "library"):
         row.setdefault(key, None)
     for key in ("attempts", "attempts_used", "correct_attempts", "evaluator_faults", "format_errors", "tokens",
                 "model_calls"):

@@ -129,6 +129,8 @@ def headline(rows: list[dict[str, Any]]) -> dict[str, Any]:
     faults = [r["problem"] for r in rows if evaluator_fault(r)]
     measured = [r for r in rows if timed(r)]
     kept = [r["problem"] for r in rows if kept_eager(r)]
+    not_general = [r["problem"] for r in rows if r.get("correct") and r.get("generalizes") is False]
+    library = [r["problem"] for r in rows if r.get("correct") and r.get("library") is True]
     out: dict[str, Any] = {
         "problems": n, "correct": correct, "fraction_correct": correct / n if n else None,
         "timing_measured": bool(measured), "timed": len(measured),
@@ -137,6 +139,9 @@ def headline(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "geomean_speedup_vs_compile": None, "geomean_speedup_vs_eager": None,
         "mean_roofline_fraction": None, "roofline_problems": 0,
         "failures_count_as": 1.0, "kept_eager": len(kept), "kept_eager_problems": kept, "kept_eager_counts_as": 1.0,
+        # correct, but paid less by the reward's policy (docs/reward.md): counted apart, speedups as measured
+        "not_general": len(not_general), "not_general_problems": not_general,
+        "library": len(library), "library_problems": library,
         "evaluator_faults": len(faults), "evaluator_fault_problems": faults,
         "evaluator_fault_attempts": sum(r.get("evaluator_faults") or 0 for r in rows),
         "attempts": sum(r.get("attempts") or 0 for r in rows), "tokens": sum(r.get("tokens") or 0 for r in rows),
@@ -233,6 +238,12 @@ def headline_lines(run: Run) -> list[str]:
         lines.append(f"evaluator faults:                 {h['evaluator_faults']}/{n} never judged "
                      f"({', '.join(h['evaluator_fault_problems'])}): ratchet failed, not the model; "
                      f"counted as not correct (1.0x); rerun them")
+    if h["not_general"]:
+        lines.append(f"not general:                      {h['not_general']}/{n} ({', '.join(h['not_general_problems'])}): "
+                     "the best kernel is specialized or leaves other sizes to torch (the reward pays half its speedup)")
+    if h["library"]:
+        lines.append(f"library work:                     {h['library']}/{n} ({', '.join(h['library_problems'])}): "
+                     "most GPU time in library kernels the reference does not run (the reward pays no speedup)")
     if not h["timing_measured"]:
         lines += [f"faster than eager:                {NOT_MEASURED}",
                   f"faster than torch.compile:        {NOT_MEASURED}",

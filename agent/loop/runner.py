@@ -149,6 +149,7 @@ def run_summary(state: AgentState, repo, *, error: ModelError | None = None) -> 
             "speedup_vs_compile": best["speedup_vs_compile"], "median_ms": best["median_ms"],
             "roofline_fraction": best["roofline_fraction"], "timing_measured": best["timing_measured"],
             "kept_eager": _kept_eager(repo, best["attempt"]),
+            "generalizes": best.get("generalizes"), "library": best.get("library"),
         },
         "best_path": str(repo.best_path) if workspace_best is not None else None,
         "workspace_best_attempt": workspace_best.number if workspace_best is not None else None,

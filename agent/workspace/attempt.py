@@ -23,6 +23,8 @@ floats written with `repr`, so they parse back to exactly the record's numbers):
     Ratchet-Source-Sha256: 9f86d0...
     Ratchet-New-Best: yes               (whether this attempt became the best when committed)
     Ratchet-Precision: fp32             (the run's precision, tools/precision.py; n/a: before record schema 6)
+    Ratchet-Generalizes: yes            (the drop-in check: yes, no, or n/a when nothing was held out)
+    Ratchet-Library: no                 (yes: most GPU time in library kernels the reference does not run; n/a: not measured)
 
 One workspace holds one precision (`precision_conflict`): times measured against TF32 baselines
 are not comparable with fp32 ones, so neither can replace the other as the best.
@@ -41,7 +43,7 @@ from tools.timing.stats import below_beyond_offset
 NA = "n/a"
 KIND_ATTEMPT = "attempt"
 
-# (trailer key, Attempt field, kind): kind is "int", "float", "str" or "bool".
+# (trailer key, Attempt field, kind): kind is "int", "float", "str", "bool" or "tristate" (yes, no, n/a).
 _TRAILERS = (
     ("Ratchet-Attempt", "number", "int"),
     ("Ratchet-Verdict", "verdict", "verdict"),
@@ -57,6 +59,8 @@ _TRAILERS = (
     ("Ratchet-Source-Sha256", "source_sha256", "str"),
     ("Ratchet-New-Best", "became_best", "bool"),
     ("Ratchet-Precision", "precision", "str"),
+    ("Ratchet-Generalizes", "generalizes", "tristate"),
+    ("Ratchet-Library", "library", "tristate"),
 )
 
 
@@ -82,6 +86,8 @@ class Attempt:
     subject: str = ""
     committed_at: int = 0  # unix seconds
     precision: str = ""  # "fp32" | "tf32"; "": none recorded (before the record's schema 6, or an evaluator fault)
+    generalizes: bool | None = None  # the record's drop-in check (None: nothing held out, or an older commit)
+    library: bool | None = None  # the record's library mark (schema 7; None: not measured, or an older commit)
 
     @property
     def ok(self) -> bool:
@@ -108,6 +114,7 @@ class Attempt:
             roofline_fraction=_num(result.roofline.achieved_fraction),
             model=one_line(model), run_id=one_line(run_id), timing_measured=bool(t.measured),
             source_sha256=hashlib.sha256(source.encode()).hexdigest(), precision=result.precision or "",
+            generalizes=result.generalizes, library=result.library,
         )
 
     @classmethod
@@ -125,6 +132,8 @@ class Attempt:
                 values[name] = text == "measured"
             elif kind == "bool":
                 values[name] = text == "yes"
+            elif kind == "tristate":
+                values[name] = True if text == "yes" else False if text == "no" else None
             else:
                 values[name] = "" if text == NA else text
         return cls(sha=sha, subject=subject, committed_at=committed_at, **values)
@@ -141,6 +150,8 @@ class Attempt:
                 text = "measured" if value else "not-measured"
             elif kind == "bool":
                 text = "yes" if value else "no"
+            elif kind == "tristate":
+                text = NA if value is None else "yes" if value else "no"
             else:
                 text = str(value) if value not in (None, "") else NA
             out.append((key, text))

@@ -189,3 +189,15 @@ def test_an_evaluator_fault_is_counted_apart(tmp_path, capsys):
     assert data["headline"]["evaluator_faults"] == 1 and any("evaluator fault" in n for n in data["notes"])
     html = render_html(load_run(run))
     assert 'class="fault">error (evaluator fault)' in html and "never judged: evaluator fault" in html
+
+
+def test_kernels_the_reward_pays_less_are_counted_apart(tmp_path, capsys):
+    """A best kernel that is not general or is library work (docs/reward.md) is correct, and named."""
+    rows = [{**GPU_ROWS[0], "generalizes": False}, {**GPU_ROWS[3], "library": True}, GPU_ROWS[1],
+            {**GPU_ROWS[2], "library": True}]  # 3_wrong: not correct, not counted
+    h = headline(rows)
+    assert h["not_general"] == 1 and h["not_general_problems"] == ["1_fast"]
+    assert h["library"] == 1 and h["library_problems"] == ["4_faster"]
+    assert main(["report", str(write_run(tmp_path, rows)), "--no-html"]) == 0
+    text = capsys.readouterr().out
+    assert "not general:                      1/4 (1_fast)" in text and "library work:                     1/4 (4_faster)" in text

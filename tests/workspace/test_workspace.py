@@ -338,3 +338,17 @@ def test_cli_errors_are_one_line(history: Workspace, problem: Path, tmp_path: Pa
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
         assert err.startswith(f"ratchet {argv[0]}: ") and err.count("\n") == 1, err
+
+
+def test_the_drop_in_check_and_the_library_mark_travel_in_the_trailers():
+    from agent.workspace.attempt import Attempt, parse_trailers
+    from tools.record import Result, Verdict
+
+    for generalizes, library in ((False, True), (True, False), (None, None)):
+        result = Result(verdict=Verdict.OK, message="ok", generalizes=generalizes, library=library)
+        made = Attempt.from_result(1, result, model="m", run_id="r", source="src")
+        text = "".join(f"{k}: {v}\n" for k, v in made.trailers())
+        back = Attempt.from_trailers(parse_trailers(text), sha="")
+        assert (back.generalizes, back.library) == (generalizes, library)
+    old = parse_trailers("".join(f"{k}: {v}\n" for k, v in made.trailers() if k not in ("Ratchet-Generalizes", "Ratchet-Library")))
+    assert Attempt.from_trailers(old, sha="").generalizes is None  # a commit from before these trailers
