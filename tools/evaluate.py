@@ -89,6 +89,7 @@ class Evaluator:
                                distributions=Distributions(self.problem.inputs), builds=self.builds,
                                environment=environment(self.device), cache_dir=self.spawner.cache_dir,
                                copy_ms_per_byte=copy_ms_per_byte, take_worker=self._take_worker)
+            self.bench.decide_distributions()  # before any candidate (tools/judge/bench.py)
         except (WorkerGone, ReferenceLost) as exc:
             self.close()
             raise ProblemError(f"{self.problem.path.name}: {exc}") from None

@@ -4,7 +4,8 @@ fault, masked from training) instead of a verdict on itself. The constructor's `
 forgery; every one must be refused as a malformed output.
 
 - a storage claim ("ptr": address, bytes) that is no pair of non-negative integers: "string",
-  "short", "negative" (the aliasing check raised; attacker helper, stop 28);
+  "short", "negative" (the aliasing check raised; attacker helper, stop 28), "infinite" (JSON's
+  Infinity: a non-finite number in a reply, refused as a broken protocol with every other);
 - a node the decoder could not turn into a value: "float", a float scalar beyond any float
   (OverflowError), or "span", an empty tensor whose strides overflow (RuntimeError in
   torch.empty) (attacker helper, stop 29).
@@ -15,7 +16,7 @@ import torch
 import torch.nn as nn
 import tools.wire.transport
 
-CLAIMS = {"string": ["not-an-address", 1], "short": [1], "negative": [-4096, 4096]}
+CLAIMS = {"string": ["not-an-address", 1], "short": [1], "negative": [-4096, 4096], "infinite": [float("inf"), 4096]}
 NODES = {
     "float": {"t": "scalar", "kind": "float", "value": 10**400},
     "span": {"t": "tensor", "plain": True, "dtype": "float32", "shape": [0, 2**62, 2**62], "bytes": [0, 0]},

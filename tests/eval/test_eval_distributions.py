@@ -55,3 +55,12 @@ def test_a_reference_that_raises_on_a_distribution_drops_it_instead_of_failing(c
         assert chosen == ["problem"] * 3 and ev.distributions == ["problem"]
         assert "raises) on shifted inputs" in ev.dropped["shifted"]
         assert "(or it raises) when input #0, #1 cross zero" in ev.dropped["signed"]
+
+
+def test_the_distributions_are_decided_before_any_candidate(cache_dir):
+    """Which distributions a problem allows is settled when the evaluator opens, on the trials' own
+    seeds: nothing a candidate does later (its out-of-memory on the device, say) can make the
+    reference look as if the problem did not allow one."""
+    with evaluator("sqrt_only", cache_dir) as ev:
+        assert ev.distributions == ["problem", "shifted", "stress:1000"]
+        assert list(ev.dropped) == ["signed"]

@@ -310,9 +310,11 @@ def test_a_forged_storage_claim_is_the_candidates_doing(attack, claim):
     assert "not [address, bytes]" in result.message, describe(result)
 
 
-@pytest.mark.parametrize("node", ["float", "span"])
-def test_a_forged_output_node_is_the_candidates_doing(attack, node):
-    """A wrong kernel whose reply carries an output node the parent's decoder could not turn into
-    a value: before, the decoder raised OverflowError or RuntimeError (verdict `error`)."""
+@pytest.mark.parametrize("node, seen", [("float", "an integer of 401 digits"), ("span", "malformed output"),
+                                        ("infinite", "a non-finite number (Infinity)")])
+def test_a_forged_output_node_is_the_candidates_doing(attack, node, seen):
+    """A wrong kernel whose reply carries a node the parent could not turn into a value: before,
+    the decoder raised OverflowError or RuntimeError (verdict `error`). A number no reply needs
+    (Infinity, NaN, an integer of hundreds of digits) is now refused as the frame is read."""
     result = attack("none", node, candidate="forge_reply_node", rules=FORGERY_RULES | {"patching"})
-    assert result.verdict is Verdict.REJECTED and "malformed output" in result.message, describe(result)
+    assert result.verdict is Verdict.REJECTED and seen in result.message, describe(result)

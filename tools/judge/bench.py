@@ -48,6 +48,16 @@ class Bench:
         """Whether this evaluation measures times (on a GPU, with timing switched on)."""
         return self.options.timing and self.device.startswith("cuda")
 
+    def decide_distributions(self) -> None:
+        """Decide every distribution of the rotation (which the problem allows, and how) before any
+        candidate runs, on the trials' own seeds: a candidate's doing (its out-of-memory on the
+        device, say) can then never make the reference look as if the problem did not allow one, for
+        this or any later candidate of the evaluator."""
+        from tools.judge.distributions import ROTATION
+
+        for i in range(len(ROTATION)):
+            self.distribution(i, self.seeds[i % len(self.seeds)])
+
     def distribution(self, i: int, seed: int) -> str:
         """The input distribution of trial i (chosen on first use: tools/judge/distributions.py)."""
         with self.lock:

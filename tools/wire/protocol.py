@@ -7,6 +7,7 @@ so the parent only ever parses JSON and raw tensor bytes.
 from __future__ import annotations
 
 import json
+import math
 import os
 import select
 import struct
@@ -53,6 +54,29 @@ def _write_all(fd: int, data: bytes | memoryview, deadline: float | None = None)
         view = view[n:]
 
 
+MAX_INT_DIGITS = 30  # no field of a reply needs more; a longer integer is a forgery (and slow to parse)
+
+
+def _no_constant(name: str) -> Any:
+    """NaN and Infinity have no place in a reply: every number in one is a size, an offset, a count
+    or a time, and a non-finite one reached the parent's arithmetic (an arena offset of Infinity
+    raised an OverflowError there, an evaluator `error`)."""
+    raise ValueError(f"a non-finite number ({name}) in a reply")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"a number out of range ({text[:40]}) in a reply")
+    return value
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"an integer of {len(text)} digits in a reply")
+    return int(text)
+
+
 class FrameReader:
     """Reads frames from a pipe, with an optional deadline and a hook run while waiting."""
 
@@ -65,7 +89,8 @@ class FrameReader:
         if size > MAX_HEADER:
             raise ProtocolError(f"frame header of {size} bytes")
         try:
-            header = json.loads(self._read_exact(size, deadline, on_wait))
+            header = json.loads(self._read_exact(size, deadline, on_wait), parse_constant=_no_constant,
+                                parse_float=_finite_float, parse_int=_bounded_int)
         except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
             raise ProtocolError(f"frame header is not JSON: {str(exc)[:200]}") from None
         if not isinstance(header, dict):
