@@ -27,6 +27,9 @@ def messages(src: str) -> str:
 
 # -- holes: each is rejected, by the rule named ---------------------------------------------------
 
+CPP = ("from torch.utils.cpp_extension import load_inline\n"
+       "ext = load_inline(name='x', cpp_sources='''#include <torch/extension.h>\nvoid f() {{ {} }}''', functions=['f'])")
+
 HOLES = [  # (id, source, rule)
     # 1. a forbidden module reached as another module's attribute, wherever it is in the chain
     ("os.path.os.system", "import os\nos.path.os.system('id')", "threads-processes"),
@@ -134,6 +137,12 @@ HOLES = [  # (id, source, rule)
     ("symbolic function", "import torch as t\ndef f(n):\n    return t.sym_int(n)", "dynamic-code"),
     ("tensor to numpy", "def f(x):\n    return x.numpy()", "import"),
     ("storage swap", "def f(x, s):\n    x.set_(s)", "dynamic-code"),
+    # 3. C++ that reaches the interpreter through the CPython C API, or ATen below the op recorder
+    ("PySys_GetObject", CPP.format('PyObject* m = PySys_GetObject("modules");'), "dynamic-code"),
+    ("PyObject_SetAttrString", CPP.format('PyObject_SetAttrString(m, "perf_counter", f);'), "dynamic-code"),
+    ("PyModule_GetDict", CPP.format("PyObject* d = PyModule_GetDict(m);"), "dynamic-code"),
+    ("py::getattr", CPP.format('auto t = py::getattr(m, "perf_counter");'), "dynamic-code"),
+    ("redispatch", CPP.format("auto y = at::_ops::_softmax::redispatch(ks, x, -1, false);"), "private-api"),
 ]
 
 

@@ -105,7 +105,9 @@ def test_a_fused_library_attention_is_library_work_and_paid_no_speedup(attention
 
 
 def test_a_single_op_computed_by_the_librarys_kernel_from_cpp_is_rejected():
-    with Evaluator(SUITE / "11_row_softmax.py", EvalOptions(device="cuda:0", timing_budget_s=1.0)) as ev:
+    """The guard names `redispatch` in C++ first; with that rule off, what the device ran decides."""
+    options = EvalOptions(device="cuda:0", timing_budget_s=1.0, disabled_rules=frozenset({"private-api"}))
+    with Evaluator(SUITE / "11_row_softmax.py", options) as ev:
         result = ev.evaluate(REDISPATCHED_SOFTMAX)
     assert result.verdict is Verdict.REJECTED, result.message
     assert any(c.name == "single-op" and not c.passed for c in result.checks), result.checks

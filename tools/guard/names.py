@@ -171,6 +171,14 @@ CXX_FORBIDDEN: tuple[tuple[str, str], ...] = (
     (r"\bsyscall\s*\(", "threads-processes"), (r"\bprocess_vm_\w+", "threads-processes"),
     # Python from C++: a pybind11 import, exec or eval reaches every module of the worker
     (r"\bpy::(module_?::import|exec|eval|eval_file)\b", "dynamic-code"), (r"\bPy(Run|Import|Eval)_\w+", "dynamic-code"),
+    # the CPython C API's ways to the interpreter's state (sys.modules, a module's attributes): a
+    # timer rewritten from C++ through PySys_GetObject("modules") (issue 36). A first filter only: the
+    # verdict must not depend on it (the parent's clock does not read the worker's timer)
+    (r"\bPy(Sys|Module|Capsule)_\w+", "dynamic-code"), (r"\bPyObject_(Get|Set|Del)Attr\w*", "dynamic-code"),
+    (r"\bPyDict_(Get|Set|Del)Item\w*", "dynamic-code"), (r"\bpy::(getattr|setattr|globals|reinterpret_borrow)\b", "dynamic-code"),
+    # ATen's dispatcher entered below the op recorder: the op left to the library from C++ (issue 35;
+    # tools/timing/library.py measures what ran, this names it first)
+    (r"\bredispatch\b", "private-api"),
     (r"\b(f|fd)?open\s*\(", "file-io"),
 )
 CXX_LIBRARIES = r"\b(cublas\w*|cudnn\w*|cublasLt\w*|at::(mm|matmul|bmm|addmm|conv\w*|linear|softmax|layer_norm)|torch::(mm|matmul|bmm|addmm|conv\w*|linear|softmax|layer_norm))\b"
