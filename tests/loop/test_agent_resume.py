@@ -52,7 +52,13 @@ def interrupt_when_held(server: Loopback, proc: subprocess.Popen, sig: int) -> t
     assert server.held.wait(120), proc.stderr.read() if proc.poll() is not None else "the run never reached the hold"
     server.held.clear()
     proc.send_signal(sig)
-    out, err = proc.communicate(timeout=60)
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:  # say where it hung rather than only that it did
+        proc.kill()
+        out, err = proc.communicate()
+        server.release()
+        raise AssertionError(f"the run did not end within 60 s of signal {sig}; its stderr:\n{err[-3000:]}") from None
     server.release()
     return proc.returncode, err
 

@@ -275,6 +275,16 @@ class Forked:
 
     def wait(self, timeout: float | None = None) -> int:
         deadline = None if timeout is None else time.monotonic() + timeout
+        if self._stopped and self.poll() is None and self._pid < 0:
+            # stopped before the zygote forked it (the request waits while the zygote imports, tens of
+            # seconds on a loaded machine: a Ctrl-C's clean-up waited that long): abandoned, not awaited.
+            # Its keeper, forked later, finds its status socket closed and ends with its group.
+            if self.zygote is not None and not self._answered:
+                self._answered = True
+                self.zygote.answered()
+            self.returncode = -signal.SIGKILL
+            self._close_status()
+            return self.returncode
         while self.poll() is None:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:

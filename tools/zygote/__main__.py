@@ -204,8 +204,12 @@ def _keep(pid: int, status: socket.socket) -> None:
     asked ("kill") or when the evaluator's end closes. The group is killed before the worker is
     reaped, while its id cannot have been reused."""
     pidfd = os.pidfd_open(pid)
-    status.sendall(json.dumps({"pid": pid}).encode())
     listening = True
+    try:
+        status.sendall(json.dumps({"pid": pid}).encode())
+    except OSError:  # the evaluator let this request go before it was forked (Forked.wait): none wanted
+        _kill_group(pid)
+        listening = False
     while True:
         watched: list[Any] = [pidfd, status] if listening else [pidfd]
         readable, _, _ = select.select(watched, [], [])
