@@ -30,7 +30,11 @@ PROBLEM = HERE / "agent_problems" / "relu_add.py"
 sys.path.insert(0, str(PROBLEM.parent))
 from relu_add_candidates import BROKEN, FASTER, FIXED  # noqa: E402
 
-RATCHET = [sys.executable, "-c", "import sys; from agent.cli import main; sys.exit(main())"]
+# Ctrl-C as a user's terminal delivers it: the child starts with SIGINT's default handler and
+# unblocked, whatever the test process's state after the tests before it in the same xdist worker
+# (late in full runs, a SIGINT sent here was never acted on: the run waited on the held request)
+RATCHET = [sys.executable, "-c", "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+           "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT}); from agent.cli import main; sys.exit(main())"]
 pytestmark = pytest.mark.timeout(180)
 
 
