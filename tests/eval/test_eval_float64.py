@@ -13,6 +13,18 @@ from tools import Verdict
 from tools.options import Float64Bound
 
 
+# (mode, split-K programs) of tests/candidates/deep_matmul_modes.py, by the name a test gives them
+DEEP = {"deep_matmul_ieee_ok": (0, 1), "deep_matmul_splitk_ok": (0, 4), "deep_matmul_tf32x3_ok": (1, 1),
+        "deep_matmul_tf32": (2, 1), "deep_matmul_fp16": (3, 1), "deep_matmul_fp16_nonneg": (4, 1)}
+
+
+def deep_source(name: str) -> str:
+    mode, split = DEEP[name]
+    text = source("deep_matmul_modes")
+    assert "MODE, SPLIT = 0, 1" in text
+    return text.replace("MODE, SPLIT = 0, 1", f"MODE, SPLIT = {mode}, {split}")
+
+
 @pytest.fixture(scope="module")
 def deep(tmp_path_factory):
     ev = evaluator("deep_matmul", tmp_path_factory.mktemp("ratchet-cache"))
@@ -22,7 +34,7 @@ def deep(tmp_path_factory):
 
 @pytest.mark.parametrize("candidate", ["deep_matmul_ieee_ok", "deep_matmul_splitk_ok", "deep_matmul_tf32x3_ok"])
 def test_honest_reorderings_are_accepted(deep, candidate):
-    result = deep.evaluate(source(candidate))
+    result = deep.evaluate(deep_source(candidate))
     assert_ok(result)
     judged = result.errors.float64 or ""
     assert judged.startswith("judged (") and int(judged.split("(")[1].split()[0]) >= 5, result.errors  # held-out ones too
@@ -33,7 +45,7 @@ def test_honest_reorderings_are_accepted(deep, candidate):
 
 @pytest.mark.parametrize("candidate", ["deep_matmul_tf32", "deep_matmul_fp16", "deep_matmul_fp16_nonneg"])
 def test_lower_precision_products_are_rejected(deep, candidate):
-    result = deep.evaluate(source(candidate))
+    result = deep.evaluate(deep_source(candidate))
     assert_verdict(result, Verdict.INCORRECT, "float64-bound", "float64 evaluation of the reference", "eager float32")
     assert result.errors.max_rel is not None and result.errors.norm_rel is not None
     assert result.errors.norm_rel < 2e-3  # the float32 tolerance alone would have passed it
@@ -42,7 +54,7 @@ def test_lower_precision_products_are_rejected(deep, candidate):
 def test_a_small_output_is_judged_on_its_errors_pooled_over_the_trials(deep):
     """16 x 16 outputs: too few elements for one trial's eager error to be a stable yardstick, so the
     trials' errors are pooled (IEEE on the signed trial's tiles does not hide the others')."""
-    result = deep.evaluate(source("deep_matmul_fp16_nonneg"))
+    result = deep.evaluate(deep_source("deep_matmul_fp16_nonneg"))
     assert_verdict(result, Verdict.INCORRECT, "float64-bound", "output (pooled over the trials")
     assert [c.name for c in result.checks if c.name.startswith("trial-")] == \
         ["trial-0:problem", "trial-1:shifted", "trial-2:signed:0,1", "trial-3:stress:1000", "trial-4:problem"]
@@ -51,7 +63,7 @@ def test_a_small_output_is_judged_on_its_errors_pooled_over_the_trials(deep):
 def test_switched_off_it_is_recorded(tmp_path):
     ev = evaluator("deep_matmul", tmp_path, float64_bound=None)
     try:
-        result = ev.evaluate(source("deep_matmul_fp16"))
+        result = ev.evaluate(deep_source("deep_matmul_fp16"))
     finally:
         ev.close()
     assert result.verdict is Verdict.OK and result.errors.float64 == "not judged: switched off"

@@ -134,9 +134,9 @@ class Reference:
             value = value[:2]
         if size > keep_bytes and borrow:
             return value
-        value = _clone(value)  # out of the arena: it is reused
+        value = clone_tree(value)  # out of the arena: it is reused
         if float64 and self.wide[key][0] is not None:
-            self.wide[key] = (_clone(self.wide[key][0]), None)
+            self.wide[key] = (clone_tree(self.wide[key][0]), None)
         if size <= keep_bytes:
             self.cache[key] = value
         else:
@@ -156,11 +156,12 @@ def one_line(message: str) -> str:
     return f"{where[-1].split(':', 1)[0]}: {lines[-1]}" if where else lines[-1]
 
 
-def _clone(tree: Any) -> Any:
+def clone_tree(tree: Any) -> Any:
+    """`tree` with each tensor cloned (out of an arena that the worker's next request reuses)."""
     import torch
 
     if isinstance(tree, torch.Tensor):
         return tree.clone()
     if isinstance(tree, (list, tuple)):
-        return type(tree)(_clone(x) for x in tree)
+        return type(tree)(clone_tree(x) for x in tree)
     return tree

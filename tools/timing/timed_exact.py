@@ -17,6 +17,7 @@ import secrets
 from typing import TYPE_CHECKING, Any
 
 from tools.judge.verdict import Failure
+from tools.processes.reference import clone_tree
 from tools.record import Verdict
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ def judge_timed(bench: "Bench", evaluation: "Evaluation", calls: list[tuple[int,
         return None
     i = judge.rng.randrange(len(calls))
     eager, cand = replies["eager"][i], replies["candidate"][i]
-    eager = _clone(eager)  # a view into the reference worker's arena, which its next request reuses
+    eager = clone_tree(eager)  # a view into the reference worker's arena, which its next request reuses
     slot, seed = calls[i]
     header, payload = bench.reference.checked({"op": "wide", "slot": slot, "seed": seed,
                                                "arena_cap": bench.arena_cap(1, outputs_only=True) + 2 * bench.problem.output_bytes},
@@ -72,12 +73,3 @@ def timed_final(evaluation: "Evaluation") -> Failure | None:
     return Failure(Verdict.INCORRECT, "timing:float64-bound", why.replace("over the trials", "over the timed calls judged"),
                    f"Correct in every trial, but not on the timed calls: {why.replace('over the trials', 'over the timed calls judged')}.")
 
-
-def _clone(tree: Any) -> Any:
-    import torch
-
-    if isinstance(tree, torch.Tensor):
-        return tree.clone()
-    if isinstance(tree, (list, tuple)):
-        return type(tree)(_clone(x) for x in tree)
-    return tree

@@ -1,4 +1,9 @@
-"""Honest: IEEE float32, split-K over 4 programs summed with atomics."""
+"""A tiled matrix product whose operand arithmetic is chosen by MODE (tests/eval/test_eval_float64.py
+sets MODE and SPLIT): 0 IEEE float32 (honest: another summation order than eager's), 1 3xTF32
+(honest: each operand split into a TF32 high part and the rest, three products), 2 operands rounded
+to TF32 (a downgrade), 3 fp16 operands (a downgrade), 4 fp16 operands only where both tiles hold no
+negative value (a downgrade that depends on the values: a signed trial sees IEEE). SPLIT > 1 sums
+split-K partial products with atomics (honest)."""
 import torch
 import torch.nn as nn
 import triton
@@ -47,6 +52,9 @@ def mm_kernel(a_ptr, b_ptr, c_ptr, M, N, K, MODE: tl.constexpr, SPLIT: tl.conste
         tl.atomic_add(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=mask)
 
 
+MODE, SPLIT = 0, 1
+
+
 class ModelNew(nn.Module):
     def __init__(self):
         super().__init__()
@@ -56,5 +64,5 @@ class ModelNew(nn.Module):
         M, K = a.shape
         N = b.shape[1]
         c = torch.zeros((M, N), dtype=a.dtype, device=a.device)
-        mm_kernel[(triton.cdiv(M, 16), triton.cdiv(N, 16), 4)](a, b, c, M, N, K, MODE=0, SPLIT=4, BM=16, BN=16, BK=32)
+        mm_kernel[(triton.cdiv(M, 16), triton.cdiv(N, 16), SPLIT)](a, b, c, M, N, K, MODE=MODE, SPLIT=SPLIT, BM=16, BN=16, BK=32)
         return c
