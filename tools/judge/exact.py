@@ -153,8 +153,9 @@ def tree_tensors(tree: Any, path: str = "output") -> list[tuple[str, Any]]:
 
 class ExactJudge:
     """One evaluation's float64 judging, trial by trial: an output of POOL_BELOW finite elements or
-    more is judged at once; a smaller one's errors are pooled per `key` (the trials, a held-out
-    variant) and judged by final(). Keeps the worst ratios for the record."""
+    more is judged at once; a smaller one's errors are pooled per `key` ("trials", held-out ones
+    included; "timed") and judged by final(); the stress trial's small outputs are not pooled.
+    Keeps the worst ratios for the record."""
 
     def __init__(self, bound: Float64Bound) -> None:
         self.bound = bound
@@ -170,9 +171,9 @@ class ExactJudge:
         """Why the candidate's outputs `cand` are outside the bound (naming the output), or None."""
         import torch
 
-        wide = dict(tree_tensors(r64))
+        wide, outs = dict(tree_tensors(r64)), dict(tree_tensors(cand))
         for path, ref in tree_tensors(r32):
-            out = dict(tree_tensors(cand)).get(path)
+            out = outs.get(path)
             if str(ref.dtype) not in EXACT_DTYPES or out is None or not ref.numel():
                 continue
             twin = wide.get(path)
