@@ -18,6 +18,7 @@ from tools.record import Result
 
 if TYPE_CHECKING:
     from tools.guard.scan import Scan
+    from tools.judge.bench import Bench
     from tools.judge.exact import ExactJudge
     from tools.processes.process import WorkerProcess
     from tools.timing.plan import TimingPlan
@@ -36,14 +37,13 @@ class Evaluation:
     gaps: dict[str, list[float]] = field(default_factory=dict)  # per arm: sync time minus end event, per call
     exact: "ExactJudge | None" = None  # the float64-judged bound's state (tools/judge/exact.py), float32 problems
 
-    def exact_for(self, bench_exact: bool, bound: object) -> "ExactJudge | None":
+    def exact_for(self, bench: "Bench") -> "ExactJudge | None":
         """This evaluation's float64 judge, made on first use when the bench judges so."""
-        if bench_exact and self.exact is None:
+        if bench.exact and self.exact is None:
             from tools.judge.exact import ExactJudge
-            from tools.options import Float64Bound
 
-            assert isinstance(bound, Float64Bound)
-            self.exact = ExactJudge(bound)
+            assert bench.options.float64_bound is not None  # bench.exact says so
+            self.exact = ExactJudge(bench.options.float64_bound)
         return self.exact
 
     @contextlib.contextmanager

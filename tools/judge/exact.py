@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # torch is imported where errors are computed
 CHUNK = 1 << 25
 POOL_BELOW = 4096  # finite elements: an output with fewer is judged on its errors pooled over trials
 EXACT_DTYPES = ("torch.float32", "torch.complex64")  # outputs judged against float64 (the half types: not yet)
+STRESS = "stress"  # the pool key of the stress trial: its small outputs are not pooled (one trial is too few)
 
 
 @dataclass
@@ -73,12 +74,6 @@ class ExactErrors:
             return a / b if b > 0 else (0.0 if a == 0 else math.inf)
         return ratio(self.cand_norm, self.eager_norm), ratio(self.cand_max, self.eager_max)
 
-    def to_dict(self) -> dict[str, float]:
-        norm, peak = self.ratios()
-        rel = self.cand_norm / self.ref_norm if self.ref_norm > 0 else self.cand_norm
-        eager = self.eager_norm / self.ref_norm if self.ref_norm > 0 else self.eager_norm
-        return {"norm_rel": rel, "eager_norm_rel": eager, "norm_ratio": _finite(norm), "max_ratio": _finite(peak)}
-
 
 def outside(bound: Float64Bound, e: ExactErrors) -> str | None:
     """Why `e` is outside `bound` (one phrase), or None."""
@@ -103,10 +98,6 @@ def outside(bound: Float64Bound, e: ExactErrors) -> str | None:
 
 def _times(a: float, b: float) -> str:
     return f"{a / b:.3g}x" if b > 0 else "while eager's is 0, unlike"
-
-
-def _finite(x: float) -> float:
-    return x if math.isfinite(x) else 1e300
 
 
 def exact_errors(r64: torch.Tensor, r32: torch.Tensor, cand: torch.Tensor) -> ExactErrors:
@@ -186,7 +177,7 @@ class ExactJudge:
             if e.count >= POOL_BELOW:
                 if (why := self._judge(e)) is not None:
                     return f"{path}: {why}"
-            elif key != "stress":  # one stress trial is too few to pool: a small output keeps the float32 tolerance there
+            elif key != STRESS:  # one stress trial is too few to pool: a small output keeps the float32 tolerance there
                 self.pools.setdefault(f"{key}:{path}", ExactErrors()).add(e)
         return None
 

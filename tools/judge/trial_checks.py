@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tools.judge.compare import Stats, Tolerance, compare_trees
-from tools.judge.exact import POOL_BELOW, ExactJudge
+from tools.judge.exact import POOL_BELOW, STRESS, ExactJudge
 from tools.judge.verdict import Failure
 from tools.record import Verdict
 from tools.wire.transport import TransportError, tensor_nodes
@@ -53,7 +53,7 @@ def compare_reply(worker: "WorkerProcess", header: dict[str, Any], payload: byte
                                         f"The worker sent malformed outputs ({exc})."))
     # a stress trial judged against float64: eager float32 is the yardstick there, not the truth (on
     # inputs scaled 1000x, an attention's softmax is an argmax whose near-ties eager breaks its own way)
-    values_from = POOL_BELOW if exact is not None and exact[1] == "stress" else None
+    values_from = POOL_BELOW if exact is not None and exact[1] == STRESS else None
     problem = (aliased or mismatch(ref_out, cand_out, stats, tolerances, "output", values_from=values_from)
                or mismatch(ref_in, cand_in, Stats(), tolerances, "input", what="inputs after forward"))
     if problem is None and exact is not None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from tools.guard.ops import compute_ops
 from tools.judge.compare import Stats
 from tools.judge.distributions import words
+from tools.judge.exact import STRESS
 from tools.judge.trial_checks import compare_reply
 from tools.judge.verdict import Failure, passed, reply_failure
 from tools.record import Errors, Verdict
@@ -44,7 +45,7 @@ def _trials(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
             # borrowed set of its outputs lies until its next request
             trees, payload = bench.feed(worker, [(None, seed, dist)])
             ref_out, ref_in = bench.reference_outputs(seed, dist, borrow=True)
-            exact = exact_for_set(bench, evaluation, seed, dist, "stress" if dist.startswith("stress") else "trials")
+            exact = exact_for_set(bench, evaluation, seed, dist, STRESS if dist.startswith(STRESS) else "trials")
             header, payload = worker.request({"op": "trial", "inputs": trees[0], "poison": True,
                                               "arena_cap": bench.arena_cap(2)}, bench.options.trial_timeout, payload)
             if i == 0:
@@ -77,7 +78,7 @@ def _trials(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
 def exact_for_set(bench: "Bench", evaluation: "Evaluation", seed: int, dist: str, key: str) -> "tuple[ExactJudge, str, Any] | None":
     """(judge, pool key, the reference's float64 outputs) for compare_reply(), or None (not a float32
     problem, the bound off, or no float64 outputs for this set: recorded why)."""
-    judge = evaluation.exact_for(bench.exact, bench.options.float64_bound)
+    judge = evaluation.exact_for(bench)
     if judge is None:
         return None
     wide, why = bench.reference_wide(seed, dist)

@@ -31,7 +31,7 @@ KEY = "timed"
 def judge_timed(bench: "Bench", evaluation: "Evaluation", calls: list[tuple[int, int]], replies: dict[str, Any],
                 first: int) -> Failure | None:
     """Maybe judge one call of this block against float64 (see the module's docstring)."""
-    judge = evaluation.exact_for(bench.exact, bench.options.float64_bound)
+    judge = evaluation.exact_for(bench)
     if judge is None or judge.timed_samples >= MAX_SAMPLES:
         return None
     if judge.rng is None:  # the parent's secret randomness; reproducible only under an explicit seed
