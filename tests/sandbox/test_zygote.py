@@ -208,3 +208,29 @@ def test_workers_can_still_be_started_by_exec(monkeypatch, tmp_path):
         result = ev.evaluate(source("elementwise_ok"))
     assert_ok(result)
     assert result.phases["boot_torch"] > 0.05  # a real import of torch, in the worker
+
+
+def test_a_zygote_with_a_request_reserved_is_neither_evicted_nor_closed_under_it():
+    """zygote_for() reserves the request it is asked for under the registry's lock, so another
+    environment's start cannot evict the zygote before the request is sent; a zygote discarded while
+    a request waits on it is closed when that request is answered, not under it (the batch tests'
+    "zygote ended before it forked this worker" under the full suite's load)."""
+    def env(key: str) -> dict[str, str]:
+        return {**os.environ, "PYTHONPATH": str(ROOT), "RATCHET_TEST_ZYGOTE": key}
+
+    reserved = zygote.zygote_for(env("reserved"))
+    others = []
+    try:
+        assert reserved.pending == 1
+        others = [zygote.zygote_for(env(f"idle-{i}"), reserve=False) for i in range(zygote.MAX_ZYGOTES)]
+        assert reserved.alive() and reserved.proc.poll() is None  # the idle ones went first
+        assert not others[0].alive()  # the least recently used idle one was evicted
+        zygote.discard(reserved)
+        assert reserved.retired and reserved.alive()  # its request still waits on it
+        reserved.answered()
+        assert not reserved.alive()  # closed with its last request
+    finally:
+        for z in [reserved, *others]:
+            if z.pending > 0:
+                z.pending = 0
+            zygote.discard(z)
