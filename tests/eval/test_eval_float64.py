@@ -93,3 +93,30 @@ def test_a_variance_as_the_mean_square_less_the_squared_mean_fails_the_stress_tr
     assert result.verdict is Verdict.INCORRECT, result.message
     failed = [c.name for c in result.checks if not c.passed]
     assert failed and failed[0].startswith("trial-3:stress"), failed
+
+
+def test_where_float64_does_not_fit_rows_drawn_after_the_answer_are_judged(tmp_path):
+    """float64_max_mb=0: no whole float64 evaluation fits, so rows of the batch, drawn after the
+    candidate answered, are evaluated in float64 (tools/judge/exact_rows.py): the honest product is
+    accepted and the fp16 one still rejected."""
+    ev = evaluator("deep_matmul", tmp_path, float64_max_mb=0)
+    try:
+        honest, fp16 = ev.evaluate(deep_source("deep_matmul_ieee_ok")), ev.evaluate(deep_source("deep_matmul_fp16"))
+    finally:
+        ev.close()
+    assert_ok(honest)
+    assert "sampled rows" in (honest.errors.float64 or "") and "over float64_max_mb" in honest.errors.float64, honest.errors
+    assert honest.errors.float64_norm_ratio is not None and honest.errors.float64_norm_ratio <= Float64Bound().norm_multiple
+    assert_verdict(fp16, Verdict.INCORRECT, "float64-bound", "float64 evaluation of the reference", "rows of the batch sampled")
+
+
+def test_rows_that_depend_on_the_rest_of_the_batch_are_not_judged_on_a_sample(tmp_path):
+    """Each column less its mean over the batch: the rows alone give other values, so the sample
+    says nothing of the candidate's error and the record says why it was not judged."""
+    ev = evaluator("column_centered", tmp_path, float64_max_mb=0)
+    try:
+        result = ev.evaluate(source("column_centered_ok"))
+    finally:
+        ev.close()
+    assert_ok(result)
+    assert "not independent of the rest of the batch" in (result.errors.float64 or ""), result.errors

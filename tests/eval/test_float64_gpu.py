@@ -174,3 +174,20 @@ def test_honest_timed_calls_are_judged_and_recorded(deep):
     result = deep.evaluate(HONEST["ieee"])
     assert result.verdict is Verdict.OK, result.message
     assert "timed calls judged" in (result.errors.float64 or ""), result.errors
+
+
+@pytest.mark.parametrize("name, ok", [("ieee", True), ("default-dot-is-tf32", False), ("fp16-operands", False)])
+def test_where_float64_does_not_fit_sampled_rows_still_judge(name, ok):
+    """float64_max_mb=0: no whole float64 evaluation is made; rows of the batch drawn after each
+    answer are (tools/judge/exact_rows.py), in the trials and in the timed calls."""
+    source = HONEST.get(name) or DOWNGRADES[name]
+    options = EvalOptions(device="cuda:0", timing_budget_s=1.0, float64_max_mb=0)
+    with Evaluator(HERE / "matmul_rand_deep.py", options) as ev:
+        result = ev.evaluate(source)
+    assert "sampled rows" in (result.errors.float64 or "") or not ok, result.errors
+    if ok:
+        assert result.verdict is Verdict.OK, (result.message, result.errors)
+        assert "timed calls judged" in (result.errors.float64 or ""), result.errors
+    else:
+        assert result.verdict is Verdict.INCORRECT, (result.message, result.errors)
+        assert any(c.name.endswith("float64-bound") and not c.passed for c in result.checks), result.checks

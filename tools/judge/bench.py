@@ -83,6 +83,14 @@ class Bench:
                     f"parameters, over float64_max_mb ({self.options.float64_max_mb} MiB)")
         return None
 
+    @property
+    def exact_sampled(self) -> bool:
+        """Whether outputs are judged against float64 on rows of the batch drawn after the candidate
+        answers (tools/judge/exact_rows.py): a float32 problem whose whole float64 evaluation is over
+        `EvalOptions.float64_max_mb`."""
+        return (self.options.float64_bound is not None and self.problem.dtype in ("float32", "complex64")
+                and not self.exact)
+
     def reference_outputs(self, seed: int, dist: str, borrow: bool = False) -> Any:
         """[outputs, inputs after forward] of the reference (tools/processes/reference.py); with
         `borrow`, a set too large to keep is views into the reference worker's arena: the caller

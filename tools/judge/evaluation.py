@@ -39,10 +39,10 @@ class Evaluation:
 
     def exact_for(self, bench: "Bench") -> "ExactJudge | None":
         """This evaluation's float64 judge, made on first use when the bench judges so."""
-        if bench.exact and self.exact is None:
+        if (bench.exact or bench.exact_sampled) and self.exact is None:
             from tools.judge.exact import ExactJudge
 
-            assert bench.options.float64_bound is not None  # bench.exact says so
+            assert bench.options.float64_bound is not None  # bench.exact(_sampled) says so
             self.exact = ExactJudge(bench.options.float64_bound)
         return self.exact
 

@@ -155,30 +155,46 @@ class ExactJudge:
         self.worst_max = 0.0
         self.judged = 0  # outputs judged, one per output per trial
         self.timed_samples = 0  # timed calls judged (tools/timing/timed_exact.py)
-        self.rng: Any = None  # which timed calls are judged (tools/timing/timed_exact.py)
+        self.rng: Any = None  # which timed calls and sampled rows are judged: random()
+        self.sampled_rows = 0  # rows judged where a whole float64 evaluation does not fit (tools/judge/exact_rows.py)
         self.skipped: dict[str, str] = {}  # what was not judged in float64, and why
+
+    def random(self, bench: Any) -> Any:
+        """The parent's secret randomness for what is sampled after the candidate answered (timed
+        calls, rows); reproducible only under an explicit `EvalOptions.seed`."""
+        if self.rng is None:
+            import random
+            import secrets
+
+            self.rng = random.Random(bench.options.seed) if bench.options.seed is not None else secrets.SystemRandom()
+        return self.rng
 
     def observe(self, key: str, r64: Any, r32: Any, cand: Any) -> str | None:
         """Why the candidate's outputs `cand` are outside the bound (naming the output), or None."""
-        import torch
-
         wide, outs = dict(tree_tensors(r64)), dict(tree_tensors(cand))
         for path, ref in tree_tensors(r32):
             out = outs.get(path)
             if str(ref.dtype) not in EXACT_DTYPES or out is None or not ref.numel():
                 continue
-            twin = wide.get(path)
-            if not isinstance(twin, torch.Tensor) or twin.dtype not in (torch.float64, torch.complex128) \
-                    or twin.shape != ref.shape:
-                self.skipped[path] = "the reference's float64 evaluation does not give it in float64"
-                continue
-            e = exact_errors(twin, ref, out)
-            self.judged += 1
-            if e.count >= POOL_BELOW:
-                if (why := self._judge(e)) is not None:
-                    return f"{path}: {why}"
-            elif key != STRESS:  # one stress trial is too few to pool: a small output keeps the float32 tolerance there
-                self.pools.setdefault(f"{key}:{path}", ExactErrors()).add(e)
+            if (why := self.observe_one(key, path, wide.get(path), ref, out)) is not None:
+                return why
+        return None
+
+    def observe_one(self, key: str, path: str, twin: Any, ref: Any, out: Any) -> str | None:
+        """observe() for one output: `twin` its float64 evaluation, `ref` eager's, `out` the candidate's."""
+        import torch
+
+        if not isinstance(twin, torch.Tensor) or twin.dtype not in (torch.float64, torch.complex128) \
+                or twin.shape != ref.shape:
+            self.skipped[path] = "the reference's float64 evaluation does not give it in float64"
+            return None
+        e = exact_errors(twin, ref, out)
+        self.judged += 1
+        if e.count >= POOL_BELOW:
+            if (why := self._judge(e)) is not None:
+                return f"{path}: {why}"
+        elif key != STRESS:  # one stress trial is too few to pool: a small output keeps the float32 tolerance there
+            self.pools.setdefault(f"{key}:{path}", ExactErrors()).add(e)
         return None
 
     def final(self) -> str | None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from tools.judge.compare import Stats, Tolerance, compare_trees
 from tools.judge.exact import POOL_BELOW, STRESS, ExactJudge
+from tools.judge.exact_rows import RowSample
 from tools.judge.verdict import Failure
 from tools.record import Verdict
 from tools.wire.transport import TransportError, tensor_nodes
@@ -58,7 +59,9 @@ def compare_reply(worker: "WorkerProcess", header: dict[str, Any], payload: byte
                or mismatch(ref_in, cand_in, Stats(), tolerances, "input", what="inputs after forward"))
     if problem is None and exact is not None:
         judge, key, wide = exact
-        if (why := judge.observe(key, wide, ref_out, cand_out)) is not None:
+        why = (wide.observe(judge, key, ref_out, cand_out) if isinstance(wide, RowSample)  # rows, drawn now
+               else judge.observe(key, wide, ref_out, cand_out))
+        if why is not None:
             problem = ("float64-bound", Verdict.INCORRECT, why)
     del cand_out, cand_in  # CUDA ones are views into the worker's arena; it frees its side at its next request
     return Compared(problem=problem)

@@ -17,6 +17,7 @@ from tools.guard.ops import compute_ops
 from tools.judge.compare import Stats
 from tools.judge.distributions import words
 from tools.judge.exact import STRESS
+from tools.judge.exact_rows import RowSample
 from tools.judge.trial_checks import compare_reply
 from tools.judge.verdict import Failure, passed, reply_failure
 from tools.record import Errors, Verdict
@@ -76,11 +77,14 @@ def _trials(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
 
 
 def exact_for_set(bench: "Bench", evaluation: "Evaluation", seed: int, dist: str, key: str) -> "tuple[ExactJudge, str, Any] | None":
-    """(judge, pool key, the reference's float64 outputs) for compare_reply(), or None (not a float32
-    problem, the bound off, or no float64 outputs for this set: recorded why)."""
+    """(judge, pool key, the reference's float64 outputs or a RowSample where they do not fit) for
+    compare_reply(), or None (not a float32 problem, the bound off, or no float64 outputs for this
+    set: recorded why)."""
     judge = evaluation.exact_for(bench)
     if judge is None:
         return None
+    if bench.exact_sampled:  # rows drawn once the candidate has answered (compare_reply)
+        return judge, key, RowSample(bench, {"seed": seed, "distribution": dist})
     wide, why = bench.reference_wide(seed, dist)
     if wide is None:
         judge.skipped[dist] = why or "no float64 outputs"
@@ -99,8 +103,11 @@ def float64_bound(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
     result.errors.float64_norm_ratio = round(judge.worst_norm, 4) if math.isfinite(judge.worst_norm) else None
     result.errors.float64_max_ratio = round(judge.worst_max, 4) if math.isfinite(judge.worst_max) else None
     skipped = "; ".join(f"{k}: {v}" for k, v in sorted(judge.skipped.items()))
-    result.errors.float64 = f"judged ({judge.judged} trial outputs)" + (f"; not judged: {skipped}" if skipped else "")
+    rows = f", on {judge.sampled_rows} sampled rows: {bench.exact_refused}" if bench.exact_sampled else ""
+    result.errors.float64 = f"judged ({judge.judged} trial outputs{rows})" + (f"; not judged: {skipped}" if skipped else "")
     if why is not None:
+        if bench.exact_sampled:
+            why += f" (on {judge.sampled_rows} rows of the batch sampled after the candidate answered)"
         return Failure(Verdict.INCORRECT, "float64-bound", why,
                        f"Every trial was within the float32 tolerance, but {why}.")
     passed(result, "float64-bound", result.errors.float64)

@@ -12,10 +12,9 @@ calls and judged when the timing ends (timed_final).
 """
 from __future__ import annotations
 
-import random
-import secrets
 from typing import TYPE_CHECKING, Any
 
+from tools.judge.exact_rows import RowSample
 from tools.judge.verdict import Failure
 from tools.processes.reference import clone_tree
 from tools.record import Verdict
@@ -34,14 +33,17 @@ def judge_timed(bench: "Bench", evaluation: "Evaluation", calls: list[tuple[int,
     judge = evaluation.exact_for(bench)
     if judge is None or judge.timed_samples >= MAX_SAMPLES:
         return None
-    if judge.rng is None:  # the parent's secret randomness; reproducible only under an explicit seed
-        judge.rng = random.Random(bench.options.seed) if bench.options.seed is not None else secrets.SystemRandom()
-    if judge.rng.random() < 0.5:
+    rng = judge.random(bench)
+    if rng.random() < 0.5:
         return None
-    i = judge.rng.randrange(len(calls))
+    i = rng.randrange(len(calls))
     eager, cand = replies["eager"][i], replies["candidate"][i]
-    eager = clone_tree(eager)  # a view into the reference worker's arena, which its next request reuses
     slot, seed = calls[i]
+    if bench.exact_sampled:  # too large for a whole float64 evaluation: rows of it
+        judge.timed_samples += 1
+        why = RowSample(bench, {"slot": slot, "seed": seed}).observe(judge, KEY, eager, cand)
+        return None if why is None else _timed_failure(first + i + 1, why)
+    eager = clone_tree(eager)  # a view into the reference worker's arena, which its next request reuses
     header, payload = bench.reference.checked({"op": "wide", "slot": slot, "seed": seed,
                                                "arena_cap": bench.arena_cap(1, outputs_only=True) + 2 * bench.problem.output_bytes},
                                               bench.options.trial_timeout)
@@ -52,10 +54,12 @@ def judge_timed(bench: "Bench", evaluation: "Evaluation", calls: list[tuple[int,
     judge.timed_samples += 1
     why = judge.observe(KEY, wide, eager, cand)
     del wide, eager
-    if why is None:
-        return None
-    return Failure(Verdict.INCORRECT, "timing:float64-bound", f"timed call {first + i + 1}: {why}",
-                   f"Correct in every trial, but timed call {first + i + 1} was not: {why}. A kernel must compute "
+    return None if why is None else _timed_failure(first + i + 1, why)
+
+
+def _timed_failure(call: int, why: str) -> Failure:
+    return Failure(Verdict.INCORRECT, "timing:float64-bound", f"timed call {call}: {why}",
+                   f"Correct in every trial, but timed call {call} was not: {why}. A kernel must compute "
                    "the same way on every call.")
 
 

@@ -110,13 +110,32 @@ class ReferenceWorker(Worker):
         return self.reply_with(reply, value, int(msg.get("arena_cap") or 0))
 
     def wide(self, msg: dict[str, Any], payload: bytes) -> Reply:
-        """The reference evaluated in float64 on a timing-pool set (slot, seed): a timed call's
-        outputs are judged against it (tools/timing/blocks.py)."""
-        from tools.worker.float64 import forward64
+        """The reference evaluated in float64 on a timing-pool set (slot, seed: a timed call's outputs
+        are judged against it, tools/timing/timed_exact.py) or on a trial's set (seed, distribution).
+        With `rows`, on those rows of the batch only, and the float32 forward on the same rows beside
+        it: [float64 outputs, float32 outputs] (a problem too large for a whole float64 evaluation,
+        tools/judge/exact_rows.py); the float64 copy of the model is then not kept."""
+        from tools.worker.float64 import batch_rows, forward64
 
-        inputs = self._pool().get(int(msg["slot"]), int(msg["seed"]))
-        wide, why = forward64(self.wide_models, self.model, inputs, self.device)
-        return self.reply_with({"op": "wide", **({"float64_skipped": why} if why else {})}, [wide],
+        if msg.get("slot") is not None:
+            inputs, model = self._pool().get(int(msg["slot"]), int(msg["seed"])), self.model
+        else:
+            self._make_room()
+            dist = str(msg["distribution"])
+            inputs, model = self.generate(int(msg["seed"]), dist), self.model_for(dist)
+        rows = msg.get("rows")
+        if rows is None:
+            wide, why = forward64(self.wide_models, model, inputs, self.device)
+            return self.reply_with({"op": "wide", **({"float64_skipped": why} if why else {})}, [wide],
+                                   int(msg.get("arena_cap") or 0))
+        sliced, why = batch_rows(inputs, rows, int(msg["batch"]))
+        del inputs
+        wide = narrow = None
+        if sliced is not None:
+            wide, why = forward64({}, model, sliced, self.device)
+            if wide is not None:
+                narrow, _ = self.forward(sliced, poison=False, model=model)
+        return self.reply_with({"op": "wide", **({"float64_skipped": why} if why else {})}, [wide, narrow],
                                int(msg.get("arena_cap") or 0))
 
     def profile(self, msg: dict[str, Any], payload: bytes) -> Reply:

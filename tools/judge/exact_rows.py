@@ -1,0 +1,87 @@
+"""The float64-judged bound on a sample of rows, for a float32 problem whose whole float64
+evaluation does not fit (over `EvalOptions.float64_max_mb`; docs/precision.md).
+
+After the candidate has answered (a trial, or a timed call: tools/timing/timed_exact.py), the
+parent draws rows of the batch (the leading size of the first floating output) with its own
+secret randomness, takes those rows of the candidate's outputs and of eager's, and asks the
+reference worker for the reference on the same inputs cut to those rows: in float64, and in
+float32 beside it. The rows are judged only if they are independent of the rest of the batch: eager
+on the whole batch must be within the same bound of the float64 rows as eager on the rows alone
+(a model that mixes rows, a batch norm say, fails this and its outputs are recorded as not judged,
+and why). The candidate's rows are then held to the bound, eager's rows on the whole batch being
+the yardstick, as in a whole evaluation (tools/judge/exact.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tools.judge.exact import EXACT_DTYPES, exact_errors, outside, tree_tensors
+
+if TYPE_CHECKING:
+    from tools.judge.bench import Bench
+    from tools.judge.exact import ExactJudge
+
+MAX_ROWS = 64  # rows of the batch evaluated in float64 per sampled set, at most
+MIN_ROWS = 8  # ... and at least (or the whole batch, when smaller), whatever float64_max_mb says
+
+
+@dataclass
+class RowSample:
+    """Where a set's inputs come from, for the reference worker: {"seed", "distribution"} (a
+    trial's set) or {"slot", "seed"} (a timing-pool set)."""
+
+    bench: "Bench"
+    source: dict[str, Any]
+
+    def observe(self, judge: "ExactJudge", key: str, r32: Any, cand: Any) -> str | None:
+        """Why the candidate's sampled rows are outside the bound (naming the output), or None.
+        `r32` and `cand` may be views into the workers' arenas: the rows are copied out of them
+        before the reference worker is asked for anything."""
+        outs = dict(tree_tensors(cand))
+        judged = [(path, ref, outs.get(path)) for path, ref in tree_tensors(r32)
+                  if str(ref.dtype) in EXACT_DTYPES and ref.dim() >= 1 and ref.numel() and outs.get(path) is not None]
+        if not judged:
+            return None
+        batch = int(judged[0][1].shape[0])
+        rows = sorted(judge.random(self.bench).sample(range(batch), self.rows(batch)))
+        import torch
+
+        index = torch.tensor(rows, dtype=torch.long, device=judged[0][1].device)
+        cut: list[tuple[str, Any, Any]] = []
+        for path, ref, out in judged:
+            if ref.shape[0] != batch or out.shape != ref.shape:
+                judge.skipped[path] = f"not along the batch of {batch} rows (sampled rows only)"
+                continue
+            cut.append((path, ref.index_select(0, index), out.to(ref.device).index_select(0, index)))
+        del judged, outs
+        header, payload = self.bench.reference.checked(
+            {"op": "wide", **self.source, "rows": rows, "batch": batch,
+             "arena_cap": self.bench.arena_cap(1, outputs_only=True) + 2 * self.bench.problem.output_bytes},
+            self.bench.options.trial_timeout)
+        if header.get("float64_skipped"):
+            judge.skipped[key] = f"sampled rows: {header['float64_skipped']}"
+            return None
+        wide, narrow = self.bench.reference.outputs(header, payload)
+        wide, narrow = dict(tree_tensors(wide)), dict(tree_tensors(narrow))
+        for path, ref_rows, out_rows in cut:
+            twin, alone = wide.get(path), narrow.get(path)
+            if not isinstance(alone, torch.Tensor) or not isinstance(twin, torch.Tensor) or alone.shape != ref_rows.shape:
+                judge.skipped[path] = "the reference on the sampled rows alone does not give it at their shape"
+                continue
+            if (mixed := outside(judge.bound, exact_errors(twin, alone, ref_rows))) is not None:
+                judge.skipped[path] = ("its rows are not independent of the rest of the batch (eager on the whole batch "
+                                       f"against eager on the sampled rows alone: {mixed[:120]})")
+                continue
+            judge.sampled_rows += len(rows)
+            if (why := judge.observe_one(key, path, twin, ref_rows, out_rows)) is not None:
+                return f"{why} (on {len(rows)} rows of {batch} sampled after the candidate answered)"
+        return None
+
+    def rows(self, batch: int) -> int:
+        """Rows per sample: what a quarter of float64_max_mb holds of the float64 inputs and outputs
+        of one row, between MIN_ROWS and MAX_ROWS (the whole batch when smaller)."""
+        problem = self.bench.problem
+        per_row = 2 * (problem.input_bytes + problem.output_bytes) / max(batch, 1)
+        fit = int((self.bench.options.float64_max_mb << 20) // 4 // max(per_row, 1.0))
+        return max(min(MIN_ROWS, batch), min(MAX_ROWS, batch, fit))
