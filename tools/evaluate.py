@@ -29,7 +29,8 @@ from tools import pipeline
 from tools.judge.bench import Bench, reply_cap
 from tools.judge.distributions import Distributions
 from tools.judge.evaluation import Evaluation
-from tools.judge.verdict import fault, passed, pending
+from tools.judge.selfcheck import without_candidate
+from tools.judge.verdict import Failure, decide, fault, passed, pending
 from tools.options import EvalOptions, resolved
 from tools.problem import ProblemError, ProblemInfo, read_problem
 from tools.processes import builds
@@ -246,25 +247,48 @@ class Evaluator:
         """Evaluate one candidate source. Never raises: whatever the candidate does has a verdict,
         and a fault of the evaluator's own (a reference worker that cannot be kept alive, a bug)
         is a result with verdict `error`, never charged to the candidate. A reference worker that
-        died is restarted first; one that dies during the evaluation is restarted and the
-        candidate evaluated once more, in a fresh worker; a second loss is an `error`."""
+        died is restarted first. A fault while a candidate's worker exists (the reference lost, the
+        parent out of device memory, any exception of ours) has the candidate evaluated once more,
+        in a fresh worker; a second one is the candidate's (rejected, rule `resource`) when the
+        evaluator's own work succeeds with the candidate gone (tools/judge/selfcheck.py), and an
+        `error` only when it fails there too."""
         try:
             with self._lock:
                 restarted = self.reference.ensure_alive()
             try:
                 result = self._evaluate_once(source)
-            except ReferenceLost as exc:
+            except (ReferenceLost, CandidateRan) as exc:
                 with self._lock:
                     self.reference.ensure_alive()
-                result = self._evaluate_once(source)
-                passed(result, "reference", f"{exc}; restarted, and the candidate evaluated again")
+                try:
+                    result = self._evaluate_once(source)
+                except CandidateRan as again:
+                    return self._attribute(source, exc, again)
+                passed(result, "reference", f"{_cause(exc)}; restarted, and the candidate evaluated again")
                 return result
             if restarted:
                 passed(result, "reference", "the reference worker had died; restarted before this evaluation")
             return result
         except Exception as exc:  # noqa: BLE001 - a fault of ours becomes a result, recorded with its traceback
+            exc = exc.cause if isinstance(exc, CandidateRan) else exc
             where = "".join(traceback.format_exception(exc)[-4:])[-2000:]
             return fault(self._new_result(source), describe_exception(exc), where)
+
+    def _attribute(self, source: str, first: Exception, again: "CandidateRan") -> Result:
+        """Two faults in a row with this candidate's worker running: the candidate's (rule `resource`)
+        if the evaluator's own work succeeds without it; else the fault is raised (an `error`)."""
+        with self._lock:
+            self.reference.ensure_alive()
+            why = without_candidate(self.bench)
+        if why is not None:
+            raise again.cause
+        detail = (f"twice in a row, with this candidate's worker running: {_cause(first)}; then {_cause(again)}; "
+                  "with the candidate gone, the evaluator's own work succeeded (a fresh reference trial, its "
+                  "device memory, an eager timing)")
+        return decide(self._new_result(source), Failure(
+            Verdict.REJECTED, "resource", detail,
+            f"Rejected (rule resource): the evaluation failed twice while this candidate ran ({_cause(again)}), and "
+            "not without it; a kernel must leave the device's memory and the evaluator's processes alone."))
 
     def _new_result(self, source: str) -> Result:
         env = {**environment(self.device), "sandbox": self.sandbox.isolation()}
@@ -276,9 +300,31 @@ class Evaluator:
         evaluation = Evaluation(source, self._new_result(source))
         try:
             return pipeline.run(self.bench, evaluation)
+        except Exception as exc:
+            if evaluation.worker is None:
+                raise
+            evaluation.worker.kill()  # its device memory freed before anything is tried again
+            raise CandidateRan(exc) from exc
         finally:
             self._dispose(evaluation)
+            if evaluation.worker is not None and evaluation.worker.allowance is not None:
+                evaluation.result.phases["candidate"] = round(evaluation.worker.allowance.spent, 4)
             evaluation.result.phases["total"] = round(time.monotonic() - started, 4)
+
+
+class CandidateRan(Exception):
+    """A fault of the evaluator's side (the reference lost, an exception of the parent's) raised
+    while a candidate's worker existed: whether it is the candidate's doing is decided by
+    Evaluator._attribute."""
+
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+def _cause(exc: Exception) -> str:
+    cause = exc.cause if isinstance(exc, CandidateRan) else exc
+    return describe_exception(cause).splitlines()[0][:300]
 
 
 def evaluate(problem_path: Path | str, source: str, options: EvalOptions | None = None, entry: str = "Model") -> Result:

@@ -42,6 +42,9 @@ class EvalOptions:
     float64_bound: "Float64Bound | None" = field(default_factory=lambda: Float64Bound())
     float64_max_mb: int = 8192  # float64 copies of inputs, outputs and parameters, at most (else not judged so)
     seed: int | None = None  # None: a secret seed per Evaluator (per run)
+    # seconds the parent may wait on one candidate's worker in all (tools/processes/allowance.py);
+    # None: scaled to the problem (a minute, four timing budgets and 60 of the reference's forward passes)
+    deadline_s: float | None = None
     start_timeout: float = 180.0
     build_timeout: float = 300.0
     trial_timeout: float = 60.0

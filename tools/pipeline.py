@@ -75,7 +75,7 @@ def run(bench: "Bench", evaluation: Evaluation, steps: Sequence[Step] = STEPS) -
             try:
                 outcome = step.run(bench, evaluation)
             except WorkerGone as exc:
-                outcome = Failure(Verdict(exc.verdict), "worker", str(exc))
+                outcome = Failure(Verdict(exc.verdict), exc.check, str(exc))
             if outcome is None:
                 cleared.append(step.name)
                 continue

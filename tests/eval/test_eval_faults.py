@@ -82,3 +82,25 @@ def test_output_flood_is_capped(cache_dir):
         logs = list(ev.root.glob("candidate-*/output.log"))
         assert logs and max(log.stat().st_size for log in logs) <= 1 << 20
         assert_ok(ev.evaluate(source("elementwise_ok")))
+
+
+def test_a_stall_in_every_call_meets_the_evaluations_deadline(tmp_path):
+    """Each forward() stalls 2 s (time.sleep: the guard's import rule off), under the 3 s trial timeout: five trials and the held-out ones
+    would take over 14 s. The whole evaluation's deadline (the candidate's 5 s of replies in all,
+    tools/processes/allowance.py) ends it as `timeout`, its worker's processes gone, and the
+    evaluator serves the next candidate."""
+    from helpers_escape import survivors
+
+    before = {p["pid"] for p in survivors("stall_each_call")}  # other open evaluators' (module fixtures)
+    with evaluator("elementwise", tmp_path, trial_timeout=3.0, deadline_s=5.0, disabled_rules=frozenset({"import"})) as ev:
+        started = time.monotonic()
+        result = ev.evaluate(source("stall_each_call"))
+        elapsed = time.monotonic() - started
+        assert_verdict(result, Verdict.TIMEOUT, "deadline", "deadline passed", "5 s")
+        assert elapsed < 5.0 + 10.0, elapsed  # the deadline, plus the build's JIT and the parent's own work
+        assert result.trials < 5
+        assert_ok(ev.evaluate(source("elementwise_ok")))
+    deadline = time.monotonic() + 15
+    while (left := [p for p in survivors("stall_each_call") if p["pid"] not in before]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert left == []

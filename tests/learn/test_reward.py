@@ -269,3 +269,18 @@ def test_library_work_is_paid_no_speedup_by_default():
     assert outcome.correct and outcome.speedup_term == 0.0 and outcome.library is True
     assert outcome.reward == pytest.approx(0.3) and "library kernels" in outcome.note  # no build check in this record
     assert score_record(record, RewardConfig(library=1.0)).speedup_term == pytest.approx(1.6)
+
+
+def test_a_stalled_evaluation_and_a_fault_the_candidate_caused_earn_the_minimum():
+    """A `timeout` on the whole evaluation's deadline, unlike one request past its own limit, earns
+    nothing for having built; a fault the candidate caused on the evaluator's side (rule resource)
+    is rejected: both 0, neither masked as an evaluator fault."""
+    from tools.record import Check
+
+    built = Check("build", True, "")
+    stalled = Result(verdict=Verdict.TIMEOUT, message="deadline passed", checks=[built, Check("deadline", False, "")])
+    hung = Result(verdict=Verdict.TIMEOUT, message="no answer", checks=[built, Check("worker", False, "")])
+    resource = Result(verdict=Verdict.REJECTED, message="Rejected (rule resource)", checks=[built, Check("resource", False, "")])
+    assert score_record(stalled).reward == 0.0 and score_record(resource).reward == 0.0
+    assert not score_record(stalled).evaluator_fault and not score_record(resource).evaluator_fault
+    assert score_record(hung).reward == pytest.approx(A)

@@ -64,6 +64,15 @@ class Bench:
             return self.distributions.for_trial(i, seed, lambda s, d: self.reference_outputs(s, d, borrow=True))
 
     @property
+    def deadline_s(self) -> float:
+        """Seconds the parent may wait on one candidate's worker in all (tools/processes/allowance.py)."""
+        from tools.processes.allowance import default_seconds
+
+        if self.options.deadline_s is not None:
+            return self.options.deadline_s
+        return default_seconds(self.options.timing_budget_s, self.reference.forward_s, self.timed)
+
+    @property
     def exact(self) -> bool:
         """Whether outputs are judged against the reference evaluated in float64 (tools/judge/exact.py)."""
         return self.exact_refused is None

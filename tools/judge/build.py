@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from tools.judge.verdict import Failure, passed, reply_failure
 from tools.processes import builds
+from tools.processes.allowance import Allowance
 from tools.processes.process import WorkerGone
 from tools.record import Verdict
 
@@ -64,6 +65,8 @@ def build(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
     """Step: install the build products, then load the source and build ModelNew."""
     assert evaluation.worker is not None, "the worker step runs first"
     timeout = bench.options.build_timeout
+    # from here on the worker runs the candidate's code: the evaluation's deadline counts
+    evaluation.worker.allowance = Allowance(bench.deadline_s)
     with evaluation.phase("build"):
         if evaluation.files[0]:
             installed = evaluation.worker.request({"op": "install", "files": evaluation.files[0]}, timeout, evaluation.files[1])[0]

@@ -23,6 +23,7 @@ from tools.processes.replies import MalformedReply
 from tools.processes.replies import check as check_reply
 from tools.processes.zygote import Forked
 from tools.processes.zygote import start as start_forked
+from tools.processes.allowance import Allowance
 from tools.sandbox import Launch
 from tools.sandbox.env import ALLOCATOR_CONF, secret
 
@@ -34,11 +35,13 @@ WRITE_TIMEOUT_S = 60.0  # a request not taken in by then: the worker stopped rea
 
 
 class WorkerGone(Exception):
-    """The worker timed out, died, or broke the protocol; `verdict` says which class."""
+    """The worker timed out, died, or broke the protocol; `verdict` says which class, `check` the
+    check that failed ("deadline": the evaluation's allowance ran out, tools/processes/allowance.py)."""
 
-    def __init__(self, verdict: str, message: str) -> None:
+    def __init__(self, verdict: str, message: str, check: str = "worker") -> None:
         super().__init__(message)
         self.verdict = verdict
+        self.check = check
 
 
 @dataclass
@@ -58,6 +61,7 @@ class WorkerProcess:
         self.log = log
         self.limits = limits
         self.cuda = cuda
+        self.allowance: Allowance | None = None  # the evaluation's deadline, once a candidate is handed over
         self.device_index = device_index
         self.untrusted = untrusted  # a candidate's worker: every reply header is checked (tools/processes/replies.py)
         self.max_reply_bytes = max_reply_bytes
@@ -172,9 +176,23 @@ class WorkerProcess:
         return self._checked(header), payload
 
     def request(self, msg: dict[str, Any], timeout: float, payload: bytes = b"") -> tuple[dict[str, Any], bytes]:
-        """Send a request and wait for its reply; raises WorkerGone on timeout, death or forgery."""
-        self.send(msg, payload, max(timeout, 5.0))
-        return self.reply(timeout)
+        """Send a request and wait for its reply; raises WorkerGone on timeout, death or forgery.
+        With an `allowance`, the wait is charged to it and is at most what is left of it."""
+        allowance = self.allowance
+        limit = timeout if allowance is None else min(timeout, allowance.left())
+        started = time.monotonic()
+        try:
+            self.send(msg, payload, max(limit, 5.0))
+            return self.reply(limit)
+        except WorkerGone as exc:
+            if allowance is None or exc.verdict != "timeout" or limit >= timeout:
+                raise
+            raise WorkerGone("timeout", f"the evaluation's deadline passed: the candidate's worker took "
+                                        f"{allowance.seconds:.0f} s of replies in all; the process group was killed",
+                             check="deadline") from None
+        finally:
+            if allowance is not None:
+                allowance.spent += time.monotonic() - started
 
     def map_arena(self, header: dict[str, Any]) -> Any:
         """Our mapping of the worker's output arena, remapped when a reply announces a new one."""

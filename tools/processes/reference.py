@@ -9,6 +9,7 @@ restarting the reference and evaluating that candidate once more, from a fresh w
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -31,6 +32,7 @@ class Reference:
         self.proc = spawn()  # starts loading now; build() waits for it
         self.restarts = 0
         self.cache: dict[tuple[int, str], Any] = {}
+        self.forward_s = 0.0  # the slowest forward pass of its trials so far (a candidate's deadline scales with it)
         # (seed, distribution) -> the reference's outputs evaluated in float64 (tools/worker/float64.py),
         # or why there are none; kept beside `cache`, and for a borrowed set until the next request
         self.wide: dict[tuple[int, str], tuple[Any, str | None]] = {}
@@ -126,6 +128,9 @@ class Reference:
         header, payload = self.checked({"op": "trial", "seed": seed, "distribution": dist, "poison": False,
                                         "record": False, "arena_cap": arena_cap, "float64": float64}, timeout)
         value = self.outputs(header, payload)
+        seconds = header.get("seconds")
+        if isinstance(seconds, (int, float)) and math.isfinite(seconds):
+            self.forward_s = max(self.forward_s, float(seconds))
         if float64:
             if not isinstance(value, list) or len(value) != 3:
                 raise ReferenceLost("the reference worker's float64 trial reply is not [outputs, inputs, outputs64]")

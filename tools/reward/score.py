@@ -118,6 +118,11 @@ class RewardOutcome:
         return data
 
 
+# checks whose failure earns the minimum reward whatever the verdict: the evaluation's deadline spent
+# stalling (a `timeout`), a fault the candidate caused on the evaluator's side (rejected, rule resource)
+MINIMUM_CHECKS = frozenset({"deadline", "resource"})
+
+
 def score_record(record: Result | dict[str, Any], config: RewardConfig | None = None) -> RewardOutcome:
     """The reward of one evaluator result record (pure arithmetic; nothing is run)."""
     config = config or RewardConfig()
@@ -132,10 +137,10 @@ def score_record(record: Result | dict[str, Any], config: RewardConfig | None = 
         return RewardOutcome(reward=float(config.fault_reward), evaluator_fault=True,
                              reason=f"evaluator fault: {_first_line(data.get('message'))}",
                              note="not the completion's fault: neutral reward; mask this outcome in training", **base)
-    if verdict == Verdict.REJECTED.value:
+    if verdict == Verdict.REJECTED.value or (failed is not None and failed.get("name") in MINIMUM_CHECKS):
         rule = failed["name"] if failed else "rejected"
         return RewardOutcome(reward=0.0, compiled=compiled, reason=f"{rule}: {_first_line(data.get('message'))}",
-                             note="guard or integrity violation: reward 0", **base)
+                             note="guard or integrity violation, or the evaluation's deadline spent: reward 0", **base)
     correct = verdict == Verdict.OK.value
     timing = data.get("candidate_time") or {}
     measured = bool(timing.get("measured"))

@@ -69,7 +69,7 @@ def own_kernel_share(bench: "Bench", evaluation: "Evaluation") -> Failure | None
         return None
     assert evaluation.worker is not None and evaluation.scan is not None
     result = evaluation.result
-    with evaluation.phase("timing"):
+    with evaluation.phase("profile"):
         trees, _ = bench.feed(evaluation.worker, [(None, bench.seeds[0], "problem")])
         names = [n for n in evaluation.scan.triton_kernels + evaluation.scan.cuda_kernels if n]
         header, _ = evaluation.worker.request({"op": "profile", "inputs": trees[0], "own": names}, bench.options.trial_timeout)

@@ -29,7 +29,14 @@ KEY = "timed"
 
 def judge_timed(bench: "Bench", evaluation: "Evaluation", calls: list[tuple[int, int]], replies: dict[str, Any],
                 first: int) -> Failure | None:
-    """Maybe judge one call of this block against float64 (see the module's docstring)."""
+    """Maybe judge one call of this block against float64 (see the module's docstring); its
+    seconds are also recorded apart, as the phase "float64_timed" (inside "timing")."""
+    with evaluation.phase("float64_timed"):
+        return _judge_timed(bench, evaluation, calls, replies, first)
+
+
+def _judge_timed(bench: "Bench", evaluation: "Evaluation", calls: list[tuple[int, int]], replies: dict[str, Any],
+                 first: int) -> Failure | None:
     judge = evaluation.exact_for(bench)
     if judge is None or judge.timed_samples >= MAX_SAMPLES:
         return None

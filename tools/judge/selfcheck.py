@@ -1,0 +1,57 @@
+"""Whether a fault reproduces without any candidate: the evaluator's own work, with no candidate's
+worker running (the evaluator killed it first: tools/evaluate.py).
+
+A candidate owns its process and shares the device: it can fill the GPU's memory after its first
+answer, or starve the reference, so that the parent or the reference fails where it never would
+alone. Such a failure is the candidate's (rule `resource`), not an evaluator `error` (which a
+reward masks, and a report calls "evaluate it again"). What is tried here is what an evaluation
+asks of the evaluator's side: the reference's outputs on a set it has not made before (in float64
+too, where outputs are so judged), the parent's device memory for a trial's outputs and inputs
+twice over, and, when timed, a short eager timing. If all of it succeeds, the fault did not
+reproduce without the candidate.
+"""
+from __future__ import annotations
+
+import secrets
+from typing import TYPE_CHECKING
+
+from tools.processes.process import WorkerGone
+from tools.processes.reference import ReferenceLost
+from tools.problem import ProblemError
+from tools.record import describe_exception
+
+if TYPE_CHECKING:
+    from tools.judge.bench import Bench
+
+EAGER_BUDGET_S = 0.2
+
+
+def without_candidate(bench: "Bench") -> str | None:
+    """What fails of the evaluator's own work with no candidate running (one line), or None."""
+    from tools.timing.blocks import time_reference
+    from tools.timing.plan import plan
+
+    seed = secrets.randbits(62)
+    try:
+        with bench.lock:
+            bench.reference_outputs(seed, "problem", borrow=True)
+            if bench.exact:
+                wide, why = bench.reference_wide(seed, "problem")
+                if wide is None:
+                    return f"the reference's float64 evaluation: {why}"
+        if bench.device.startswith("cuda"):
+            import torch
+
+            need = 2 * (bench.problem.input_bytes + bench.problem.output_bytes)
+            room = torch.empty(max(need, 1), dtype=torch.uint8, device=bench.device)
+            del room
+            torch.cuda.empty_cache()
+        if bench.timed:
+            with bench.lock:
+                stats = time_reference(bench, plan(bench), "model", budget_s=EAGER_BUDGET_S,
+                                       timeout=bench.options.trial_timeout)
+            if stats.median_ms is None:
+                return f"an eager timing: {stats.note or 'no time'}"
+    except (ReferenceLost, WorkerGone, ProblemError, RuntimeError, MemoryError) as exc:  # torch's OOM is a RuntimeError
+        return describe_exception(exc)
+    return None
