@@ -38,7 +38,7 @@ from tools.processes.process import WorkerGone, WorkerProcess
 from tools.processes.reference import Reference, ReferenceLost
 from tools.processes.spawner import Spawner
 from tools.record import Result, TimeStats, Verdict, describe_exception
-from tools.timing import baselines, blocks
+from tools.timing import baselines, blocks, quiet
 from tools.timing.plan import plan
 
 if TYPE_CHECKING:
@@ -72,6 +72,7 @@ class Evaluator:
         self._reaping: list[tuple[WorkerProcess, threading.Thread]] = []  # used workers not yet killed (builds.reap)
         self._scratches: list[Path] = []  # with a pool: the scratch directories of the workers this evaluator used
         self._baseline: dict[str, Any] | None = None
+        self._in_flight = 0  # evaluations running now (threads): the device is quiet only with none
         # evaluate() may run in several threads at once (RL rewards): this guards what they share,
         # the reference worker (and its output cache) and the pool of spare candidate workers
         self._lock = threading.RLock()
@@ -91,6 +92,8 @@ class Evaluator:
                                environment=environment(self.device), cache_dir=self.spawner.cache_dir,
                                copy_ms_per_byte=copy_ms_per_byte, take_worker=self._take_worker)
             self.bench.decide_distributions()  # before any candidate (tools/judge/bench.py)
+            if self.bench.timed:
+                self._quiet()  # eager on a quiet device, before any candidate (tools/timing/quiet.py)
         except (WorkerGone, ReferenceLost) as exc:
             self.close()
             raise ProblemError(f"{self.problem.path.name}: {exc}") from None
@@ -295,9 +298,25 @@ class Evaluator:
         return pending(source, problem=str(self.problem.path), problem_hash=self.problem.hash, environment=env,
                        precision=self.options.precision)
 
+    def _quiet(self) -> None:
+        """Time eager on a quiet device: no candidate of this evaluator running (used workers
+        reaped), its spare workers started (a start's GPU work is done)."""
+        with self._lock:
+            self._end_reaping()
+            for spare in self._spares:
+                try:
+                    spare.settle(self.options.start_timeout)
+                except WorkerGone:
+                    pass  # a spare that did not start: the evaluation that takes it says so
+            quiet.measure(self.bench)
+
     def _evaluate_once(self, source: str) -> Result:
         started = time.monotonic()
         evaluation = Evaluation(source, self._new_result(source))
+        with self._lock:
+            if self.bench.recheck_quiet and self._in_flight == 0:  # no candidate of ours is running
+                self._quiet()
+            self._in_flight += 1
         try:
             return pipeline.run(self.bench, evaluation)
         except Exception as exc:
@@ -306,6 +325,8 @@ class Evaluator:
             evaluation.worker.kill()  # its device memory freed before anything is tried again
             raise CandidateRan(exc) from exc
         finally:
+            with self._lock:
+                self._in_flight -= 1
             self._dispose(evaluation)
             if evaluation.worker is not None and evaluation.worker.allowance is not None:
                 evaluation.result.phases["candidate"] = round(evaluation.worker.allowance.spent, 4)

@@ -22,6 +22,7 @@ from tools.processes.feed import Set, feed
 from tools.processes.process import WorkerProcess
 from tools.processes.reference import Reference
 from tools.problem import ProblemInfo
+from tools.record import TimeStats
 
 
 @dataclass
@@ -42,6 +43,10 @@ class Bench:
     take_worker: Callable[[], WorkerProcess]  # a started candidate worker, this evaluation's alone
     # the kernel families of one eager forward of the reference, profiled once (tools/timing/library.py)
     reference_kernel_families: frozenset[str] | None = None
+    # eager timed on a quiet device: at open, before any candidate, and again when an evaluation's
+    # interleaved eager arm read slower (tools/timing/quiet.py)
+    quiet_eager: "TimeStats | None" = None
+    recheck_quiet: bool = False
 
     @property
     def timed(self) -> bool:

@@ -61,6 +61,7 @@ class WorkerProcess:
         self.log = log
         self.limits = limits
         self.cuda = cuda
+        self._ready: dict[str, Any] | None = None  # the ready frame, when settle() read it
         self.allowance: Allowance | None = None  # the evaluation's deadline, once a candidate is handed over
         self.device_index = device_index
         self.untrusted = untrusted  # a candidate's worker: every reply header is checked (tools/processes/replies.py)
@@ -123,9 +124,18 @@ class WorkerProcess:
         return self.proc.poll() is None
 
     def wait_ready(self, timeout: float) -> dict[str, Any]:
+        if self._ready is not None:  # settle() took it
+            header, self._ready = self._ready, None
+            return header
         header, _ = self._read(timeout)
         self.started = True
         return self._checked(header)
+
+    def settle(self, timeout: float) -> None:
+        """Wait until the worker has started (its start-up's GPU work done), keeping its ready
+        frame for wait_ready(): a quiet device is timed only with no worker starting on it."""
+        if self._ready is None and not self.started:
+            self._ready = self.wait_ready(timeout)
 
     BOOT_STEPS = ("main", "confined", "torch", "dynamo", "context", "triton", "ready")
 

@@ -1,5 +1,5 @@
 """What a candidate's time is compared with: the eager reference (timed beside it, in
-tools/timing/blocks.py), torch.compile (timed once per problem, precision and environment, and
+tools/timing/blocks.py, and on a quiet device: tools/timing/quiet.py), torch.compile (timed once per problem, precision and environment, and
 kept on disk), and the roofline floor (the problem's least bytes and flops against the device's
 ceilings, measured once per device). A candidate faster than the floor allows is rejected as
 impossible.
@@ -13,6 +13,7 @@ from tools.record import TimeStats, Verdict
 from tools.timing.baseline_cache import BaselineCache
 from tools.timing.blocks import time_reference
 from tools.timing.plan import TimingPlan, plan
+from tools.timing.quiet import eager_for_speedup
 from tools.timing.roofline import Ceilings, build_roofline, impossible
 from tools.timing.stats import speedup
 
@@ -41,6 +42,7 @@ def speedups(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
     assert evaluation.plan is not None, "the blocks step runs first"
     result = evaluation.result
     with evaluation.phase("timing"):
+        result.eager_time = eager_for_speedup(bench, result)  # never slower than a quiet device's (quiet.py)
         result.speedup_vs_eager = speedup(result.eager_time, result.candidate_time)
         result.compile_time = compile_baseline(bench, evaluation.plan)
         if result.compile_time.measured:
@@ -86,7 +88,8 @@ def baselines(bench: "Bench") -> dict[str, Any]:
     if not bench.timed:
         return out
     p = plan(bench)
-    eager, compiled = time_reference(bench, p, "model"), compile_baseline(bench, p)
+    eager = bench.quiet_eager if bench.quiet_eager is not None else time_reference(bench, p, "model")
+    compiled = compile_baseline(bench, p)
     roof = build_roofline(out["bytes_moved"], prob.flops, prob.dtype, ceilings(bench))
     out.update(eager_ms=eager.median_ms, compile_ms=compiled.median_ms if compiled.measured else None,
                floor_ms=roof.floor_ms, measured=eager.measured)

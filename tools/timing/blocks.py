@@ -7,9 +7,13 @@ second clock (tools/timing/clocks.py), torch.compile and the roofline floor
 
 A timed call whose output differs from the eager reference's on the same inputs is incorrect (it
 did less work while timed); work that finishes after the end event (another stream) is rejected.
+A block's calls have all their inputs at hand from its start, so a block is one sample of each
+arm, the mean of its calls (SampleCollector.add_block): a candidate that computes the whole
+block in its first call and pads the rest gains nothing (reading ahead, issue 36).
 """
 from __future__ import annotations
 
+import math
 import secrets
 import statistics
 from typing import TYPE_CHECKING, Any
@@ -29,6 +33,8 @@ if TYPE_CHECKING:
     from tools.judge.evaluation import Evaluation
 
 SIDE_STREAM_SLACK_MS = 0.02
+MIN_BLOCKS = 6  # the fewest samples whose order statistics bound a median at 95%
+MIN_CALLS = 30
 
 
 def unavailable(result: Result, why: str) -> None:
@@ -64,7 +70,7 @@ def _blocks(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
     p = evaluation.plan = plan(bench, salt=0 if bench.options.seed is not None else secrets.randbits(62))
     timeout = bench.options.trial_timeout
     arms: dict[str, Any] = {"candidate": worker, "eager": bench.reference}
-    collectors = {a: SampleCollector(budget_s=p.budget_s, max_samples=bench.options.timing_max_samples) for a in arms}
+    collectors = {a: block_collector(bench, p) for a in arms}
     gaps: dict[str, list[float]] = {a: [] for a in arms}
     evaluation.gaps = gaps
     unwarmed = set(arms)  # each arm warms up on its first request, on inputs not used for timing
@@ -93,11 +99,14 @@ def _blocks(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
             header, payload = arms[arm].request(msg, timeout)
             if (failure := reply_failure(header, "timing")) is not None:
                 return failure
-            samples, synced = header.get("samples"), header.get("synced")
-            if len(samples or []) != (len(calls) if timed else 0) or len(synced or []) != len(samples or []):
+            samples, synced = header.get("samples") or [], header.get("synced") or []
+            if len(samples) != (len(calls) if timed else 0) or len(synced) != len(samples):
                 return Failure(Verdict.REJECTED, "timing:reply", f"the {arm} worker answered {len(calls)} timed calls "
-                               f"with {len(samples or [])} samples", "Rejected: the timing reply does not match the request.")
-            collectors[arm].extend(samples)
+                               f"with {len(samples)} samples", "Rejected: the timing reply does not match the request.")
+            if (bad := _bad_samples(samples, synced, timeout)) is not None:
+                return Failure(Verdict.REJECTED, "timing:reply", f"the {arm} worker's samples: {bad}",
+                               "Rejected: the timing reply does not match the request.")
+            collectors[arm].add_block(samples)  # the block's mean: reading ahead within it buys nothing
             gaps[arm].extend(s - e for s, e in zip(synced, samples))
             if candidate_timed:
                 try:
@@ -114,6 +123,26 @@ def _blocks(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
         return failure
     result.candidate_time = to_time_stats(collectors["candidate"])
     result.eager_time = to_time_stats(collectors["eager"])
+    return None
+
+
+def block_collector(bench: "Bench", p: TimingPlan, budget_s: float | None = None) -> SampleCollector:
+    """A collector of block means (SampleCollector.add_block): at least MIN_BLOCKS of them, and at
+    least MIN_CALLS calls in all."""
+    return SampleCollector(budget_s=p.budget_s if budget_s is None else budget_s,
+                           max_samples=bench.options.timing_max_samples,
+                           min_samples=max(MIN_BLOCKS, math.ceil(MIN_CALLS / p.block)))
+
+
+def _bad_samples(samples: list[Any], synced: list[Any], timeout: float) -> str | None:
+    """Why a timing reply's numbers are not times of its calls (each a positive number of ms below
+    the request's timeout, the device-wide sync no earlier than the end event), or None."""
+    for sample, sync in zip(samples, synced):
+        for value in (sample, sync):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < timeout * 1e3:
+                return f"{value!r} is not a time in ms between 0 and {timeout * 1e3:.0f}"
+        if sync < sample:
+            return f"the device-wide sync ({sync!r} ms) came before the end event ({sample!r} ms)"
     return None
 
 
@@ -177,7 +206,7 @@ def time_reference(bench: "Bench", p: TimingPlan, fn: str, budget_s: float | Non
     budget = p.budget_s if budget_s is None else min(budget_s, p.budget_s)
     if timeout is None:
         timeout = max(bench.options.trial_timeout, bench.options.compile_timeout)
-    collector = SampleCollector(budget_s=budget, max_samples=bench.options.timing_max_samples)
+    collector = block_collector(bench, p, budget)
     n = 0
     warm: int | None = p.call(10**9)[1]  # a warm-up set on the first request only
     while not collector.done():
@@ -186,6 +215,6 @@ def time_reference(bench: "Bench", p: TimingPlan, fn: str, budget_s: float | Non
         if header.get("op") == "error":
             return TimeStats(note=f"{'torch.compile' if fn == 'compiled' else 'eager'} failed: {header.get('message', '')[:300]}")
         warm = None
-        collector.extend(header["samples"])
+        collector.add_block(header["samples"])
         n += p.block
     return to_time_stats(collector)

@@ -1,0 +1,51 @@
+"""Faults and disturbances a candidate causes on the evaluator's side, on a GPU (issue 36): a
+candidate that fills the device's memory after answering is charged (rule `resource`, reward 0),
+never an evaluator `error`, and the evaluator serves the next candidate; GPU work a candidate queues
+after its last synchronisation (a finalizer) cannot raise its speedup, the eager baseline being
+never slower than on a quiet device (tools/timing/quiet.py).
+
+    python -m pytest -m gpu tests/eval/test_faults_gpu.py
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from helpers_eval import assert_ok, describe, source
+from tools.evaluate import EvalOptions, Evaluator
+from tools.record import Verdict
+from tools.reward.score import score_record
+
+pytestmark = pytest.mark.gpu
+PROBLEM = Path(__file__).parents[1] / "gpu_problems" / "elementwise_8m.py"
+OFF = frozenset({"import", "private-api"})  # the attacks' weakref and torch.cuda private calls reach the run
+
+
+@pytest.fixture(scope="module")
+def ev(tmp_path_factory):
+    options = EvalOptions(device="cuda:0", timing_budget_s=1.0, trial_timeout=30.0, disabled_rules=OFF,
+                          cache_dir=tmp_path_factory.mktemp("ratchet-cache"))
+    with Evaluator(PROBLEM, options) as evaluator:
+        yield evaluator
+
+
+def test_filling_device_memory_after_answering_is_the_candidates_fault(ev):
+    dropped = dict(ev.dropped)
+    result = ev.evaluate(source("memory_hog"))
+    assert result.verdict is Verdict.REJECTED, describe(result)
+    assert any(c.name == "resource" and not c.passed for c in result.checks), describe(result)
+    outcome = score_record(result)
+    assert outcome.reward == 0.0 and not outcome.evaluator_fault
+    assert ev.dropped == dropped  # the distributions were decided before any candidate, and stay
+    assert_ok(ev.evaluate(source("elementwise_ok")))  # the evaluator serves the next candidate
+
+
+def test_gpu_work_queued_after_the_last_sync_does_not_raise_the_speedup(ev):
+    honest = ev.evaluate(source("elementwise_ok"))
+    spun = ev.evaluate(source("finalizer_spin"))
+    assert_ok(honest)
+    assert_ok(spun)
+    baseline = [c.detail for c in spun.checks if c.name == "eager-baseline"]
+    assert baseline, describe(spun)
+    assert spun.speedup_vs_eager <= 1.15 * honest.speedup_vs_eager, (spun.speedup_vs_eager, honest.speedup_vs_eager, baseline)
