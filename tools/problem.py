@@ -107,7 +107,7 @@ COMPARABLE_SCALARS = frozenset({"int", "float", "bool", "NoneType"})
 def apply_description(info: ProblemInfo, described: dict[str, Any]) -> None:
     """Fill in what the reference worker measured when it built the model. Raises ProblemError
     for outputs no candidate could be compared on (a dict, a string, an object)."""
-    for item in _leaves(described["outputs"]):
+    for item in leaves(described["outputs"]):
         if item.get("kind") == "scalar" and item.get("type") not in COMPARABLE_SCALARS:
             raise ProblemError(f"{info.path.name}: forward() returns a {item.get('type')}, which ratchet cannot compare "
                                "(outputs are tensors, numbers, or tuples and lists of them)")
@@ -135,8 +135,8 @@ def candidate_problems(source: str) -> str | None:
     return None
 
 
-def _leaves(described: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def leaves(described: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for item in described:
-        out.extend(_leaves(item["items"]) if item.get("kind") in ("tuple", "list") else [item])
+        out.extend(leaves(item["items"]) if item.get("kind") in ("tuple", "list") else [item])
     return out

@@ -104,3 +104,15 @@ def test_a_stall_in_every_call_meets_the_evaluations_deadline(tmp_path):
     while (left := [p for p in survivors("stall_each_call") if p["pid"] not in before]) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert left == []
+
+
+@pytest.mark.parametrize("overrides", [{}, {"float64_max_mb": 0}], ids=["whole-float64", "sampled-rows"])
+def test_the_evaluators_own_work_succeeds_with_no_candidate(tmp_path, overrides):
+    """What decides whether a fault is the candidate's (rule resource): with no candidate running,
+    the evaluator's side (a fresh reference trial at every size, its float64 evaluation or rows of
+    it) succeeds, so a fault that does not reproduce here is charged to the candidate."""
+    from tools.judge.selfcheck import without_candidate
+
+    with evaluator("deep_matmul", tmp_path, **overrides) as ev:
+        assert ev.bench.exact is not bool(overrides) and ev.bench.exact_sampled is bool(overrides)
+        assert without_candidate(ev.bench) is None

@@ -5,8 +5,9 @@ A candidate owns its process and shares the device: it can fill the GPU's memory
 answer, or starve the reference, so that the parent or the reference fails where it never would
 alone. Such a failure is the candidate's (rule `resource`), not an evaluator `error` (which a
 reward masks, and a report calls "evaluate it again"). What is tried here is what an evaluation
-asks of the evaluator's side: the reference's outputs on a set it has not made before (in float64
-too, where outputs are so judged), the parent's device memory for a trial's outputs and inputs
+asks of the evaluator's side: the reference's outputs on a set it has not made before, at the
+problem's sizes and each held-out variant's (in float64 too, where outputs are so judged, or on
+rows where they do not fit), the parent's device memory for a trial's outputs and inputs
 twice over, and, when timed, a short eager timing. If all of it succeeds, the fault did not
 reproduce without the candidate.
 """
@@ -34,11 +35,19 @@ def without_candidate(bench: "Bench") -> str | None:
     seed = secrets.randbits(62)
     try:
         with bench.lock:
+            for k in range(len(bench.problem.variants)):  # the held-out trials' sizes
+                bench.reference_outputs(seed, f"variant:{k}", borrow=True)
             bench.reference_outputs(seed, "problem", borrow=True)
             if bench.exact:
                 wide, why = bench.reference_wide(seed, "problem")
                 if wide is None:
                     return f"the reference's float64 evaluation: {why}"
+            elif bench.exact_sampled:  # rows of it, as tools/judge/exact_rows.py asks
+                header, _ = bench.reference.checked(
+                    {"op": "wide", "seed": seed, "distribution": "problem", "rows": [0], "batch": _batch(bench),
+                     "arena_cap": bench.arena_cap(1, outputs_only=True)}, bench.options.trial_timeout)
+                if header.get("float64_skipped") and "does not fit" in str(header["float64_skipped"]):
+                    return f"the reference's float64 rows: {header['float64_skipped']}"
         if bench.device.startswith("cuda"):
             import torch
 
@@ -55,3 +64,11 @@ def without_candidate(bench: "Bench") -> str | None:
     except (ReferenceLost, WorkerGone, ProblemError, RuntimeError, MemoryError) as exc:  # torch's OOM is a RuntimeError
         return describe_exception(exc)
     return None
+
+
+def _batch(bench: "Bench") -> int:
+    """The leading size of the problem's first output (the batch rows are drawn from)."""
+    from tools.problem import leaves
+
+    shapes = [o["shape"] for o in leaves(bench.problem.outputs) if o.get("kind") == "tensor" and o.get("shape")]
+    return int(shapes[0][0]) if shapes else 1

@@ -39,6 +39,8 @@ def eager_for_speedup(bench: "Bench", result: "Result") -> TimeStats:
     """The eager time a speedup is taken against: the lower of the interleaved arm's and the quiet
     device's; a detail for the record, and a re-check asked for when they drift apart."""
     interleaved, quiet = result.eager_time, bench.quiet_eager
+    if quiet is not None:
+        result.eager_quiet = quiet
     if quiet is None or quiet.median_ms is None or interleaved.median_ms is None:
         return interleaved
     ratio = interleaved.median_ms / quiet.median_ms

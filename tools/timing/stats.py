@@ -201,7 +201,8 @@ def to_time_stats(collector: SampleCollector) -> TimeStats:
     if collector.n < collector.min_samples:
         note += f" (fewer than the {collector.min_samples} wanted)"
     return TimeStats(
-        measured=True, median_ms=median, ci_low_ms=low, ci_high_ms=high, samples=collector.n, note=note
+        measured=True, median_ms=median, ci_low_ms=low, ci_high_ms=high, samples=collector.n, calls=collector.calls,
+        note=note
     )
 
 
