@@ -42,6 +42,7 @@ class RowSample:
         judged = [(path, ref, outs.get(path)) for path, ref in tree_tensors(r32)
                   if str(ref.dtype) in EXACT_DTYPES and ref.dim() >= 1 and ref.numel() and outs.get(path) is not None]
         if not judged:
+            judge.skipped[key] = "no float32 output along a batch to sample rows of (a scalar, say)"
             return None
         batch = int(judged[0][1].shape[0])
         rows = sorted(judge.random(self.bench).sample(range(batch), self.rows(batch)))
