@@ -39,8 +39,9 @@ class RowSample:
         `r32` and `cand` may be views into the workers' arenas: the rows are copied out of them
         before the reference worker is asked for anything."""
         outs = dict(tree_tensors(cand))
-        judged = [(path, ref, outs.get(path)) for path, ref in tree_tensors(r32)
-                  if str(ref.dtype) in EXACT_DTYPES and ref.dim() >= 1 and ref.numel() and outs.get(path) is not None]
+        judged: list[tuple[str, Any, Any]] = [
+            (path, ref, outs[path]) for path, ref in tree_tensors(r32)
+            if str(ref.dtype) in EXACT_DTYPES and ref.dim() >= 1 and ref.numel() and outs.get(path) is not None]
         if not judged:
             judge.skipped[key] = "no float32 output along a batch to sample rows of (a scalar, say)"
             return None

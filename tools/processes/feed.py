@@ -72,3 +72,49 @@ def _synchronize(device: str) -> None:
     import torch
 
     torch.cuda.synchronize(device)
+
+
+class Staged:
+    """A timed block's input sets, made by the reference worker and held in the parent's own device
+    memory, to be written into the candidate one set at a time, right before the request of the
+    call that uses it (`place`): no timed call's inputs are in the candidate's memory before that
+    call starts, so it cannot compute a later call's outputs ahead (issue 36)."""
+
+    def __init__(self, reference: "Reference", sets: list[Set], *, arena_cap: int, timeout: float,
+                 lock: contextlib.AbstractContextManager[Any]) -> None:
+        with lock:
+            header, _ = reference.checked(
+                {"op": "inputs", "sets": [list(s) for s in sets], "arena_cap": arena_cap}, timeout)
+            self.trees: list[dict[str, Any]] = header["tree"]["items"]
+            used = arena_used(header["tree"])
+            self.buffer = reference.proc.map_arena(header)[:used].clone()  # the parent's own copy
+        self.spans = [_span(tree) for tree in self.trees]
+
+    def place(self, worker: WorkerProcess, i: int, timeout: float) -> dict[str, Any]:
+        """Write set i at the start of the candidate's input arena; its tree, positions moved there."""
+        lo, hi = self.spans[i]
+        if hi > lo:
+            target = worker.input_arena_of(hi - lo, timeout)
+            target[:hi - lo].copy_(self.buffer[lo:hi])
+            _synchronize(str(self.buffer.device))
+        return _moved(self.trees[i], lo)
+
+
+def _span(tree: dict[str, Any]) -> tuple[int, int]:
+    """[first byte, end) of the arena that a tree's tensors occupy."""
+    places = [node["arena"] for node in tensor_nodes(tree) if node.get("arena") is not None]
+    if not places:
+        return 0, 0
+    return min(int(p[0]) for p in places), max(int(p[0]) + int(p[1]) for p in places)
+
+
+def _moved(tree: Any, by: int) -> Any:
+    """`tree` with every tensor's arena position moved `by` bytes towards the start."""
+    if isinstance(tree, dict):
+        out = {k: _moved(v, by) for k, v in tree.items()}
+        if tree.get("t") == "tensor" and tree.get("arena") is not None:
+            out["arena"] = [int(tree["arena"][0]) - by, int(tree["arena"][1])]
+        return out
+    if isinstance(tree, list):
+        return [_moved(v, by) for v in tree]
+    return tree
