@@ -320,7 +320,7 @@ class Evaluator:
         try:
             return pipeline.run(self.bench, evaluation)
         except Exception as exc:
-            if evaluation.worker is None:
+            if evaluation.worker is None or isinstance(exc, OUR_BUGS):
                 raise
             evaluation.worker.kill()  # its device memory freed before anything is tried again
             raise CandidateRan(exc) from exc
@@ -331,6 +331,12 @@ class Evaluator:
             if evaluation.worker is not None and evaluation.worker.allowance is not None:
                 evaluation.result.phases["candidate"] = round(evaluation.worker.allowance.spent, 4)
             evaluation.result.phases["total"] = round(time.monotonic() - started, 4)
+
+
+# exceptions that are ratchet's own mistakes whatever the candidate did: never charged to it (rule
+# resource), always an `error` that shows the bug (a candidate's malformed data is refused before it
+# can raise these; the self-check would pass, and a bug would silently cost every candidate its reward)
+OUR_BUGS = (NameError, AttributeError, AssertionError, ImportError, SyntaxError, NotImplementedError)
 
 
 class CandidateRan(Exception):

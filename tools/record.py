@@ -15,10 +15,10 @@ older record's runs used PyTorch's defaults, TF32 convolutions included); 7 adds
 (whether float32 outputs were judged against the reference evaluated in float64, and what was not)
 and `errors.float64_norm_ratio` / `errors.float64_max_ratio` (the candidate's largest error against
 float64 as a multiple of eager float32's own: tools/judge/exact.py), `library_share` and `library`
-(GPU time in library kernels the reference does not use: tools/timing/library.py); 8 makes a timed
-block one sample (the mean of its calls) and adds `calls` to each time (the timed calls behind its
-samples) and `eager_quiet` (eager timed on a quiet device, before any candidate: the speedup is taken
-against the lower of it and `eager_time` as timed beside the candidate, tools/timing/quiet.py). `Result.from_dict`
+(GPU time in library kernels the reference does not use: tools/timing/library.py); 8 adds
+`eager_quiet` (eager timed on a quiet device, before any candidate: the speedup is taken against the
+lower of it and the eager arm timed beside the candidate, which `eager_time` then is,
+tools/timing/quiet.py). `Result.from_dict`
 reads every version (an older record simply lacks the newer fields, and is written back without
 them). The exit code of each verdict: agent/cli/exit_codes.py.
 """
@@ -35,8 +35,7 @@ READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)  # from_dict reads these; workspace
 # fields an older record does not have (written back without them); "a.b" is field b of the record's a
 ADDED_IN = {"distributions": 3, "dropped": 3, "generalizes": 4, "heldout": 4, "roofline.bound": 5, "precision": 6,
             "errors.float64": 7, "errors.float64_norm_ratio": 7, "errors.float64_max_ratio": 7,
-            "library_share": 7, "library": 7, "candidate_time.calls": 8, "eager_time.calls": 8,
-            "compile_time.calls": 8, "eager_quiet": 8}
+            "library_share": 7, "library": 7, "eager_quiet": 8}
 
 
 class Verdict(str, enum.Enum):
@@ -85,8 +84,7 @@ class TimeStats:
     median_ms: float | None = None
     ci_low_ms: float | None = None  # 95% interval of the median
     ci_high_ms: float | None = None
-    samples: int = 0  # since schema 8, a timed block's calls are one sample, their mean (tools/timing/stats.py)
-    calls: int = 0  # the timed calls behind the samples (schema 8)
+    samples: int = 0
     note: str = "not measured"
 
 

@@ -1,7 +1,8 @@
 """Attack (disturbed baseline): honest kernel, but each output carries a finalizer that queues
-about 10 ms of GPU spin when the worker lets the output go, after its last synchronisation, while
-the parent times the eager reference beside it (the guard's import and private-api rules must be
-off for it to run)."""
+about 0.15 ms of GPU spin when the worker lets the output go, after its last synchronisation,
+while the parent times the eager reference beside it (short enough that the back-to-back passes of
+the second clock, which the spins lengthen too, stay within its allowance; the guard's import and
+private-api rules must be off for it to run)."""
 import weakref
 
 import torch
@@ -20,7 +21,7 @@ def relu_add_scale_kernel(x_ptr, y_ptr, out_ptr, n, scale, BLOCK: tl.constexpr):
 
 
 def spin():
-    torch.cuda._sleep(20_000_000)
+    torch.cuda._sleep(300_000)
 
 
 class ModelNew(nn.Module):

@@ -8,13 +8,11 @@ second clock (tools/timing/clocks.py), torch.compile and the roofline floor
 
 A timed call whose output differs from the eager reference's on the same inputs is incorrect (it
 did less work while timed); work that finishes after the end event (another stream) is rejected.
-A block is one sample of each arm, the mean of its calls (SampleCollector.add_block), a second
-line: were a block's sets ever at hand from its start, a candidate that computed the whole block
-in its first call and padded the rest would still be timed at the block's whole work.
+(A block's sets used to be written before its first call: a candidate that found them computed the
+whole block in its first call and padded the rest, and the median of its calls was the pad's.)
 """
 from __future__ import annotations
 
-import math
 import secrets
 import statistics
 from collections.abc import Callable
@@ -37,8 +35,6 @@ if TYPE_CHECKING:
     from tools.judge.evaluation import Evaluation
 
 SIDE_STREAM_SLACK_MS = 0.02
-MIN_BLOCKS = 6  # the fewest samples whose order statistics bound a median at 95%
-MIN_CALLS = 30
 
 
 def unavailable(result: Result, why: str) -> None:
@@ -73,7 +69,7 @@ def _blocks(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
     worker, result = evaluation.worker, evaluation.result
     p = evaluation.plan = plan(bench, salt=0 if bench.options.seed is not None else secrets.randbits(62))
     arms: dict[str, Any] = {"candidate": worker, "eager": bench.reference}
-    collectors = {a: block_collector(bench, p) for a in arms}
+    collectors = {a: SampleCollector(budget_s=p.budget_s, max_samples=bench.options.timing_max_samples) for a in arms}
     gaps: dict[str, list[float]] = {a: [] for a in arms}
     evaluation.gaps = gaps
     # the candidate warms up first, on a set of its own not used for timing; then each timed call's
@@ -102,7 +98,7 @@ def _blocks(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
             if isinstance(got, Failure):
                 return got
             samples, synced, outputs = got
-            collectors[arm].add_block(samples)  # the block's mean (SampleCollector.add_block)
+            collectors[arm].extend(samples)
             gaps[arm].extend(s - e for s, e in zip(synced, samples))
             if candidate_timed:
                 replies[arm] = outputs
@@ -117,14 +113,6 @@ def _blocks(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
     result.candidate_time = to_time_stats(collectors["candidate"])
     result.eager_time = to_time_stats(collectors["eager"])
     return None
-
-
-def block_collector(bench: "Bench", p: TimingPlan, budget_s: float | None = None) -> SampleCollector:
-    """A collector of block means (SampleCollector.add_block): at least MIN_BLOCKS of them, and at
-    least MIN_CALLS calls in all."""
-    return SampleCollector(budget_s=p.budget_s if budget_s is None else budget_s,
-                           max_samples=bench.options.timing_max_samples,
-                           min_samples=max(MIN_BLOCKS, math.ceil(MIN_CALLS / p.block)))
 
 
 def _bad_samples(samples: list[Any], synced: list[Any], timeout: float) -> str | None:
@@ -262,7 +250,7 @@ def time_reference(bench: "Bench", p: TimingPlan, fn: str, budget_s: float | Non
     budget = p.budget_s if budget_s is None else min(budget_s, p.budget_s)
     if timeout is None:
         timeout = max(bench.options.trial_timeout, bench.options.compile_timeout)
-    collector = block_collector(bench, p, budget)
+    collector = SampleCollector(budget_s=budget, max_samples=bench.options.timing_max_samples)
     n = 0
     warm: int | None = p.call(10**9)[1]  # a warm-up set on the first request only
     while not collector.done():
@@ -271,6 +259,6 @@ def time_reference(bench: "Bench", p: TimingPlan, fn: str, budget_s: float | Non
         if header.get("op") == "error":
             return TimeStats(note=f"{'torch.compile' if fn == 'compiled' else 'eager'} failed: {header.get('message', '')[:300]}")
         warm = None
-        collector.add_block(header["samples"])
+        collector.extend(header["samples"])
         n += p.block
     return to_time_stats(collector)

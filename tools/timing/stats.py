@@ -94,7 +94,7 @@ class SampleCollector:
     Stopping rule, checked in this order:
     - "converged": at least `min_samples` are in and the interval of the median lies within
       +-`rel_precision` of the median (max(median - low, high - median) <= rel_precision * median);
-    - "max_samples": `max_samples` timed calls are in (a block's calls count one each);
+    - "max_samples": `max_samples` are in;
     - "budget": the measured time (the sum of the samples, plus any `overhead_s` charged with
       them) reached `budget_s`. The budget stops collection even below `min_samples`: a
       one-second kernel must not cost a minute. The note of the record then says so.
@@ -106,7 +106,6 @@ class SampleCollector:
     max_samples: int = 1000
     budget_s: float | None = 10.0
     samples: list[float] = field(default_factory=list, init=False, repr=False)  # arrival order
-    calls: int = field(default=0, init=False)  # timed calls behind the samples (a block's mean is one sample)
     spent_s: float = field(default=0.0, init=False)
     forced_reason: StopReason | None = field(default=None, init=False)
     _sorted: list[float] = field(default_factory=list, init=False, repr=False)
@@ -123,24 +122,11 @@ class SampleCollector:
             raise ValueError(f"a timing sample must be finite and >= 0, got {sample_ms}")
         self.samples.append(sample_ms)
         bisect.insort(self._sorted, sample_ms)
-        self.calls += 1
         self.spent_s += sample_ms / 1000.0 + overhead_s
 
     def extend(self, samples_ms: Iterable[float]) -> None:
         for s in samples_ms:
             self.add(s)
-
-    def add_block(self, samples_ms: Sequence[float]) -> None:
-        """Record a block of timed calls as one sample, their mean: the calls of a block had all
-        their inputs at hand from its start, so a candidate could do the whole block's work in one
-        call and pad the others (a median of calls would then be the pad's time); the mean is the
-        block's whole work whichever call did it (tools/timing/blocks.py)."""
-        if not samples_ms:
-            return
-        total = math.fsum(samples_ms)
-        self.add(total / len(samples_ms))
-        self.spent_s += (total - total / len(samples_ms)) / 1000.0  # add() charged the mean once
-        self.calls += len(samples_ms) - 1
 
     @property
     def n(self) -> int:
@@ -164,7 +150,7 @@ class SampleCollector:
 
     def limit_reason(self) -> StopReason | None:
         """The hard limit reached ("max_samples" or "budget"), converged or not."""
-        if self.calls >= self.max_samples:
+        if self.n >= self.max_samples:
             return "max_samples"
         if self.budget_s is not None and self.spent_s >= self.budget_s:
             return "budget"
@@ -196,13 +182,11 @@ def to_time_stats(collector: SampleCollector) -> TimeStats:
     pct = collector.confidence * 100
     spread = collector.half_width_rel() * 100
     reason = collector.reason or "stopped early"
-    what = f"{collector.n} samples" if collector.calls == collector.n else f"{collector.n} blocks ({collector.calls} calls)"
-    note = f"{reason}: {pct:g}% interval of the median within +-{spread:.2f}% after {what}"
+    note = f"{reason}: {pct:g}% interval of the median within +-{spread:.2f}% after {collector.n} samples"
     if collector.n < collector.min_samples:
         note += f" (fewer than the {collector.min_samples} wanted)"
     return TimeStats(
-        measured=True, median_ms=median, ci_low_ms=low, ci_high_ms=high, samples=collector.n, calls=collector.calls,
-        note=note
+        measured=True, median_ms=median, ci_low_ms=low, ci_high_ms=high, samples=collector.n, note=note
     )
 
 
