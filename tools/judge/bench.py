@@ -18,7 +18,7 @@ from typing import Any
 from tools.judge.distributions import Distributions
 from tools.options import EvalOptions
 from tools.processes.builds import Builds
-from tools.processes.feed import Set, Staged, feed
+from tools.processes.feed import Set, feed
 from tools.processes.process import WorkerProcess
 from tools.processes.reference import Reference
 from tools.problem import ProblemInfo
@@ -132,12 +132,6 @@ class Bench:
                   default=self.arena_cap(len(sets), inputs_only=True))
         return feed(self.reference, worker, sets, device=self.device, arena_cap=cap,
                     timeout=self.options.trial_timeout, lock=self.lock, stamps=stamps)
-
-    def stage(self, sets: list[Set]) -> Staged:
-        """A timed block's input sets held by the parent, written into a candidate one at a time
-        (tools/processes/feed.py)."""
-        return Staged(self.reference, sets, arena_cap=self.arena_cap(len(sets), inputs_only=True),
-                      timeout=self.options.trial_timeout, lock=self.lock)
 
     def set_bytes(self, dist: str) -> int:
         """Bytes of the reference's [outputs, inputs] on `dist` (a held-out variant's own)."""

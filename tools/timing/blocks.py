@@ -1,29 +1,23 @@
 """The timing steps driven from the parent: candidate and eager reference timed in interleaved
-blocks (ABBA) on the same input sets (the reference's timing pool; the parent writes each timed
-call's set into the candidate's memory just before that call's request: no set is there ahead of
-its call, so no call can compute a later one's outputs), every timed candidate output checked
+blocks (ABBA) on the same input sets (the reference's timing pool; the parent writes a block's
+sets into the candidate's memory just before the block), every timed candidate output checked
 against the reference; then whether the candidate's work finished on the timed stream. The
 second clock (tools/timing/clocks.py), torch.compile and the roofline floor
 (tools/timing/baselines.py) follow.
 
 A timed call whose output differs from the eager reference's on the same inputs is incorrect (it
 did less work while timed); work that finishes after the end event (another stream) is rejected.
-(A block's sets used to be written before its first call: a candidate that found them computed the
-whole block in its first call and padded the rest, and the median of its calls was the pad's.)
 """
 from __future__ import annotations
 
 import secrets
 import statistics
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tools.judge.trial_checks import calls_mismatch
 from tools.timing.timed_exact import judge_timed, timed_final
 from tools.judge.verdict import Failure, passed, reply_failure
-from tools.processes.feed import Set
 from tools.processes.process import WorkerProcess
-from tools.processes.reference import clone_tree
 from tools.record import Result, TimeStats, Verdict
 from tools.timing.interleave import block_order
 from tools.timing.plan import TimingPlan, plan
@@ -68,40 +62,51 @@ def _blocks(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
     assert evaluation.worker is not None
     worker, result = evaluation.worker, evaluation.result
     p = evaluation.plan = plan(bench, salt=0 if bench.options.seed is not None else secrets.randbits(62))
+    timeout = bench.options.trial_timeout
     arms: dict[str, Any] = {"candidate": worker, "eager": bench.reference}
     collectors = {a: SampleCollector(budget_s=p.budget_s, max_samples=bench.options.timing_max_samples) for a in arms}
     gaps: dict[str, list[float]] = {a: [] for a in arms}
     evaluation.gaps = gaps
-    # the candidate warms up first, on a set of its own not used for timing; then each timed call's
-    # set is written into it right before the request of that one call (no set is there ahead)
-    if (failure := _warm_alone(bench, worker, p.call(10**9)[1])) is not None:
-        return failure
-    eager_warmup: int | None = p.call(10**9)[1]
+    unwarmed = set(arms)  # each arm warms up on its first request, on inputs not used for timing
+    if p.pool == 1:  # multi-GB sets: the warm-up's set alone, then the timed ones in its place (one set held)
+        if (failure := _warm_alone(bench, worker, p.call(10**9)[1])) is not None:
+            return failure
+        unwarmed.discard("candidate")
     n, block = 0, 0
     while not all(c.done() for c in collectors.values()):
         calls = [p.call(n + i) for i in range(p.block)]
         candidate_timed = not collectors["candidate"].done()
-        replies: dict[str, Any] = {}
-        # the candidate's sets are made first: making them uses the reference worker, whose arena
+        replies = {}
+        # the candidate's sets are written first: feeding uses the reference worker, whose arena
         # must not change between its timed reply and the verification below
-        sets = _sets(bench, worker, calls) if candidate_timed else None
+        fed = _fed(bench, worker, calls, p.call(10**9)[1] if "candidate" in unwarmed else None) if candidate_timed else {}
         for arm in block_order(block, tuple(arms)):
             timed = not collectors[arm].done()
             if not timed and not (arm == "eager" and candidate_timed):
                 continue
+            warmup_seed = p.call(10**9)[1] if arm in unwarmed else None
+            unwarmed.discard(arm)
+            msg = {"op": "time", "calls": calls, "keep_outputs": candidate_timed, "untimed": not timed,
+                   "warmup_seed": warmup_seed, "arena_cap": bench.arena_cap(2 * p.block, outputs_only=True)}
             if arm == "candidate":
-                assert sets is not None
-                got = _candidate_calls(bench, worker, sets, len(calls))
-            else:
-                got = _eager_calls(bench, calls, timed, candidate_timed, eager_warmup)
-                eager_warmup = None
-            if isinstance(got, Failure):
-                return got
-            samples, synced, outputs = got
+                msg.update(fed)
+            header, payload = arms[arm].request(msg, timeout)
+            if (failure := reply_failure(header, "timing")) is not None:
+                return failure
+            samples, synced = header.get("samples") or [], header.get("synced") or []
+            if len(samples) != (len(calls) if timed else 0) or len(synced) != len(samples):
+                return Failure(Verdict.REJECTED, "timing:reply", f"the {arm} worker answered {len(calls)} timed calls "
+                               f"with {len(samples)} samples", "Rejected: the timing reply does not match the request.")
+            if (bad := _bad_samples(samples, synced, timeout)) is not None:
+                return Failure(Verdict.REJECTED, "timing:reply", f"the {arm} worker's samples: {bad}",
+                               "Rejected: the timing reply does not match the request.")
             collectors[arm].extend(samples)
             gaps[arm].extend(s - e for s, e in zip(synced, samples))
             if candidate_timed:
-                replies[arm] = outputs
+                try:
+                    replies[arm] = arms[arm].outputs(header, payload)
+                except (TransportError, KeyError, TypeError, ValueError) as exc:
+                    return Failure(Verdict.REJECTED, "timing:outputs", f"malformed outputs from the {arm} worker: {exc}")
         if candidate_timed and (failure := _verify(bench, replies, n)) is not None:
             return failure
         if candidate_timed and (failure := judge_timed(bench, evaluation, calls, replies, n)) is not None:
@@ -142,77 +147,14 @@ def _warm_alone(bench: "Bench", worker: WorkerProcess, seed: int) -> Failure | N
     return None
 
 
-def _sets(bench: "Bench", worker: WorkerProcess, calls: list[tuple[int, int]]) -> Callable[[int], dict[str, Any]]:
-    """Where the candidate gets the block's call i: its set written into the candidate right before
-    that call's request (staged in the parent's memory: tools/processes/feed.py), or, for a block
-    of one call (a set over KEEP_BYTES, not copied twice), written now."""
-    sets: list[Set] = [(slot, seed, "problem") for slot, seed in calls]
-    if len(calls) == 1:
-        trees, _ = bench.feed(worker, sets)
-        return lambda i: trees[i]
-    staged = bench.stage(sets)
-    return lambda i: staged.place(worker, i, bench.options.trial_timeout)
-
-
-def _candidate_calls(bench: "Bench", worker: WorkerProcess, sets: Callable[[int], dict[str, Any]],
-                     count: int) -> tuple[list[float], list[float], list[Any]] | Failure:
-    """The block's timed calls of the candidate, one request each, each call's set written just
-    before it; its outputs copied out of the worker's arena (which its next request reuses), but
-    the last's, read in place."""
-    samples: list[float] = []
-    synced: list[float] = []
-    outputs: list[Any] = []
-    timeout = bench.options.trial_timeout
-    for i in range(count):
-        msg = {"op": "time", "calls": [sets(i)], "keep_outputs": True, "untimed": False, "warmup": None,
-               "warmup_seed": None, "arena_cap": bench.arena_cap(2, outputs_only=True)}
-        header, payload = worker.request(msg, timeout)
-        got = _checked_reply("candidate", header, 1, True, timeout)
-        if isinstance(got, Failure):
-            return got
-        samples += got[0]
-        synced += got[1]
-        try:
-            out = worker.outputs(header, payload)
-        except (TransportError, KeyError, TypeError, ValueError) as exc:
-            return Failure(Verdict.REJECTED, "timing:outputs", f"malformed outputs from the candidate worker: {exc}")
-        if not isinstance(out, list) or len(out) != 1:
-            return Failure(Verdict.REJECTED, "timing:outputs", "the candidate worker answered one timed call with "
-                           f"{len(out) if isinstance(out, list) else 'no list of'} outputs")
-        outputs.append(out[0] if i == count - 1 else clone_tree(out[0]))
-    return samples, synced, outputs
-
-
-def _eager_calls(bench: "Bench", calls: list[tuple[int, int]], timed: bool, keep: bool,
-                 warmup_seed: int | None) -> tuple[list[float], list[float], list[Any]] | Failure:
-    """The block's calls of the eager reference, in one request (on its own pool's sets)."""
-    timeout = bench.options.trial_timeout
-    msg = {"op": "time", "calls": calls, "keep_outputs": keep, "untimed": not timed, "warmup_seed": warmup_seed,
-           "arena_cap": bench.arena_cap(2 * len(calls), outputs_only=True)}
-    header, payload = bench.reference.request(msg, timeout)
-    got = _checked_reply("eager", header, len(calls), timed, timeout)
-    if isinstance(got, Failure):
-        return got
-    try:
-        outputs = bench.reference.outputs(header, payload) if keep else []
-    except (TransportError, KeyError, TypeError, ValueError) as exc:
-        return Failure(Verdict.REJECTED, "timing:outputs", f"malformed outputs from the eager worker: {exc}")
-    return got[0], got[1], outputs
-
-
-def _checked_reply(arm: str, header: dict[str, Any], calls: int, timed: bool,
-                   timeout: float) -> tuple[list[float], list[float]] | Failure:
-    """(samples, synced) of a timing reply, or the failure it is."""
-    if (failure := reply_failure(header, "timing")) is not None:
-        return failure
-    samples, synced = header.get("samples") or [], header.get("synced") or []
-    if len(samples) != (calls if timed else 0) or len(synced) != len(samples):
-        return Failure(Verdict.REJECTED, "timing:reply", f"the {arm} worker answered {calls} timed calls "
-                       f"with {len(samples)} samples", "Rejected: the timing reply does not match the request.")
-    if (bad := _bad_samples(samples, synced, timeout)) is not None:
-        return Failure(Verdict.REJECTED, "timing:reply", f"the {arm} worker's samples: {bad}",
-                       "Rejected: the timing reply does not match the request.")
-    return samples, synced
+def _fed(bench: "Bench", worker: WorkerProcess, calls: list[tuple[int, int]], warmup_seed: int | None) -> dict[str, Any]:
+    """Write a block's input sets (and the warm-up set) into the candidate; the request's fields."""
+    sets: list[tuple[int | None, int, str]] = [(slot, seed, "problem") for slot, seed in calls]
+    if warmup_seed is not None:
+        sets.insert(0, (None, warmup_seed, "problem"))
+    trees, _ = bench.feed(worker, sets)
+    warmup = trees.pop(0) if warmup_seed is not None else None
+    return {"calls": trees, "warmup_seed": None, "warmup": warmup}
 
 
 def _verify(bench: "Bench", replies: dict[str, Any], first: int) -> Failure | None:
