@@ -15,7 +15,7 @@ import pytest
 from helpers_eval import assert_ok, describe, source
 from tools.evaluate import EvalOptions, Evaluator
 from tools.record import Verdict
-from tools.reward.score import score_record
+from tools.reward.score import RewardConfig, score_record
 
 pytestmark = pytest.mark.gpu
 PROBLEM = Path(__file__).parents[1] / "gpu_problems" / "elementwise_8m.py"
@@ -31,12 +31,18 @@ def ev(tmp_path_factory):
 
 
 def test_filling_device_memory_after_answering_is_the_candidates_fault(ev):
+    """Whichever process runs out first: the candidate's own next allocation (its runtime_error, as
+    on an H200 in stop 45), or the evaluator's side (rule resource, after the retry and the
+    self-check): never an evaluator `error`, never more than a failing candidate earns."""
     dropped = dict(ev.dropped)
     result = ev.evaluate(source("memory_hog"))
-    assert result.verdict is Verdict.REJECTED, describe(result)
-    assert any(c.name == "resource" and not c.passed for c in result.checks), describe(result)
+    assert result.verdict in (Verdict.REJECTED, Verdict.RUNTIME_ERROR), describe(result)
+    if result.verdict is Verdict.REJECTED:
+        assert any(c.name == "resource" and not c.passed for c in result.checks), describe(result)
+    else:
+        assert "out of GPU memory" in result.message, describe(result)
     outcome = score_record(result)
-    assert outcome.reward == 0.0 and not outcome.evaluator_fault
+    assert outcome.reward <= RewardConfig().compiled and not outcome.evaluator_fault
     assert ev.dropped == dropped  # the distributions were decided before any candidate, and stay
     assert_ok(ev.evaluate(source("elementwise_ok")))  # the evaluator serves the next candidate
 
