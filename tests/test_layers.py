@@ -29,7 +29,9 @@ ALLOWED: dict[str, set[str]] = {
     "judge": {"guard", "wire", "processes", "options", "problem", "record"},
     "timing": {"judge", "processes", "wire", "worker", "options", "record"},
     "pipeline": {"judge", "timing", "processes", "record"},
-    "evaluate": {"pipeline", "judge", "timing", "processes", "options", "precision", "problem", "record", "env"},
+    "selfcheck": {"judge", "timing", "processes", "problem", "record"},  # the evaluator's own work, no candidate
+    "evaluate": {"pipeline", "judge", "timing", "processes", "options", "precision", "problem", "record", "env",
+                 "selfcheck"},
     "reward": {"evaluate", "options", "precision", "problem", "record", "sandbox", "toolcalls", "env"},
     "__init__": {"record"},
 }

@@ -29,7 +29,7 @@ from tools import pipeline
 from tools.judge.bench import Bench, reply_cap
 from tools.judge.distributions import Distributions
 from tools.judge.evaluation import Evaluation
-from tools.judge.selfcheck import without_candidate
+from tools.selfcheck import without_candidate
 from tools.judge.verdict import Failure, decide, fault, passed, pending
 from tools.options import EvalOptions, resolved
 from tools.problem import ProblemError, ProblemInfo, read_problem
@@ -231,19 +231,18 @@ class Evaluator:
 
     def _dispose(self, evaluation: Evaluation) -> None:
         """The used worker is disposable: keep what it compiled (when it ran), then kill and reap it,
-        in a thread of its own (close() ends what is still running)."""
+        before evaluate() returns. (It was done in a thread after: an attacker helper's worker, asked
+        for its files once evaluate() had returned, took the GIL and kept the GPU spinning for the
+        request's 30 s, and the next honest candidate on the device was rejected by the second clock.
+        The hand-over is charged to the evaluation's deadline, and bounded by ARTIFACT_REQUEST_S.)"""
         worker = evaluation.worker
         if worker is None:
             return
         worker.unmap()
         keep = evaluation.result.ok or evaluation.result.verdict in (Verdict.INCORRECT, Verdict.REJECTED)
         source_hash = evaluation.result.source_hash
-        handed = self.builds.handing_over(source_hash) if keep else None  # before the thread: the next evaluation waits
-        reaper = threading.Thread(target=builds.reap, args=(self.builds, worker, source_hash, keep, handed),
-                                  name="ratchet-reap", daemon=True)
-        with self._lock:
-            self._reaping = [(w, t) for w, t in self._reaping if t.is_alive()] + [(worker, reaper)]
-        reaper.start()
+        handed = self.builds.handing_over(source_hash) if keep else None
+        builds.reap(self.builds, worker, source_hash, keep, handed)
 
     # evaluation ---------------------------------------------------------------------------
     def evaluate(self, source: str) -> Result:
@@ -253,7 +252,7 @@ class Evaluator:
         died is restarted first. A fault while a candidate's worker exists (the reference lost, the
         parent out of device memory, any exception of ours) has the candidate evaluated once more,
         in a fresh worker; a second one is the candidate's (rejected, rule `resource`) when the
-        evaluator's own work succeeds with the candidate gone (tools/judge/selfcheck.py), and an
+        evaluator's own work succeeds with the candidate gone (tools/selfcheck.py), and an
         `error` only when it fails there too."""
         try:
             with self._lock:

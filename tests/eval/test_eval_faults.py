@@ -111,8 +111,22 @@ def test_the_evaluators_own_work_succeeds_with_no_candidate(tmp_path, overrides)
     """What decides whether a fault is the candidate's (rule resource): with no candidate running,
     the evaluator's side (a fresh reference trial at every size, its float64 evaluation or rows of
     it) succeeds, so a fault that does not reproduce here is charged to the candidate."""
-    from tools.judge.selfcheck import without_candidate
+    from tools.selfcheck import without_candidate
 
     with evaluator("deep_matmul", tmp_path, **overrides) as ev:
         assert ev.bench.exact is not bool(overrides) and ev.bench.exact_sampled is bool(overrides)
         assert without_candidate(ev.bench) is None
+
+
+@pytest.mark.parametrize("terms", [900, 4000])
+def test_a_source_too_deeply_nested_to_read_is_rejected_never_an_error(tmp_path, terms):
+    """An attacker helper (stop 45) appended `0 + 0 + ...` to a kernel: the guard's recursive walk
+    (900 terms) or Python's parser itself (4000) ran out of recursion, and the evaluation was an
+    evaluator `error`, a masked reward, for any candidate. It is the candidate's: rejected."""
+    from tools.reward.score import score_record
+
+    text = source("elementwise_ok") + "\n\ndef _unused():\n    return " + " + ".join(["0"] * terms) + "\n"
+    with evaluator("elementwise", tmp_path) as ev:
+        result = ev.evaluate(text)
+    assert_verdict(result, Verdict.REJECTED, "guard:unreadable", "could not be read")
+    assert score_record(result).reward == 0.0 and not score_record(result).evaluator_fault

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 from tools.judge.exact import EXACT_DTYPES, exact_errors, outside, tree_tensors
 
 if TYPE_CHECKING:
-    from tools.judge.bench import Bench
     from tools.judge.exact import ExactJudge
 
 MAX_ROWS = 64  # rows of the batch evaluated in float64 per sampled set, at most
@@ -31,7 +30,7 @@ class RowSample:
     """Where a set's inputs come from, for the reference worker: {"seed", "distribution"} (a
     trial's set) or {"slot", "seed"} (a timing-pool set)."""
 
-    bench: "Bench"
+    bench: Any  # the evaluation's Bench (tools/judge/bench.py; not imported: the bench's modules import this one)
     source: dict[str, Any]
 
     def observe(self, judge: "ExactJudge", key: str, r32: Any, cand: Any) -> str | None:

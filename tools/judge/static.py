@@ -28,11 +28,15 @@ def scan(source: str, result: Result, disabled: frozenset[str] = frozenset(),
          single_op_family: str | None = None) -> tuple[Failure | None, guard.Scan | None]:
     """Parse and the static guard: (None, the scan), or (the failure, None)."""
     t0 = time.monotonic()
-    problem = candidate_problems(source)
-    if problem:
-        return Failure(Verdict.COMPILE_ERROR, "parse", problem), None
-    passed(result, "parse")
-    found = guard.check(source, guard.GuardPolicy(disabled=disabled, single_op=single_op_family))
+    try:  # the source is the candidate's: anything reading it fails on its account, never ours
+        problem = candidate_problems(source)
+        if problem:
+            return Failure(Verdict.COMPILE_ERROR, "parse", problem), None
+        passed(result, "parse")
+        found = guard.check(source, guard.GuardPolicy(disabled=disabled, single_op=single_op_family))
+    except (RecursionError, MemoryError, ValueError, OverflowError) as exc:
+        why = f"the source could not be read ({type(exc).__name__}: {str(exc)[:120]}): nested too deeply or too large"
+        return Failure(Verdict.REJECTED, "guard:unreadable", why, f"Rejected by the guard: {why}."), None
     result.phases["guard"] = round(time.monotonic() - t0, 4)
     if found.violations:
         first, *rest = found.violations

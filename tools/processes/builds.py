@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 Files = tuple[list[dict[str, Any]], bytes]
 NO_FILES: Files = ([], b"")
-ARTIFACT_REQUEST_S = 30.0
+ARTIFACT_REQUEST_S = 10.0
 
 
 def toolchain(device: str) -> dict[str, Any]:
@@ -195,9 +195,9 @@ def merge(parts: list[Files]) -> Files:
 # after an evaluation ----------------------------------------------------------------------------
 def reap(builds: Builds, worker: WorkerProcess, source_hash: str, keep: bool,
          handed: threading.Event | None = None) -> None:
-    """Keep what the worker compiled for this source (when it ran), then kill it. Runs in a
-    thread of its own, off the evaluation's critical path; `handed` (Builds.handing_over) is set
-    once the kernels are kept, or there is nothing to keep."""
+    """Keep what the worker compiled for this source (when it ran), then kill it (before the
+    evaluation returns: tools/evaluate.py, `_dispose`); `handed` (Builds.handing_over) is set once
+    the kernels are kept, or there is nothing to keep."""
     try:
         if keep and builds.device.startswith("cuda") and worker.alive():
             artifacts = builds.artifacts
