@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,8 @@ class Bench:
     # eager timed on a quiet device: at open, before any candidate, and again when an evaluation's
     # interleaved eager arm read slower (tools/timing/quiet.py)
     quiet_eager: "TimeStats | None" = None
+    # float64 on sampled rows: per batch size, which inputs are cut to the rows (tools/judge/exact_rows.py)
+    row_plan: dict[int, Any] = field(default_factory=dict)
     recheck_quiet: bool = False
 
     @property

@@ -56,15 +56,37 @@ class RowSample:
                 continue
             cut.append((path, ref.index_select(0, index), out.to(ref.device).index_select(0, index)))
         del judged, outs
+        plans = self.bench.row_plan.get(batch)
+        for plan in ([plans] if plans is not None else self._plans(batch)):
+            found, judged_any = self._judge_rows(judge, key, rows, batch, plan, cut)
+            if judged_any or found is not None:
+                self.bench.row_plan[batch] = plan  # the first cut whose rows stand alone, kept for the bench
+                return found
+        return None
+
+    def _plans(self, batch: int) -> list[list[int] | None]:
+        """Which inputs to cut to the rows, tried in turn until the reference on the cut inputs
+        gives eager's rows: every input whose leading size is the batch (None), then each alone (a
+        square product's second operand has the batch's size too, and must stay whole)."""
+        leading = [i for i, item in enumerate(self.bench.problem.inputs)
+                   if item.get("kind") == "tensor" and (item.get("shape") or [None])[0] == batch]
+        return [None] + ([[i] for i in leading] if len(leading) > 1 else [])
+
+    def _judge_rows(self, judge: "ExactJudge", key: str, rows: list[int], batch: int, plan: list[int] | None,
+                    cut: list[tuple[str, Any, Any]]) -> tuple[str | None, bool]:
+        """(why the rows are outside the bound, or None; whether any output was judged) for one cut."""
+        import torch
+
         header, payload = self.bench.reference.checked(
-            {"op": "wide", **self.source, "rows": rows, "batch": batch,
+            {"op": "wide", **self.source, "rows": rows, "batch": batch, "cut": plan,
              "arena_cap": self.bench.arena_cap(1, outputs_only=True) + 2 * self.bench.problem.output_bytes},
             self.bench.options.trial_timeout)
         if header.get("float64_skipped"):
             judge.skipped[key] = f"sampled rows: {header['float64_skipped']}"
-            return None
+            return None, False
         wide, narrow = self.bench.reference.outputs(header, payload)
         wide, narrow = dict(tree_tensors(wide)), dict(tree_tensors(narrow))
+        judged_any = False
         for path, ref_rows, out_rows in cut:
             twin, alone = wide.get(path), narrow.get(path)
             if not isinstance(alone, torch.Tensor) or not isinstance(twin, torch.Tensor) or alone.shape != ref_rows.shape:
@@ -74,10 +96,13 @@ class RowSample:
                 judge.skipped[path] = ("its rows are not independent of the rest of the batch (eager on the whole batch "
                                        f"against eager on the sampled rows alone: {mixed[:120]})")
                 continue
+            judged_any = True
+            judge.skipped.pop(path, None)
+            judge.skipped.pop(key, None)
             judge.sampled_rows += len(rows)
             if (why := judge.observe_one(key, path, twin, ref_rows, out_rows)) is not None:
-                return f"{why} (on {len(rows)} rows of {batch} sampled after the candidate answered)"
-        return None
+                return f"{why} (on {len(rows)} rows of {batch} sampled after the candidate answered)", True
+        return None, judged_any
 
     def rows(self, batch: int) -> int:
         """Rows per sample: what a quarter of float64_max_mb holds of the float64 inputs and outputs

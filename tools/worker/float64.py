@@ -69,24 +69,25 @@ def forward64(twins: dict[int, Any], model: Any, inputs: list[Any], device: Any)
         return None, f"the reference does not run in float64 ({type(exc).__name__}: {first[:160]})"
 
 
-def batch_rows(inputs: list[Any], rows: Any, batch: int) -> tuple[list[Any] | None, str | None]:
-    """(`inputs` with every tensor whose leading size is `batch` cut to `rows` of it, None), or
-    (None, why not): no input has a leading size of `batch`, or `rows` are not row numbers below
-    it. Whether the problem's rows are independent is judged by the parent
+def batch_rows(inputs: list[Any], rows: Any, batch: int, cut: Any = None) -> tuple[list[Any] | None, str | None]:
+    """(`inputs` with every tensor whose leading size is `batch` cut to `rows` of it (with `cut`,
+    the inputs of those indices only), None), or (None, why not): no such input, or `rows` are not
+    row numbers below `batch`. Whether the problem's rows are independent is judged by the parent
     (tools/judge/exact_rows.py), from the float32 forward on the same rows."""
     import torch
 
     if not isinstance(rows, list) or not rows or not all(isinstance(r, int) and 0 <= r < batch for r in rows):
         return None, f"the rows asked for are not row numbers below {batch}"
-    tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
-    if not any(t.dim() >= 1 and t.shape[0] == batch for t in tensors):
+    chosen = set(range(len(inputs))) if cut is None else {int(i) for i in cut if isinstance(i, int)}
+    if not any(isinstance(t, torch.Tensor) and t.dim() >= 1 and t.shape[0] == batch and i in chosen
+               for i, t in enumerate(inputs)):
         return None, f"no input has a leading size of {batch} (the outputs' batch)"
     index = None
-    cut = []
-    for t in inputs:
-        if isinstance(t, torch.Tensor) and t.dim() >= 1 and t.shape[0] == batch:
+    out = []
+    for i, t in enumerate(inputs):
+        if i in chosen and isinstance(t, torch.Tensor) and t.dim() >= 1 and t.shape[0] == batch:
             if index is None or index.device != t.device:
                 index = torch.tensor(rows, dtype=torch.long, device=t.device)
             t = t.index_select(0, index)
-        cut.append(t)
-    return cut, None
+        out.append(t)
+    return out, None

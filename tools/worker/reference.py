@@ -128,7 +128,7 @@ class ReferenceWorker(Worker):
             wide, why = forward64(self.wide_models, model, inputs, self.device)
             return self.reply_with({"op": "wide", **({"float64_skipped": why} if why else {})}, [wide],
                                    int(msg.get("arena_cap") or 0))
-        sliced, why = batch_rows(inputs, rows, int(msg["batch"]))
+        sliced, why = batch_rows(inputs, rows, int(msg["batch"]), msg.get("cut"))
         del inputs
         wide = narrow = None
         if sliced is not None:
