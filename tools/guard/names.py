@@ -159,7 +159,12 @@ CXX_FORBIDDEN: tuple[tuple[str, str], ...] = (
     (r"\bcudaStreamBeginCapture\b", "streams-graphs"), (r"\bgetStreamFromPool\b", "streams-graphs"),
     (r"\bsetCurrentCUDAStream\b", "streams-graphs"), (r"\bCUDAStreamGuard\b", "streams-graphs"),
     (r"\bcudaEventCreate\w*", "streams-graphs"),
+    # the driver API's streams, graphs and contexts (an attacker helper, stop 45: cuStreamCreate was not listed)
+    (r"\bcu(Stream|Graph|Ctx|Event)\w*", "streams-graphs"),
     (r"\bstd::thread\b", "threads-processes"), (r"\bpthread_create\b", "threads-processes"),
+    # more ways to run code beside the call (stop 45's lingering worker: std::async and inotify)
+    (r"\bstd::(async|jthread)\b", "threads-processes"), (r"\binotify_\w+", "threads-processes"),
+    (r"\b(timer_create|signal|sigaction)\s*\(", "threads-processes"),
     (r"\bfork\s*\(", "threads-processes"), (r"\bsystem\s*\(", "threads-processes"),
     (r"\bpopen\s*\(", "threads-processes"), (r"\bexecv\w*\s*\(", "threads-processes"),
     (r"\bsocket\s*\(", "network"), (r"\bdlopen\s*\(", "threads-processes"),
@@ -174,7 +179,7 @@ CXX_FORBIDDEN: tuple[tuple[str, str], ...] = (
     # the CPython C API's ways to the interpreter's state (sys.modules, a module's attributes): a
     # timer rewritten from C++ through PySys_GetObject("modules") (issue 36). A first filter only: the
     # verdict must not depend on it (the parent's clock does not read the worker's timer)
-    (r"\bPy(Sys|Module|Capsule)_\w+", "dynamic-code"), (r"\bPyObject_(Get|Set|Del)Attr\w*", "dynamic-code"),
+    (r"\bPy(Sys|Module|Capsule|GILState|Thread)_\w+", "dynamic-code"), (r"\bgil_scoped_acquire\b", "dynamic-code"), (r"\bPyObject_(Get|Set|Del)Attr\w*", "dynamic-code"),
     (r"\bPyDict_(Get|Set|Del)Item\w*", "dynamic-code"), (r"\bpy::(getattr|setattr|globals|reinterpret_borrow)\b", "dynamic-code"),
     # ATen's dispatcher entered below the op recorder: the op left to the library from C++ (issue 35;
     # tools/timing/library.py measures what ran, this names it first)
