@@ -45,7 +45,6 @@ if TYPE_CHECKING:
     from tools.processes.warm import WarmPool
 
 __all__ = ["EvalOptions", "Evaluator", "evaluate"]
-REAP_GRACE_S = 5.0  # at close: how long the last evaluations' workers may still hand over what they compiled
 
 
 class Evaluator:
@@ -69,7 +68,6 @@ class Evaluator:
         rng = random.Random(run_seed)
         self.seeds = [rng.getrandbits(62) for _ in range(max(1, self.options.trials))]
         self._spares: collections.deque[WorkerProcess] = collections.deque()
-        self._reaping: list[tuple[WorkerProcess, threading.Thread]] = []  # used workers not yet killed (builds.reap)
         self._scratches: list[Path] = []  # with a pool: the scratch directories of the workers this evaluator used
         self._baseline: dict[str, Any] | None = None
         self._in_flight = 0  # evaluations running now (threads): the device is quiet only with none
@@ -109,7 +107,6 @@ class Evaluator:
         self.close()
 
     def close(self) -> None:
-        self._end_reaping()
         spares, self._spares = list(self._spares), collections.deque()
         if self.pool is not None:  # never handed a candidate: the next problem's evaluator may take them
             kept = self.pool.give_back(spares)
@@ -125,22 +122,6 @@ class Evaluator:
             for path in self._scratches:
                 shutil.rmtree(path, ignore_errors=True)
             self._scratches.clear()
-    def _end_reaping(self) -> None:
-        """No candidate's process outlives its evaluator. A used worker is killed by a thread of its
-        own (builds.reap) after it hands over what it compiled, which on a GPU it answers at its own
-        pace, for up to builds.ARTIFACT_REQUEST_S, its kernels running on; left to run past close,
-        it would overlap the next problem's opening on the same device (a warm pool's slot opens it
-        at once), where the eager and torch.compile baselines are measured once, the latter kept on
-        disk. A reap still going after REAP_GRACE_S is cut short: its worker is killed."""
-        with self._lock:
-            reaping, self._reaping = self._reaping, []
-        deadline = time.monotonic() + REAP_GRACE_S
-        for _, thread in reaping:
-            thread.join(max(0.0, deadline - time.monotonic()))
-        for worker, thread in reaping:
-            if thread.is_alive():
-                worker.stop()  # its thread sees it die, and closes it
-                thread.join(60)
 
     def baseline(self) -> dict[str, Any]:
         """Eager and torch.compile times and the roofline floor of the problem, before any
@@ -298,10 +279,9 @@ class Evaluator:
                        precision=self.options.precision)
 
     def _quiet(self) -> None:
-        """Time eager on a quiet device: no candidate of this evaluator running (used workers
-        reaped), its spare workers started (a start's GPU work is done)."""
+        """Time eager on a quiet device: no candidate of this evaluator running (a used worker is
+        killed before its evaluate() returns), its spare workers started (a start's GPU work is done)."""
         with self._lock:
-            self._end_reaping()
             for spare in self._spares:
                 try:
                     spare.settle(self.options.start_timeout)
