@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,9 +79,16 @@ def argv(bwrap: str, spec: Spec, command: list[str], *, holder: bool = False) ->
         a += ["--seccomp", str(spec.seccomp_fd)]
     a.append("--")
     if spec.uid is not None and drop_uid:
-        a += ["setpriv", f"--reuid={spec.uid}", f"--regid={spec.uid}", "--clear-groups", "--inh-caps=-all",
+        a += [_setpriv(), f"--reuid={spec.uid}", f"--regid={spec.uid}", "--clear-groups", "--inh-caps=-all",
               "--bounding-set=-all", "--no-new-privs"]
     return a + command
+
+
+def _setpriv() -> str:
+    """setpriv's real path as the host finds it (the system's directories are in the sandbox's view;
+    the parent's PATH may name others that are not), or the bare name."""
+    found = shutil.which("setpriv")
+    return str(Path(found).resolve()) if found else "setpriv"
 
 
 def _system() -> list[str]:

