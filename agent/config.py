@@ -14,6 +14,7 @@ import dataclasses
 import math
 import os
 import sys
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,6 +131,9 @@ def _file_values(path: Path) -> dict[str, Any]:
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"config file {path}: {exc}") from None
     values = {k: v for k, v in data.items() if not isinstance(v, dict)}
+    tables = sorted(k for k, v in data.items() if isinstance(v, dict) and k != "optimize")
+    if tables:
+        raise ConfigError(f"config file {path}: unknown table [{tables[0]}] (settings go at the top or under [optimize])")
     table = data.get("optimize", {})
     if not isinstance(table, dict):
         raise ConfigError(f"config file {path}: [optimize] must be a table")
@@ -183,6 +187,12 @@ def _check(config: AgentConfig) -> None:
     if not (math.isfinite(config.heartbeat_s) and config.heartbeat_s >= 0):
         raise ConfigError(f"heartbeat_s must be a finite number of seconds, 0 or more (from "
                           f"{config.sources()['heartbeat_s']})")
+    if config.patience < 0:
+        raise ConfigError(f"patience must be 0 (never stop for it) or more (from {config.sources()['patience']})")
+    if config.base_url is not None:
+        parts = urllib.parse.urlsplit(str(config.base_url))
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ConfigError(f"base_url {config.base_url!r} is not an http(s) URL (from {config.sources()['base_url']})")
     for name in ("roofline_target", "memory_roofline_target"):  # 0: no roofline stop, as patience 0 is none
         if not 0 <= getattr(config, name) <= 1:
             raise ConfigError(f"{name} must be in [0, 1], 0 for no roofline stop (from {config.sources()[name]})")

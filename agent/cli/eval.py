@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -44,6 +45,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.trials < 1:
         raise UsageError("--trials must be at least 1")
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise UsageError(f"--timeout {args.timeout:g}: expected a positive number of seconds")
+    from tools.guard.names import RULES
+
+    if unknown := sorted(set(args.allow) - RULES):
+        raise UsageError(f"--allow {unknown[0]}: no such guard rule (the rules: {', '.join(sorted(RULES))})")
     readable_file(args.reference, "the reference")
     try:
         source = readable_file(args.candidate, "the candidate").read_text()

@@ -42,6 +42,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"{directory}: no such directory")
     if not 0 < args.similarity <= 1:
         raise UsageError("--similarity must be in (0, 1]")
+    if args.jobs < 1:
+        raise UsageError(f"--jobs {args.jobs}: expected at least 1")
     args.device = check_device(args.device)
     report = check_suite(directory, device=args.device, min_eager_ms=args.min_eager_ms, similarity=args.similarity,
                          jobs=args.jobs, entry=args.entry)

@@ -171,3 +171,26 @@ def test_resume_with_nothing_to_resume_creates_no_workspace(tmp_path):
     root.mkdir()  # a workspace root holding nothing for this problem: still nothing made in it
     one_line(ratchet("optimize", EXAMPLE, "--resume", "--workspace", str(root)), EXIT_USAGE, "no run was started")
     assert list(root.iterdir()) == []
+
+
+BAD_VALUES = [  # issue 37: accepted silently, or misfiled as another kind of failure after long work
+    (["eval", EXAMPLE, CANDIDATE, "--timeout", "-5"], "--timeout -5"),
+    (["eval", EXAMPLE, CANDIDATE, "--allow", "no-such-rule"], "--allow no-such-rule: no such guard rule"),
+    (["optimize", EXAMPLE, "--patience", "-1"], "patience must be 0"),
+    (["optimize", EXAMPLE, "--base-url", "notaurl"], "base_url 'notaurl' is not an http(s) URL"),
+    (["suite", "check", str(ROOT / "tests" / "problems"), "--jobs", "0"], "--jobs 0: expected at least 1"),
+]
+
+
+@pytest.mark.parametrize("args, says", BAD_VALUES, ids=[" ".join(a[:1] + a[-2:]) for a, _ in BAD_VALUES])
+def test_a_bad_value_is_one_line_before_any_work(tmp_path, args, says):
+    proc = ratchet(*args, "--workspace", str(tmp_path / "ws")) if args[0] == "optimize" else ratchet(*args)
+    one_line(proc, EXIT_USAGE, says)
+    assert not (tmp_path / "ws").exists()  # nothing half-written
+
+
+def test_a_misspelled_table_in_the_config_file_is_named(tmp_path):
+    config = tmp_path / "ratchet.toml"
+    config.write_text("[optimise]\nmax_attempts = 3\n")
+    proc = ratchet("optimize", EXAMPLE, "--config", str(config), "--workspace", str(tmp_path / "ws"))
+    one_line(proc, EXIT_USAGE, str(config), "unknown table [optimise]")

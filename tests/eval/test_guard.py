@@ -256,3 +256,20 @@ def test_a_policy_that_allows_an_import_allows_reaching_it():
     src = "import torch\nm = torch.textwrap.dedent"
     assert rules(src) == ["import"]
     assert rules(src, guard.GuardPolicy(disabled=frozenset({"own-kernel"}), allowed_imports=ALLOWED_IMPORTS | {"textwrap"})) == []
+
+
+def test_every_rule_the_guard_flags_is_one_of_its_rules_and_documented():
+    """`--allow` accepts exactly the rules (tools/guard/names.py RULES): every rule name the guard's
+    code flags is one, and docs/evaluator.md's table lists each."""
+    import re
+    from pathlib import Path
+
+    from tools.guard.names import RULES
+
+    root = Path(__file__).resolve().parents[2]
+    code = "".join(p.read_text() for p in (root / "tools" / "guard").glob("*.py"))
+    flagged = (set(re.findall(r'flag\("([a-z-]+)"', code)) | set(re.findall(r'\(r"[^"]*", "([a-z-]+)"\)', code))
+               | set(re.findall(r'\("[^"]*", "([a-z]+-[a-z-]+)"\)', code)))
+    assert flagged and flagged <= RULES, flagged - RULES
+    table = set(re.findall(r"^\| `([a-z-]+)` \|", (root / "docs" / "evaluator.md").read_text(), re.M))
+    assert RULES <= table, RULES - table

@@ -153,6 +153,11 @@ OP_FAMILIES: dict[str, frozenset[str]] = {
     "norm": frozenset({"layer_norm", "native_layer_norm", "batch_norm", "native_batch_norm",
                        "group_norm", "native_group_norm", "instance_norm", "rms_norm", "normalize"}),
 }
+# Every rule of the static guard (docs/evaluator.md's table): what `--allow` and
+# `EvalOptions.disabled_rules` may name (tests/eval/test_guard.py checks each flagged rule is here).
+RULES = frozenset({"import", "dynamic-code", "dunder", "file-io", "exit", "threads-processes", "network",
+                   "tensor-subclass", "try-except", "torch-compile", "precision-flags", "streams-graphs",
+                   "patching", "private-api", "caching", "cpp-extension", "own-kernel", "single-op"})
 # Tokens that must not appear in C++/CUDA source strings, and the rule each breaks.
 CXX_FORBIDDEN: tuple[tuple[str, str], ...] = (
     (r"\bcudaStreamCreate\w*", "streams-graphs"), (r"\bcudaGraph\w*", "streams-graphs"),
