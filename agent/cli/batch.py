@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import signal
 import sys
 import time
@@ -123,6 +124,8 @@ def settings_from(args: argparse.Namespace, write: Callable[[str], None]) -> dic
 
 def run(args: argparse.Namespace) -> int:
     suite = Path(args.suite)
+    if args.resume and args.out and args.filter is None:  # the run's own problems, not the whole suite
+        args.filter = _run_filter(Path(args.out))
     try:
         problems = discover(suite, args.filter)
     except ValueError as exc:
@@ -178,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         run_batch(specs, scheduler, log, total=len(problems), done=done, write=write)
     except KeyboardInterrupt:
-        write(f"batch: interrupted; continue with: ratchet batch {suite} --out {out} --resume")
+        write(f"batch: interrupted; continue with: {resume_command(suite, out, args.filter)}")
         return EXIT_INTERRUPTED
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -189,15 +192,35 @@ def _finish(suite: Path, problems: list[Path], log: RunLog, out: Path, write: Ca
     """The summary on stdout and the exit code, once the batch has run."""
     latest = log.latest()
     finished = [k for k in (problem_key(p) for p in problems) if latest.get(k, {}).get("status") in FINAL]
+    meta_filter = _run_filter(out)
     summary = {"run": str(out), "results": str(out / RESULTS), "total": len(problems), "done": len(finished),
                "correct": sum(bool(latest[k].get("correct")) for k in finished)}
     print(json.dumps(summary))
     if len(finished) < len(problems):
         write(f"batch: {len(problems) - len(finished)} problem(s) without a final result; "
-              f"continue with: ratchet batch {suite} --out {out} --resume")
+              f"continue with: {resume_command(suite, out, meta_filter)}")
         return EXIT_INCOMPLETE
     write(f"batch: done; ratchet report {out}")
     return EXIT_OK
+
+
+def resume_command(suite: Path, out: Path, problem_filter: str | None) -> str:
+    """The command that continues this run, its --filter included (without it, a resumed run of three
+    problems of a 26-problem suite grew to all 26)."""
+    words = ["ratchet", "batch", str(suite), "--out", str(out), "--resume"]
+    if problem_filter:
+        words += ["--filter", problem_filter]
+    return shlex.join(words)
+
+
+def _run_filter(out: Path) -> str | None:
+    """The --filter the run at `out` was started (or last resumed) with, or None."""
+    try:
+        sessions = json.loads((out / RUN_META).read_text()).get("sessions") or []
+    except (OSError, ValueError, AttributeError):
+        return None
+    found = sessions[-1].get("filter") if sessions and isinstance(sessions[-1], dict) else None
+    return found if isinstance(found, str) else None
 
 
 def _interrupt(signum, frame) -> None:  # SIGTERM: stop like Ctrl-C (workers interrupted, run resumable)

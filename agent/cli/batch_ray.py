@@ -13,6 +13,7 @@ import argparse
 import importlib
 import contextlib
 import os
+import shlex
 import signal
 import sys
 import time
@@ -101,7 +102,9 @@ def _session(args: argparse.Namespace, suite: Path, problems: list[Path], settin
         try:
             run_batch(specs, scheduler, log, total=len(problems), done=done, write=write, fn=run_remote_problem)
         except KeyboardInterrupt:
-            write(f"batch: interrupted; continue with: ratchet batch {suite} --out {out} --ray {args.ray} --resume")
+            from agent.cli.batch import resume_command
+
+            write(f"batch: interrupted; continue with: {resume_command(suite, out, args.filter)} --ray {shlex.quote(args.ray)}")
             return EXIT_INTERRUPTED
         finally:
             scheduler = None  # run_batch shut it down

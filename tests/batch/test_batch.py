@@ -216,3 +216,17 @@ def test_cpu_scale_only_for_a_suite_with_the_switch_and_no_scale_chosen(tmp_path
     plain = tmp_path / "1_Relu.py"
     plain.write_text("import torch\n")
     assert cpu_scale([plain], {}) == {}  # a KernelBench folder runs as it is
+
+
+def test_the_printed_resume_command_keeps_the_runs_filter(tmp_path):
+    """Issue 37: after Ctrl-C in `batch suite --filter '^(03|05|09)_'`, the printed command dropped
+    --filter and the resumed run grew to the whole suite. The command keeps it, and a --resume
+    given without one takes the run's own (run.json's last session)."""
+    from agent.cli.batch import _run_filter, resume_command
+
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "run.json").write_text(json.dumps({"suite": str(SUITE), "sessions": [{"filter": "^(03|05|09)_"}]}))
+    command = resume_command(SUITE, out, _run_filter(out))
+    assert command.endswith("--resume --filter '^(03|05|09)_'"), command
+    assert _run_filter(tmp_path / "none") is None
