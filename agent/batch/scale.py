@@ -34,6 +34,6 @@ def cpu_scale(problems: Iterable[Path], env: Mapping[str, str]) -> dict[str, str
     return {SCALE_VAR: SMALL}
 
 
-def scale_line(suite: Path) -> str:
-    return (f"batch: no GPU: running {suite} at {SCALE_VAR}={SMALL} (its default sizes are meant for a GPU and time "
+def scale_line(suite: Path, command: str = "batch") -> str:
+    return (f"{command}: no GPU: running {suite} at {SCALE_VAR}={SMALL} (its default sizes are meant for a GPU and time "
             f"out in Triton's interpreter; set {SCALE_VAR} to choose: any other value keeps the full sizes)")

@@ -12,7 +12,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 from pathlib import Path
+
+from agent.batch.scale import cpu_scale, scale_line
 
 from agent.cli.checks import UsageError, check_device
 from agent.suite.check import DEFAULT_MIN_EAGER_MS, DEFAULT_SIMILARITY, check_suite
@@ -44,7 +48,14 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--similarity must be in (0, 1]")
     if args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs}: expected at least 1")
-    args.device = check_device(args.device)
+    from tools.env import resolve_device
+
+    args.device = check_device(args.device) or resolve_device(None)
+    if args.device == "cpu":  # as `batch` does: the bundled suite's GPU sizes filled 24 GB and were killed, silently
+        scaled = cpu_scale(sorted(directory.rglob("*.py")), os.environ)
+        if scaled:
+            os.environ.update(scaled)  # the reference workers started below read it
+            print(scale_line(directory, "suite check"), file=sys.stderr)
     report = check_suite(directory, device=args.device, min_eager_ms=args.min_eager_ms, similarity=args.similarity,
                          jobs=args.jobs, entry=args.entry)
     if args.json:

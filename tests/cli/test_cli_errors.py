@@ -194,3 +194,15 @@ def test_a_misspelled_table_in_the_config_file_is_named(tmp_path):
     config.write_text("[optimise]\nmax_attempts = 3\n")
     proc = ratchet("optimize", EXAMPLE, "--config", str(config), "--workspace", str(tmp_path / "ws"))
     one_line(proc, EXIT_USAGE, str(config), "unknown table [optimise]")
+
+
+def test_suite_check_on_a_cpu_runs_the_suite_at_its_small_sizes(tmp_path):
+    """Issue 37: `ratchet suite check suite/` on a 24 GB CPU machine was killed by the OOM killer
+    after 148 s, silently (the suite's GPU sizes); `batch` already switched to SUITE_SCALE=small on
+    a CPU. Two of the suite's problems, checked on the CPU: said in one line, and done."""
+    for name in ("01_swish_scale.py", "05_row_sum_scale.py"):
+        (tmp_path / name).write_text((ROOT / "suite" / name).read_text())
+    proc = ratchet("suite", "check", str(tmp_path), "--device", "cpu")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines() == [next(l for l in proc.stderr.splitlines() if "SUITE_SCALE=small" in l)]
+    assert "0 of 2 problem(s) flagged" in proc.stdout
