@@ -315,6 +315,10 @@ class OpenAIChatClient:
         except openai.OpenAIError as exc:
             raise ModelUnreachable(f"model endpoint {endpoint} gave an unusable answer: {describe_error(exc)}",
                                    retried=tries) from exc
+        except ValueError as exc:  # a 200 whose body is not JSON (the SDK's json.loads): not the OpenAI protocol
+            raise ModelUnreachable(f"model endpoint {endpoint} answered with a body that is not JSON "
+                                   f"({type(exc).__name__}: {str(exc)[:120]}); is it an OpenAI-compatible endpoint?",
+                                   retried=tries) from exc
         return _reply_from(completion)
 
 

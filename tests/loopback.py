@@ -27,7 +27,7 @@ from typing import Any
 
 @dataclass
 class Step:
-    kind: str  # "tool_calls" | "text" | "error" | "hold"
+    kind: str  # "tool_calls" | "text" | "error" | "hold" | "raw" (a 200 whose body is `content`, as it is)
     content: str | None = None
     calls: list[tuple[str, str]] = field(default_factory=list)  # (name, raw arguments)
     reasoning: str | None = None
@@ -58,6 +58,11 @@ def text(content: str, *, reasoning: str | None = None) -> Step:
 def error(status: int, message: str = "scripted error", *, retry_after: float | str | None = None) -> Step:
     return Step("error", content=message, status=status,
                 retry_after=None if retry_after is None else str(retry_after))
+
+
+def raw(body: str, content_type: str = "application/json") -> Step:
+    """A 200 answer whose body is `body`, not a completion (an endpoint that is not OpenAI-compatible)."""
+    return Step("raw", content=body, reasoning=content_type)
 
 
 def hold() -> Step:
@@ -187,6 +192,13 @@ class Loopback:
                     if not loop._stopped:
                         loop._release.clear()  # one release() per hold: the next hold holds again
                     self.close_connection = True  # drop it: the client sees a connection error
+                elif step.kind == "raw":
+                    data = (step.content or "").encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", step.reasoning or "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
                 elif step.kind == "error":
                     headers = {"retry-after": step.retry_after} if step.retry_after is not None else {}
                     self._send_json(step.status, _error_body(step.content or "", _error_type(step.status)), headers)

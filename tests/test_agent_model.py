@@ -136,3 +136,13 @@ def test_list_models():
     with Loopback([]) as server:  # a server with no list
         with pytest.raises(ModelRefused, match="HTTP 404"):
             list_models(server.url, retry=FAST)
+
+
+@pytest.mark.parametrize("body", ["<html>not an API</html>", "not json {"])
+def test_a_200_whose_body_is_not_json_is_unreachable_never_a_traceback(body):
+    """Issue 37: an endpoint that answered 200 with a body that is not JSON gave an 85-line traceback."""
+    from loopback import raw
+
+    with Loopback([raw(body)] * FAST.attempts) as server:
+        with pytest.raises(ModelUnreachable, match="not JSON|no choices"):
+            client(server).complete(MESSAGES, TOOLS)
