@@ -39,7 +39,7 @@ from agent.batch.local import LocalScheduler, Slot
 from agent.batch.log import FINAL, LOGS, RESULTS, RUN_META, RunLog
 from agent.batch.problem import make_spec, problem_key
 from agent.batch.scale import SCALE_VAR, cpu_scale, scale_line
-from agent.cli.checks import UsageError
+from agent.cli.checks import UsageError, check_device, device_origin
 from agent.cli.settings import add_settings, settings
 from agent.cli.settings import given as shared_settings
 from agent.cli.exit_codes import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_MODEL, EXIT_OK, EXIT_SANDBOX
@@ -113,6 +113,8 @@ def settings_from(args: argparse.Namespace, write: Callable[[str], None]) -> dic
     from agent.workspace.root import resolve_root
 
     config, given = settings(args), shared_settings(args)
+    if config.device is not None:  # each worker's device is its slot's; a device named anyway must be one
+        check_device(config.device, device_origin(config.device, config.sources()["device"]))
     try:
         given["model"] = choose_model(config, lambda line: write(f"batch: {line}"))
     except NoModelNamed as exc:

@@ -206,3 +206,12 @@ def test_suite_check_on_a_cpu_runs_the_suite_at_its_small_sizes(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.splitlines() == [next(l for l in proc.stderr.splitlines() if "SUITE_SCALE=small" in l)]
     assert "0 of 2 problem(s) flagged" in proc.stdout
+
+
+def test_batch_refuses_a_device_it_would_have_ignored(tmp_path):
+    """Issue 37: `RATCHET_DEVICE=tpu ratchet batch ...` ran, the device silently ignored (a batch's
+    workers take their slots' devices)."""
+    proc = ratchet("batch", str(ROOT / "suite"), "--filter", "^01_", "--out", str(tmp_path / "run"),
+                   env={"RATCHET_DEVICE": "tpu"})
+    one_line(proc, EXIT_USAGE, "RATCHET_DEVICE=tpu")
+    assert not (tmp_path / "run").exists()
