@@ -138,6 +138,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"no problem files in {suite}" + (f" matching {args.filter!r}" if args.filter else ""))
     if args.resume and not args.out:
         raise UsageError("--resume needs --out DIR: the run directory to continue")
+    if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
+        raise UsageError(f"--out {args.out}: not a directory (the run's directory: results, logs, run.json)")
     from agent.model import ModelError
 
     write = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731

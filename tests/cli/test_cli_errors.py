@@ -215,3 +215,12 @@ def test_batch_refuses_a_device_it_would_have_ignored(tmp_path):
                    env={"RATCHET_DEVICE": "tpu"})
     one_line(proc, EXIT_USAGE, "RATCHET_DEVICE=tpu")
     assert not (tmp_path / "run").exists()
+
+
+def test_batch_out_naming_a_file_is_one_line(tmp_path):
+    """Issue 37: `batch --out FILE` ended in a traceback (NotADirectoryError) after the settings work."""
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    proc = ratchet("batch", str(ROOT / "suite"), "--filter", "^01_", "--out", str(afile))
+    one_line(proc, EXIT_USAGE, f"--out {afile}: not a directory")
+    assert afile.read_text() == "x"
