@@ -31,11 +31,16 @@ def load(path: Path, entry: str):
     cls = getattr(module, entry, None)
     if cls is None or not hasattr(module, "get_inputs"):
         raise Unrecognized(f"{path}: no class {entry} or no get_inputs()")
-    with torch.device("meta"):
-        init = list(getattr(module, "get_init_inputs", lambda: [])())
-        torch.manual_seed(0)
-        model = cls(*init)
-        inputs = list(module.get_inputs())
+    from tools.worker.inputs import InputError, call_factory
+
+    try:  # the evaluator's own checks: a Tensor from get_inputs() is not a list of inputs (issue 37)
+        with torch.device("meta"):
+            init = call_factory(getattr(module, "get_init_inputs", lambda: []), "get_init_inputs", None)
+            torch.manual_seed(0)
+            model = cls(*init)
+            inputs = call_factory(module.get_inputs, "get_inputs", None)
+    except InputError as exc:
+        raise Unrecognized(f"{path.name}: {exc}") from None
     return module, model, inputs
 
 

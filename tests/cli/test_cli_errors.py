@@ -224,3 +224,19 @@ def test_batch_out_naming_a_file_is_one_line(tmp_path):
     proc = ratchet("batch", str(ROOT / "suite"), "--filter", "^01_", "--out", str(afile))
     one_line(proc, EXIT_USAGE, f"--out {afile}: not a directory")
     assert afile.read_text() == "x"
+
+
+def test_eval_and_optimize_give_a_bad_problem_the_same_answer(tmp_path):
+    """Issue 37: a problem whose get_inputs() returns a Tensor was "not a valid problem" (exit 3) to
+    `eval` and "unrecognized" (exit 12) to `optimize` with the built-in policy."""
+    problem = tmp_path / "tensor_inputs.py"
+    problem.write_text("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+                       "        return x * 2\n\n\ndef get_inputs():\n    return torch.randn(16)\n\n\n"
+                       "def get_init_inputs():\n    return []\n")
+    answers = [ratchet("eval", str(problem), CANDIDATE, "--device", "cpu"),
+               ratchet("optimize", str(problem), "--device", "cpu", "--workspace", str(tmp_path / "ws"))]
+    for proc in answers:
+        assert proc.returncode == EXIT_BAD_PROBLEM, proc.stderr
+        assert "get_inputs() returned Tensor, expected a list" in proc.stderr.splitlines()[-1]
+        assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "ws").exists()
