@@ -136,7 +136,7 @@ def test_without_bubblewrap_a_daemon_dies_with_the_evaluation(tmp_path, cache_di
 
 def process_tree(pid: int) -> list[int]:
     """A process and its descendants (a sandboxed worker: bwrap, its init, the worker)."""
-    from tools.processes.process import _children
+    from tools.processes.proctree import children as _children
 
     found, todo = [], [pid]
     while todo:

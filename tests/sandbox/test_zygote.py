@@ -18,7 +18,8 @@ from helpers_eval import PROBLEMS, assert_ok, options, source
 from tools.evaluate import Evaluator
 from tools.options import EvalOptions, resolved
 from tools.processes import zygote
-from tools.processes.process import WorkerProcess, _children
+from tools.processes.process import WorkerProcess
+from tools.processes.proctree import children as _children
 from tools.processes.spawner import Spawner
 from tools.sandbox import UID_BASE, Fork, Launch, bwrap
 from tools.sandbox.probe import probe

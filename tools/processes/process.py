@@ -24,10 +24,9 @@ from tools.processes.replies import check as check_reply
 from tools.processes.zygote import Forked
 from tools.processes.zygote import start as start_forked
 from tools.processes.allowance import Allowance
+from tools.processes.proctree import tree_rss_bytes
 from tools.sandbox import Launch
-from tools.sandbox.env import ALLOCATOR_CONF, secret
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 SANDBOX_KILL = "killed by the sandbox's system-call filter (SIGSYS)"
 RESOURCE_LIMITS = {"core": resource.RLIMIT_CORE, "as": resource.RLIMIT_AS, "cpu": resource.RLIMIT_CPU,
                    "fsize": resource.RLIMIT_FSIZE}
@@ -382,63 +381,3 @@ def _signal_name(number: int) -> str:
         return signal.Signals(number).name
     except ValueError:
         return f"signal {number}"
-
-
-def rss_bytes(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
-def tree_rss_bytes(pid: int) -> int:
-    """Resident memory of a process and all its descendants (a sandboxed worker runs below
-    bwrap), summed."""
-    total, todo, seen = 0, [pid], set()
-    while todo:
-        p = todo.pop()
-        if p in seen:
-            continue
-        seen.add(p)
-        total += rss_bytes(p)
-        todo += _children(p)
-    return total
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return []
-    out: list[int] = []
-    for tid in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                out += [int(x) for x in f.read().split()]
-        except (OSError, ValueError):
-            continue
-    return out
-
-
-def plain_launch(env: dict[str, str], *, fork: bool = False) -> Callable[[tuple[int, ...]], Launch]:
-    """An unconfined worker (the reference: the user's own problem code, trusted); `fork`: a fork
-    of a zygote rather than an exec."""
-    from tools.sandbox import Fork
-    from tools.sandbox.bwrap import python_command
-
-    return lambda fds: Launch(argv=python_command(fds), env=env, fork=Fork() if fork else None)
-
-
-def worker_env(device: str, extra: dict[str, str]) -> dict[str, str]:
-    """The reference worker's environment: the parent's, less anything that looks like a secret."""
-    env = {k: v for k, v in os.environ.items() if not secret(k)}
-    env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
-    env.setdefault("PYTORCH_CUDA_ALLOC_CONF", ALLOCATOR_CONF)  # as the candidate's (tools/sandbox/env.py)
-    env["PYTHONWARNINGS"] = "ignore"
-    if device == "cpu":
-        env["TRITON_INTERPRET"] = "1"
-    env.update(extra)
-    return env

@@ -15,6 +15,7 @@ import shutil
 import tempfile
 import threading
 from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tools.processes import builds
@@ -22,10 +23,11 @@ from tools.processes import builds
 from tools.processes import bytecode
 from tools.processes.artifacts import ArtifactCache
 from tools.env import environment
-from tools.processes.process import Limits, WorkerProcess, plain_launch, worker_env
+from tools.processes.process import Limits, WorkerProcess
 from tools.processes.zygote import ZygoteFailed, fork_enabled, zygote_for
-from tools.sandbox import Sandbox
-from tools.sandbox.env import candidate_env, secret
+from tools.sandbox import Fork, Launch, Sandbox
+from tools.sandbox.bwrap import python_command
+from tools.sandbox.env import ALLOCATOR_CONF, candidate_env, secret
 
 if TYPE_CHECKING:
     from tools.options import EvalOptions
@@ -191,3 +193,26 @@ def measure_copy(device: str) -> float:
         end.synchronize()
         best = min(best, start.elapsed_time(end))
     return best / COPY_PROBE_BYTES
+
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def plain_launch(env: dict[str, str], *, fork: bool = False) -> Callable[[tuple[int, ...]], Launch]:
+    """An unconfined worker (the reference: the user's own problem code, trusted); `fork`: a fork
+    of a zygote rather than an exec."""
+    return lambda fds: Launch(argv=python_command(fds), env=env, fork=Fork() if fork else None)
+
+
+def worker_env(device: str, extra: dict[str, str]) -> dict[str, str]:
+    """The reference worker's environment: the parent's, less anything that looks like a secret."""
+    env = {k: v for k, v in os.environ.items() if not secret(k)}
+    env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
+    env.setdefault("PYTORCH_CUDA_ALLOC_CONF", ALLOCATOR_CONF)  # as the candidate's (tools/sandbox/env.py)
+    env["PYTHONWARNINGS"] = "ignore"
+    if device == "cpu":
+        env["TRITON_INTERPRET"] = "1"
+    env.update(extra)
+    return env
