@@ -121,17 +121,19 @@ def report(result: RunResult, *, as_json: bool) -> None:
     if best is None:
         lines.append("best: no correct kernel in this run")
     elif best["speedup_vs_eager"] is None:
-        lines.append(f"best: attempt {best['attempt']} (correct; timing not measured)")
+        lines.append(f"best of this run: attempt {best['attempt']} (correct; timing not measured)")
     else:
         figures = [f"{best['speedup_vs_eager']:.2f}x vs eager"]
         if best["speedup_vs_compile"] is not None:
             figures.append(f"{best['speedup_vs_compile']:.2f}x vs torch.compile")
         if best["roofline_fraction"] is not None:
             figures.append(f"{best['roofline_fraction']:.0%} of the roofline floor")
-        lines.append(f"best: attempt {best['attempt']}: " + ", ".join(figures))
+        lines.append(f"best of this run: attempt {best['attempt']}: " + ", ".join(figures))
     if best is not None and best.get("kept_eager"):  # agent/loop/kept_eager.py
         lines.append(f"{NO_FASTER}: attempt {best['attempt']} is not faster than eager beyond noise; the reference "
                      f"stays the answer (ratchet best --reference writes it as ModelNew)")
+    held = s.get("workspace_best_attempt")
     if s["best_path"]:
-        lines.append(f"best file: {s['best_path']}")
+        kept = "" if best is None or held == best["attempt"] else f" (the workspace's best, attempt {held}, beats this run's)"
+        lines.append(f"best file: {s['best_path']}{kept}")
     print("\n".join(lines))

@@ -294,10 +294,11 @@ def progress_line(state: AgentState, config: AgentConfig) -> str:
     if best is None:
         so_far = "no correct kernel yet"
     elif best["speedup_vs_eager"] is not None:
-        so_far = f"best {best['speedup_vs_eager']:.2f}x vs eager (attempt {best['attempt']})"
+        so_far = f"run's best {best['speedup_vs_eager']:.2f}x vs eager (attempt {best['attempt']})"
     else:
-        so_far = f"best: attempt {best['attempt']} (not timed)"
-    return f"{used} {now}; {so_far}" + ("  new best" if state.get("improved") else "")
+        so_far = f"run's best: attempt {best['attempt']} (not timed)"
+    # "new best": the workspace's (the attempt's commit says so too), not merely this run's first correct kernel
+    return f"{used} {now}; {so_far}" + ("  new best" if latest is not None and latest.get("is_best") else "")
 
 
 def trajectory_text(state: AgentState, ctx: Session) -> str:

@@ -122,10 +122,10 @@ def test_a_worker_killed_mid_problem_is_retried_and_every_attempt_lands_in_the_d
     assert {a.run_id for a in attempts} == {latest[B]["run_id"]}
     assert [a.verdict.value for a in attempts_of(tmp_path, A)] == ["ok"]
     # every attempt's line is in the driver's logs/<problem>.log, the retry's too, as for a local batch
-    assert "[1/3] attempt 1: ok; best: attempt 1 (not timed)  new best" in agent_log(tmp_path, A)
+    assert "[1/3] attempt 1: ok; run's best: attempt 1 (not timed)  new best" in agent_log(tmp_path, A)
     b_log = agent_log(tmp_path, B)
     assert f"[1/3] attempt 1: {first[0]}; no correct kernel yet" in b_log
-    assert "[2/3] attempt 2: ok; best: attempt 2 (not timed)  new best" in b_log
+    assert "[2/3] attempt 2: ok; run's best: attempt 2 (not timed)  new best" in b_log
     assert sum(line.startswith(f"resuming run {latest[B]['run_id']}: 1 attempts used") for line in b_log) == 1
     meta = json.loads((tmp_path / "run" / "run.json").read_text())
     assert meta["executor"] == "ray" and meta["address"] == cluster.address

@@ -56,7 +56,7 @@ def test_a_driver_outside_the_cluster_runs_a_problem_through_ray_client(client_c
         attempts = repo.attempts()
     assert [a.verdict.value for a in attempts] == ["ok"] and {a.run_id for a in attempts} == {row["run_id"]}
     log = (tmp_path / "run" / "logs" / f"{A}.log").read_text().splitlines()
-    assert "[1/3] attempt 1: ok; best: attempt 1 (not timed)  new best" in log
+    assert "[1/3] attempt 1: ok; run's best: attempt 1 (not timed)  new best" in log
     meta = json.loads((tmp_path / "run" / "run.json").read_text())
     assert meta["executor"] == "ray" and meta["address"] == client_cluster.address
     assert meta["sessions"][0]["ray"]["nodes"] == 1 and meta["sessions"][0]["ray"]["cluster_cpus"] == 2

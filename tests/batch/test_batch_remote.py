@@ -130,7 +130,7 @@ def test_remote_run_commits_in_the_driver_workspace_as_it_goes(remote_env, tmp_p
     # there while the run went on: attempt 1's line before the model was asked for its second kernel
     assert lines[0].startswith(f"run {row['run_id']}: ") and lines[0].endswith(f"with scripted, workspace {driver.ws / A}")
     assert lines[1:] == ["[1/3] attempt 1: incorrect; no correct kernel yet",
-                         "[2/3] attempt 2: ok; best: attempt 2 (not timed)  new best",
+                         "[2/3] attempt 2: ok; run's best: attempt 2 (not timed)  new best",
                          "timing is unavailable on cpu: stopping at the first correct kernel; run on a GPU to optimize for speed"]
     assert logged[1] == lines[:1] and logged[2] == lines[:2]
     # and the node keeps its own copy on stderr, each line prefixed with the problem
@@ -251,7 +251,7 @@ def test_a_log_line_that_cannot_reach_the_driver_fails_nothing(remote_env, tmp_p
     assert said[0].startswith(f"[{A}] batch: a log line did not reach the driver's logs/{A}.log (ServiceError: "
                               f"problem {A}: log failed: NotADirectoryError: [Errno 20] Not a directory: ")
     assert said[0].endswith("every line stays on this node's stderr")
-    assert f"[{A}] [1/3] attempt 1: ok; best: attempt 1 (not timed)  new best" in node  # the node's copy
+    assert f"[{A}] [1/3] attempt 1: ok; run's best: attempt 1 (not timed)  new best" in node  # the node's copy
     assert any("NotADirectoryError" in line for line in driver.log)  # the driver logged each failure in full
 
 

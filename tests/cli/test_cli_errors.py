@@ -240,3 +240,16 @@ def test_eval_and_optimize_give_a_bad_problem_the_same_answer(tmp_path):
         assert "get_inputs() returned Tensor, expected a list" in proc.stderr.splitlines()[-1]
         assert "Traceback" not in proc.stderr
     assert not (tmp_path / "ws").exists()
+
+
+def test_a_second_optimize_run_does_not_claim_a_new_best(tmp_path):
+    """Issue 37: run twice on the same workspace, the built-in policy's second run found the same
+    kernel and printed "new best" and "best: attempt 2", while the best file and `ratchet log` said
+    attempt 1. The workspace's best is named as it is."""
+    ws = str(tmp_path / "ws")
+    first = ratchet("optimize", EXAMPLE, "--device", "cpu", "--workspace", ws)
+    second = ratchet("optimize", EXAMPLE, "--device", "cpu", "--workspace", ws)
+    assert first.returncode == second.returncode == 0, second.stderr
+    assert "new best" in first.stderr and "new best" not in second.stderr
+    assert "best of this run: attempt 2" in second.stdout
+    assert "the workspace's best, attempt 1, beats this run's" in second.stdout
