@@ -2,7 +2,7 @@
 
 RUN is a batch run directory (`ratchet batch --out DIR`) or its results.jsonl. The table and the
 headline go to stdout (one JSON object with --json); the HTML page (self-contained: inline CSS
-and SVG) goes to RUN/report.html, or --html PATH. Exit codes: 0 done, 2 no such run.
+and SVG) goes to RUN/report.html, or --html PATH (with --json, only when --html names it). Exit codes: 0 done, 2 no such run.
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(json_report(report)))
     else:
         print(text_report(report))
-    if not args.no_html:
+    if not args.no_html and (args.html or not args.json):  # --json alone answers on stdout and writes nothing
         target = Path(args.html) if args.html else report.path / "report.html"
         try:
             path = write_html(report, target)

@@ -51,7 +51,10 @@ def test_headline_figures_by_hand(tmp_path, capsys):
     assert table["3_wrong"][1:6] == ["incorrect", "-", "-", "-", "20"]
     assert table["4_faster"][-1] == "60.0"
 
-    assert main(["report", str(run), "--json", "--no-html"]) == 0
+    page = run / "report.html"
+    before = page.stat().st_mtime_ns if page.exists() else None
+    assert main(["report", str(run), "--json"]) == 0  # issue 37: --json alone answers and writes nothing
+    assert (page.stat().st_mtime_ns if page.exists() else None) == before
     data = json.loads(capsys.readouterr().out)
     assert data["headline"]["geomean_speedup_vs_compile"] == pytest.approx(3.0 ** 0.2)
     assert data["headline"]["failures_count_as"] == 1.0 and any("1.0x" in n for n in data["notes"])
