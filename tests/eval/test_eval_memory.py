@@ -58,7 +58,7 @@ def test_held_inputs_carry_no_values_and_cannot_be_read_as_outputs():
 def test_both_workers_keep_large_cached_blocks_whole(tmp_path, monkeypatch):
     """torch's allocator setting is the same in the reference's and the candidate's workers: ours
     (large cached blocks never split, so a multi-GB output finds its block again), or the user's."""
-    from tools.processes.process import worker_env
+    from tools.processes.spawner import worker_env
     from tools.sandbox.env import ALLOCATOR_CONF, candidate_env
 
     monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
