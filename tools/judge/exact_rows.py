@@ -56,8 +56,8 @@ class RowSample:
                 continue
             cut.append((path, ref.index_select(0, index), out.to(ref.device).index_select(0, index)))
         del judged, outs
-        plans = self.bench.row_plan.get(batch)
-        for plan in ([plans] if plans is not None else self._plans(batch)):
+        known = self.bench.row_plan  # batch size -> the cut found for it (None: every batch-leading input)
+        for plan in ([known[batch]] if batch in known else self._plans(batch)):
             found, judged_any = self._judge_rows(judge, key, rows, batch, plan, cut)
             if judged_any or found is not None:
                 self.bench.row_plan[batch] = plan  # the first cut whose rows stand alone, kept for the bench
