@@ -64,7 +64,9 @@ def test_cpu_batch_killed_and_resumed(batch_env, tmp_path, capsys):
             wait_for(lambda: server.held.is_set() or proc.poll() is not None, 200, "B's held model call")
             assert proc.poll() is None, proc.communicate()
             rows = RunLog(results).rows()
-            assert [r["problem"] for r in rows] == [A] and rows[0]["status"] == "finished" and rows[0]["correct"], rows
+            log = run_dir / "logs" / f"{A}.log"
+            assert [r["problem"] for r in rows] == [A] and rows[0]["status"] == "finished" and rows[0]["correct"], \
+                (rows, log.read_text()[-3000:] if log.exists() else "")
             proc.send_signal(signal.SIGKILL)
             proc.wait(10)
         finally:
