@@ -169,18 +169,22 @@ def _session_of(pid: int) -> int | None:
         return None
 
 
-def busy_workers() -> list[int]:
-    """Pids of Ray worker processes running a ratchet problem (a slot's actor running one: its
-    title is `ray::ProblemSlot.run`)."""
+def busy_workers(session: int) -> list[int]:
+    """Pids of Ray worker processes of one cluster running a ratchet problem (a slot's actor running
+    one: its title is `ray::ProblemSlot.run`). `session`: the cluster's session (its head process's
+    pid: every process of the cluster stays in it), so another test's cluster on this host is not seen."""
     out = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             title = (entry / "cmdline").read_bytes().split(b"\0")[0]
+            stat = (entry / "stat").read_text()
         except OSError:
             continue
-        if title.startswith(b"ray::ProblemSlot.run"):
+        # stat: pid (comm) state ppid pgrp session ...; comm may hold spaces, so split after its ')'
+        fields = stat[stat.rfind(")") + 2:].split()
+        if title.startswith(b"ray::ProblemSlot.run") and len(fields) > 3 and int(fields[3]) == session:
             out.append(int(entry.name))
     return out
 

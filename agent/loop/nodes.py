@@ -291,6 +291,9 @@ def progress_line(state: AgentState, config: AgentConfig) -> str:
             now += f" {latest['speedup_vs_eager']:.2f}x"
         if latest["reused"]:
             now += " (already committed)"
+        if latest["verdict"] not in (Verdict.OK.value, Verdict.INCORRECT.value) and latest.get("detail"):
+            detail = latest["detail"]  # why it failed, so a batch log says more than the verdict's name
+            now += f" ({detail if len(detail) <= 160 else detail[:157] + '...'})"
     if best is None:
         so_far = "no correct kernel yet"
     elif best["speedup_vs_eager"] is not None:

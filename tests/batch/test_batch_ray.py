@@ -79,9 +79,9 @@ def agent_log(tmp_path: Path, name: str) -> list[str]:
     return (tmp_path / "run" / "logs" / f"{name}.log").read_text().splitlines()
 
 
-def the_busy_worker(proc: subprocess.Popen) -> int:
+def the_busy_worker(proc: subprocess.Popen, cluster: LocalCluster) -> int:
     found: list[int] = []
-    wait_for(lambda: bool(found.extend(busy_workers()) or found) or proc.poll() is not None, 30, "the busy task")
+    wait_for(lambda: bool(found.extend(busy_workers(cluster.proc.pid)) or found) or proc.poll() is not None, 30, "the busy task")
     assert proc.poll() is None and len(found) == 1, found
     return found[0]
 
@@ -94,7 +94,7 @@ def test_a_worker_killed_mid_problem_is_retried_and_every_attempt_lands_in_the_d
         proc = start_batch(server, tmp_path, cluster)
         try:
             wait_for(lambda: server.held.is_set() or proc.poll() is not None, 240, "B's held model call")
-            worker = the_busy_worker(proc)
+            worker = the_busy_worker(proc, cluster)
             # B's first attempt is already in the driver's workspace, while the run goes on
             first = [a.verdict.value for a in attempts_of(tmp_path, B)]
             assert len(first) == 1 and first != ["ok"]
@@ -141,7 +141,7 @@ def test_a_cancelled_batch_takes_the_worker_tree_with_it_and_resumes(cluster, ba
         proc = start_batch(server, tmp_path, cluster)
         try:
             wait_for(lambda: server.held.is_set() or proc.poll() is not None, 240, "B's held model call")
-            worker = the_busy_worker(proc)
+            worker = the_busy_worker(proc, cluster)
             tree = descendants(worker)
             assert tree, "the task's evaluator has no worker processes to check"
             proc.send_signal(signal.SIGTERM)  # as Ctrl-C: the driver cancels its tasks
