@@ -9,7 +9,11 @@ A task on a cluster node runs agent.batch.remote.run_remote_problem instead, whi
 row's making (`problem_row`, `agent_row`) and writes through the driver's workspace service.
 
 Row schema 2 added `executor` ("local", "ray", ...) and `node` (where it ran; None in a local
-row); readers take schema-1 rows as they are (the two fields missing).
+row); readers take schema-1 rows as they are (the two fields missing). Schema 3 added what a run
+without timing (a CPU run) measured, for the report: `attempts_to_correct` (this run's attempts
+up to and including its first correct one), and from the best attempt's record `trials` (the
+correctness trials it passed), `distributions` (their input distributions, each once) and
+`heldout` (each held-out variant and its outcome).
 """
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ from typing import Any
 
 from tools.record import Verdict
 
-ROW_SCHEMA = 2
+ROW_SCHEMA = 3
 
 
 def problem_key(path: Path) -> str:
@@ -147,6 +151,7 @@ def agent_row(spec: dict[str, Any], log: Callable[[str], None], *, problem: Path
         "generalizes": best.get("generalizes"), "library": best.get("library"),
         "best_attempt": best.get("attempt"), "attempts": s["attempts"], "attempts_used": s["attempts_used"],
         "correct_attempts": s["correct"], "format_errors": s["format_errors"], "tokens": s["tokens_used"],
+        "attempts_to_correct": next((i for i, v in enumerate(s["verdicts"], 1) if v == Verdict.OK.value), None),
         "model_calls": s["model_calls"], "agent_wall_s": s["wall_s"], "model": s["model"], "run_id": s["run_id"],
         "stop_reason": s["stop_reason"], "error": error, "workspace": s["workspace"], "best_path": s["best_path"],
         "precision": config.precision,
@@ -203,7 +208,8 @@ def baseline_times(repo: Any, attempt: int | None) -> dict[str, Any]:
     from agent.batch.channel import Fenced
     from agent.workspace.root import WorkspaceError
 
-    out: dict[str, Any] = {"eager_ms": None, "compile_ms": None, "floor_ms": None}
+    out: dict[str, Any] = {"eager_ms": None, "compile_ms": None, "floor_ms": None, "trials": None,
+                           "distributions": None, "heldout": None}
     try:
         chosen = (repo.attempt(attempt) if attempt else repo.latest()) if repo is not None else None
         record = repo.record(chosen) if chosen else None
@@ -218,6 +224,11 @@ def baseline_times(repo: Any, attempt: int | None) -> dict[str, Any]:
         out[key] = stats.get("median_ms") if stats.get("measured") else None
     roofline = record.get("roofline") or {}
     out["floor_ms"] = roofline.get("floor_ms") if roofline.get("measured") else None
+    if record.get("verdict") == Verdict.OK.value:  # what the correct kernel passed (a failed one's are partial)
+        out["trials"] = record.get("trials")
+        out["distributions"] = list(dict.fromkeys(record.get("distributions") or [])) or None
+        out["heldout"] = [{"variant": h.get("variant"), "outcome": h.get("outcome")}
+                          for h in record.get("heldout") or [] if isinstance(h, dict)] or None
     return out
 
 
@@ -228,7 +239,7 @@ def _complete_row(row: dict[str, Any]) -> dict[str, Any]:
                 "compile_ms", "floor_ms", "best_attempt", "attempts", "attempts_used", "correct_attempts",
                 "evaluator_faults", "format_errors", "tokens", "model_calls", "agent_wall_s", "model", "run_id",
                 "stop_reason", "workspace", "best_path", "device_s", "executor", "node", "warm_workers", "precision",
-                "generalizes", "library"):
+                "generalizes", "library", "attempts_to_correct", "trials", "distributions", "heldout"):
         row.setdefault(key, None)
     for key in ("attempts", "attempts_used", "correct_attempts", "evaluator_faults", "format_errors", "tokens",
                 "model_calls"):

@@ -124,6 +124,24 @@ def settings_from(args: argparse.Namespace, write: Callable[[str], None]) -> dic
     return given
 
 
+def check_workspaces(root: Path, problems: list[Path]) -> None:
+    """Every problem's workspace could be opened for writing: a root that is a file, unwritable or
+    unreadable, or a foreign repository in a problem's place, is one usage error before any work
+    (not a row per problem without a result)."""
+    from agent.workspace.root import Workspace, WorkspaceError
+
+    workspace = Workspace(root)
+    for problem in problems:
+        try:
+            data = problem.read_bytes()
+        except OSError:
+            continue  # the problem's own run says it cannot read the file
+        try:
+            workspace.check_writable(problem, data)
+        except WorkspaceError as exc:
+            raise UsageError(f"--workspace: {exc}") from None
+
+
 def run(args: argparse.Namespace) -> int:
     suite = Path(args.suite)
     if args.resume and args.out and args.filter is None:  # the run's own problems, not the whole suite
@@ -159,6 +177,7 @@ def run(args: argparse.Namespace) -> int:
     except ModelError as exc:
         print(f"ratchet batch: {exc}", file=sys.stderr)
         return EXIT_MODEL
+    check_workspaces(Path(settings["workspace"]), problems)
     if all(slot.device == "cpu" for slot in slots):
         scaled = cpu_scale(problems, os.environ)  # the bundled suite's GPU sizes would time out in the interpreter
         if scaled:

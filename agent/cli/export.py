@@ -68,14 +68,18 @@ def run(args: argparse.Namespace) -> int:
         out = Path(args.out)
         tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
         try:
-            with open(tmp, "w") as f:
-                write_jsonl(rows, f)
+            f = open(tmp, "w")
+        except OSError as exc:
+            raise UsageError(f"cannot write {args.out}: {exc.strerror or exc}") from None
+        try:
+            with f:
+                write_jsonl(rows, f)  # the rows are read from the workspaces as they are written
             os.replace(tmp, out)
         finally:
             tmp.unlink(missing_ok=True)
     except ExportError as exc:
         raise UsageError(str(exc)) from None
-    except OSError as exc:
-        raise UsageError(f"cannot write {args.out}: {exc.strerror or exc}") from None
+    except OSError as exc:  # reading a workspace, or writing the file: the error names which
+        raise UsageError(f"{exc.filename or args.out}: {exc.strerror or exc}") from None
     print(json.dumps({**stats.to_dict(), "out": str(args.out)}))
     return EXIT_OK

@@ -67,6 +67,12 @@ def run(args: argparse.Namespace) -> int:
     except ProblemError as exc:
         print(f"ratchet optimize: {exc}", file=sys.stderr)
         return EXIT_BAD_PROBLEM
+    from agent.workspace.root import Workspace, WorkspaceError
+
+    try:  # a workspace that could not be written is one line now, not after the evaluator's start
+        Workspace(config.workspace).check_writable(module, module.read_bytes())
+    except WorkspaceError as exc:
+        raise UsageError(str(exc)) from None
     try:
         client = model_client(config, module)
     except NoModelNamed as exc:
@@ -80,8 +86,6 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_UNRECOGNIZED
     from agent.builtin import NothingRecognized
     from agent.loop.runner import NothingToResume, optimize
-    from agent.workspace.root import WorkspaceError
-    from tools.problem import ProblemError
     from tools.sandbox import SandboxUnavailable
 
     try:

@@ -26,7 +26,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from agent.batch.report import ReportError, json_report, load_run, text_report, write_html  # jinja2
+    from agent.batch.report import ReportError, json_report, load_run, text_report
+    from agent.batch.report_page import write_html  # jinja2
 
     try:
         report = load_run(Path(args.run))

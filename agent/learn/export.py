@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.loop.turns import first_line, system_text, task_text
-from agent.workspace.root import MARKER, REFERENCE, ProblemRepo, Workspace
+from agent.workspace.root import MARKER, REFERENCE, ProblemRepo, Workspace, WorkspaceError
 from agent.workspace.attempt import Attempt
 from tools.record import Verdict
 from tools.toolcalls import SUBMIT_KERNEL, Submission, parse_call, tool_schemas
@@ -82,10 +82,13 @@ def find_repos(paths: Iterable[str | Path]) -> list[Path]:
         path = Path(raw)
         if not path.is_dir():
             raise ExportError(f"{path}: no such directory")
-        if _is_problem_repo(path):
-            found.append(path.resolve())
-            continue
-        names = Workspace(path).problems()
+        try:
+            if _is_problem_repo(path):
+                found.append(path.resolve())
+                continue
+            names = Workspace(path).problems()
+        except WorkspaceError as exc:  # a directory this user cannot read
+            raise ExportError(str(exc)) from None
         if not names and not (path / ".git").exists():
             raise ExportError(f"{path}: neither a workspace root nor a problem's workspace (no {MARKER} found)")
         found.extend((path / name).resolve() for name in names)
@@ -93,7 +96,9 @@ def find_repos(paths: Iterable[str | Path]) -> list[Path]:
 
 
 def _is_problem_repo(path: Path) -> bool:
-    return (path / ".git").exists() and (path / MARKER).is_file()
+    from agent.workspace.repo import entries
+
+    return ".git" in (entries(path) or ()) and MARKER in (entries(path) or ()) and entries(path / ".git") is not None
 
 
 def marker(repo: Path) -> dict[str, Any]:

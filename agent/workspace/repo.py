@@ -73,9 +73,21 @@ def _crash_point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def entries(path: Path) -> list[str] | None:
+    """The names in directory `path`; None when nothing is there or it is not a directory. One that
+    exists but cannot be read raises WorkspaceError naming it: an unreadable workspace is never taken
+    for an absent or a foreign one."""
+    try:
+        return os.listdir(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise WorkspaceError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
 def _marker(path: Path) -> dict | None:
     """The ratchet.json committed on main, or None if `path` is not a ratchet repository."""
-    if not (path / ".git").exists():
+    if ".git" not in (entries(path) or ()) or entries(path / ".git") is None:
         return None
     try:
         with ProblemRepo(path, read_only=True, check=False) as repo:
@@ -95,6 +107,8 @@ class ProblemRepo:
         self.read_only = read_only
         self.lock_timeout = lock_timeout
         self._gitdir = self.path / ".git"
+        for directory in (self.path, self._gitdir):  # unreadable: say so, not "not a git repository"
+            entries(directory)
         try:
             self._repo = git.Repo(self.path)
         except (git.exc.InvalidGitRepositoryError, git.exc.NoSuchPathError):

@@ -63,6 +63,7 @@ import os
 import re
 import secrets
 import shutil
+import stat
 import time
 from pathlib import Path
 
@@ -72,7 +73,7 @@ from agent.workspace.attempt import Attempt, beats
 from agent.workspace.lock import fsync_dir, pid_alive
 from agent.workspace.repo import (BEST, BEST_DIR, CANDIDATE, MAIN, MARKER, REFERENCE, RESULT, TRAJECTORIES, TRAJECTORY,
                                   DirtyWorkspace, ForeignRepository, ProblemRepo, UnknownProblem, WorkspaceBusy,
-                                  WorkspaceError, _crash_point, _marker)
+                                  WorkspaceError, _crash_point, _marker, entries)
 
 __all__ = ["Workspace", "ProblemRepo", "Attempt", "beats", "resolve_root", "repo_name", "WorkspaceError",
            "ForeignRepository", "DirtyWorkspace", "WorkspaceBusy", "UnknownProblem", "MAIN", "BEST", "BEST_DIR",
@@ -94,8 +95,27 @@ def repo_name(problem_path: str | os.PathLike) -> str:
 
 
 def _absent(path: Path) -> bool:
-    """Nothing there yet (an empty directory counts as nothing)."""
-    return not os.path.lexists(path) or (path.is_dir() and not path.is_symlink() and not any(path.iterdir()))
+    """Nothing there yet (an empty directory counts as nothing); one that cannot be read raises WorkspaceError."""
+    try:
+        mode = os.lstat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):  # NotADirectory: a file on the way (_writable_dir names it)
+        return True
+    except OSError as exc:
+        raise WorkspaceError(f"cannot read {path}: {exc.strerror or exc}") from None
+    return stat.S_ISDIR(mode) and not entries(path)
+
+
+def _writable_dir(path: Path) -> None:
+    """Raise WorkspaceError unless `path` is a directory this process may create entries in, or
+    could be created (its nearest existing ancestor is such a directory)."""
+    probe = path
+    while not os.path.lexists(probe) and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise WorkspaceError(f"cannot use {path} as a workspace: {probe} is not a directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise WorkspaceError(f"cannot {'write in' if probe == path else 'create'} {path}: "
+                             f"{probe} is not writable by this user")
 
 
 class Workspace:
@@ -133,6 +153,18 @@ class Workspace:
             raise
         return repo
 
+    def check_writable(self, problem_path: str | os.PathLike, data: bytes) -> None:
+        """Before any long work, what open_problem would refuse, without creating anything: a root
+        that is not a directory or cannot be written, a foreign or unreadable repository, one this
+        user may not write in. Raises WorkspaceError (one line naming the path)."""
+        path = self._find(Path(problem_path), data)
+        if _absent(path):
+            _writable_dir(self.root)
+            return
+        for directory in (path, path / ".git"):
+            if not os.access(directory, os.W_OK | os.X_OK):
+                raise WorkspaceError(f"cannot write in {directory}: not writable by this user")
+
     def open_existing(self, spec: str | os.PathLike) -> "ProblemRepo":
         """A repository to read, by problem file path or workspace name; no recovery, no lock."""
         spec_path = Path(spec)
@@ -149,10 +181,8 @@ class Workspace:
 
     def problems(self) -> list[str]:
         """Names of the ratchet repositories under the root."""
-        if not self.root.is_dir():
-            return []
-        return sorted(p.name for p in self.root.iterdir()
-                      if p.is_dir() and not p.name.startswith(".") and _marker(p) is not None)
+        return sorted(name for name in entries(self.root) or () if not name.startswith(".")
+                      and (self.root / name).is_dir() and _marker(self.root / name) is not None)
 
     def _find(self, problem_path: Path, data: bytes) -> Path:
         """The directory for this exact reference: `<name>`, else `<name>-<hash8>` (maybe not there yet)."""

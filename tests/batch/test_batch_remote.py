@@ -102,7 +102,7 @@ def test_remote_run_commits_in_the_driver_workspace_as_it_goes(remote_env, tmp_p
         row = run_remote_problem(driver.spec(server), driver.channel)
     lines = driver.agent_log()
     assert row["status"] == "finished" and row["correct"] and row["verdict"] == "ok", row.get("error") or row
-    assert row["schema"] == ROW_SCHEMA == 2 and row["executor"] == "ray" and row["node"] == "node-7"
+    assert row["schema"] == ROW_SCHEMA == 3 and row["executor"] == "ray" and row["node"] == "node-7"
     assert row["attempts"] == 2 and row["best_attempt"] == 2 and row["resumed"] is False
     assert row["workspace"] == str(driver.ws / A) and row["path"] == str(driver.problem.resolve())
     # attempt 1 was in the driver's workspace when the model was asked for its second kernel

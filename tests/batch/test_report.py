@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from agent.cli import main
-from agent.batch.report import headline, load_run, render_html
+from agent.batch.report import headline, load_run
+from agent.batch.report_page import render_html
 from helpers_batch import row, write_run
 
 
@@ -93,6 +94,34 @@ def test_cpu_run_says_not_measured(tmp_path, capsys):
     html = (run / "report.html").read_text()
     assert "not measured" in html and not re.search(r"\d\.\d\dx", html)
     assert "CPU s" in text
+
+
+def test_a_cpu_runs_page_shows_what_was_measured(tmp_path):
+    """No chart and no speed tile where nothing was timed: the trials and distributions the best
+    kernels passed, their held-out outcome, the attempts to the first correct kernel, a link to each
+    best file and workspace, and why a problem has no kernel."""
+    best = tmp_path / "ws" / "1_a" / "best" / "candidate.py"
+    rows = [row("1_a", measured=False, device="cpu", best_path=str(best), workspace=str(best.parents[1]), trials=5,
+                distributions=["problem", "shifted", "signed:0", "stress:1000"], generalizes=True, attempts_to_correct=2,
+                heldout=[{"variant": "n=33", "outcome": "ok"}]),
+            row("2_b", measured=False, device="cpu", trials=3, distributions=["problem"], generalizes=False,
+                attempts_to_correct=4, heldout=[{"variant": "n=7", "outcome": "incorrect"}]),
+            row("3_c", correct=False, verdict="unrecognized", status="unrecognized", device="cpu", attempts=0,
+                error="the built-in policy recognizes no pattern in 3_c.py (aten.sort.default); nothing attempted")]
+    run = write_run(tmp_path, rows, device="cpu", problems=["1_a", "2_b", "3_c", "4_d"])
+    html = render_html(load_run(run))
+    assert "<svg" not in html and "No speed chart" in html and not re.search(r"\d\.\d\dx", html)
+    tiles = {name: value for value, name in re.findall(r'<div class="value">([^<]*)</div><div class="name">([^<]*)</div>', html)}
+    assert tiles["general (held-out sizes)"] == "1 of 2"
+    assert tiles["attempts to the first correct kernel"] == "3"  # the median of 2 and 4
+    assert tiles["correctness trials passed"] == "8" and tiles["timing"] == "not measured"
+    assert "distributions: problem, shifted, signed, stress" in html
+    assert f'<a href="{best.as_uri()}">1_a</a>' in html and f'href="{best.parents[1].as_uri()}">workspace</a>' in html
+    assert "<td>5 (problem, shifted, signed, stress)</td><td>general</td><td>2</td>" in html
+    assert "<td>not general (n=7)</td><td>4</td>" in html
+    assert re.search(r'unrecognized<div class="why">the built-in policy recognizes no pattern in 3_c\.py', html)
+    # the notes under the table: sentences with spaces between them
+    assert "in Triton's interpreter). Not finished, not counted: 4_d. Suite: /x/suite." in html
 
 
 class SvgCollector(HTMLParser):

@@ -17,7 +17,8 @@ from agent.cli import main
 from agent.cli.optimize import report as run_report
 from agent.loop.kept_eager import reference_as_model_new
 from agent.loop.nodes import attempt_summary
-from agent.batch.report import headline, load_run, render_html
+from agent.batch.report import headline, load_run
+from agent.batch.report_page import render_html
 from agent.loop.runner import RunResult, run_summary
 from agent.workspace.root import Workspace
 from agent.workspace.attempt import Attempt, beats_eager
