@@ -91,7 +91,7 @@ TABLE: tuple[ExitCode, ...] = (
     ExitCode("EXIT_USAGE", EXIT_USAGE, ALL,
              "usage error: bad option or setting (a device that is malformed or not on this machine too), "
              "unreadable or missing file, whatever its role"),
-    ExitCode("EXIT_BAD_PROBLEM", EXIT_BAD_PROBLEM, (EVAL, OPTIMIZE),
+    ExitCode("EXIT_BAD_PROBLEM", EXIT_BAD_PROBLEM, (EVAL, OPTIMIZE, EXPORT),
              "the reference file exists but is not a valid problem (one line on stderr says why)"),
     ExitCode("EXIT_REJECTED", EXIT_REJECTED, (EVAL,), "rejected: a guard rule or a run-time integrity check"),
     ExitCode("EXIT_COMPILE_ERROR", EXIT_COMPILE_ERROR, (EVAL,),
