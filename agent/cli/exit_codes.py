@@ -74,9 +74,10 @@ class ExitCode:
 # the commands, named as docs/exit-codes.md heads their tables
 EVAL, OPTIMIZE, BATCH, REPORT = "ratchet eval", "ratchet optimize", "ratchet batch", "ratchet report"
 EXPORT, SUITE, WORKSPACE = "ratchet export", "ratchet suite check", "ratchet log / show / best"
+SERVE = "ratchet serve"
 WORKER = "batch worker process"
-COMMANDS = (EVAL, OPTIMIZE, BATCH, REPORT, EXPORT, SUITE, WORKSPACE, WORKER)
-ALL = (EVAL, OPTIMIZE, BATCH, REPORT, EXPORT, SUITE, WORKSPACE)
+COMMANDS = (EVAL, OPTIMIZE, BATCH, REPORT, EXPORT, SUITE, WORKSPACE, SERVE, WORKER)
+ALL = (EVAL, OPTIMIZE, BATCH, REPORT, EXPORT, SUITE, WORKSPACE, SERVE)
 
 TABLE: tuple[ExitCode, ...] = (
     ExitCode("EXIT_OK", EXIT_OK, (EVAL, BATCH, REPORT, EXPORT, SUITE, WORKSPACE, WORKER),
@@ -91,7 +92,7 @@ TABLE: tuple[ExitCode, ...] = (
     ExitCode("EXIT_USAGE", EXIT_USAGE, ALL,
              "usage error: bad option or setting (a device that is malformed or not on this machine too), "
              "unreadable or missing file, whatever its role"),
-    ExitCode("EXIT_BAD_PROBLEM", EXIT_BAD_PROBLEM, (EVAL, OPTIMIZE, EXPORT),
+    ExitCode("EXIT_BAD_PROBLEM", EXIT_BAD_PROBLEM, (EVAL, OPTIMIZE, EXPORT, SERVE),
              "the reference file exists but is not a valid problem (one line on stderr says why)"),
     ExitCode("EXIT_REJECTED", EXIT_REJECTED, (EVAL,), "rejected: a guard rule or a run-time integrity check"),
     ExitCode("EXIT_COMPILE_ERROR", EXIT_COMPILE_ERROR, (EVAL,),
@@ -112,7 +113,7 @@ TABLE: tuple[ExitCode, ...] = (
              "refused the request (HTTP 400, 401, 404); continue later with --resume"),
     ExitCode("EXIT_UNRECOGNIZED", EXIT_UNRECOGNIZED, (OPTIMIZE,),
              "the built-in policy recognizes nothing in the module; nothing was attempted (one line says why)"),
-    ExitCode("EXIT_SANDBOX", EXIT_SANDBOX, (EVAL, OPTIMIZE, BATCH),
+    ExitCode("EXIT_SANDBOX", EXIT_SANDBOX, (EVAL, OPTIMIZE, BATCH, SERVE),
              "the required OS sandbox is not available on this machine (one line on stderr names what is missing); "
              "use --sandbox best-effort to run with weaker isolation"),
     ExitCode("EXIT_KEPT_EAGER", EXIT_KEPT_EAGER, (WORKSPACE,),
