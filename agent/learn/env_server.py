@@ -170,6 +170,7 @@ class Session:
     def handle(self, raw: Any) -> tuple[str | None, bool]:
         """The reply to one message, and whether the connection ends."""
         from agent.learn.rl_env import EpisodeDone
+        from tools.problem import ProblemError
 
         try:
             message = json.loads(raw)
@@ -194,6 +195,10 @@ class Session:
             return _error(str(exc), exc.code), False
         except EpisodeDone as exc:
             return _error(str(exc), "SESSION_ERROR"), False
+        except ProblemError as exc:
+            return _error(str(exc), "VALIDATION_ERROR"), False
+        except (TypeError, KeyError, AttributeError, ValueError) as exc:  # a message of the wrong shape, deep inside
+            return _error(f"the message could not be acted on ({type(exc).__name__}: {exc})", "EXECUTION_ERROR"), False
 
     def reset(self, data: dict[str, Any]) -> tuple[dict[str, Any], float | None, bool]:
         problems = self.server.problems
@@ -205,7 +210,10 @@ class Session:
         path = problems.get(name) or next((p for p in problems.values() if str(p) == name), None)
         if path is None:
             raise Protocol(f"no problem {name!r} on this server (it serves: {', '.join(sorted(problems))})")
-        messages, tools = self.env.reset(path, entry=data.get("entry"))
+        entry = data.get("entry")
+        if entry is not None and not isinstance(entry, str):
+            raise Protocol("data.entry names the reference class (a string; default Model)")
+        messages, tools = self.env.reset(path, entry=entry)
         self.episode_id, self.steps = str(data.get("episode_id") or uuid.uuid4()), 0
         return {"messages": messages, "tools": tools, "problem": path.stem, "episode_id": self.episode_id}, None, False
 

@@ -224,10 +224,14 @@ PY="${RATCHET_HARBOR_PYTHON:-python3}"
 mkdir -p "$LOGS"
 JUDGE="$(mktemp -d)"
 trap 'rm -rf "$JUDGE"' EXIT
-# the judge's own ratchet: uploaded with tests/ after the agent ended, first on the path
+# the judge's own ratchet: uploaded with tests/ after the agent ended, first on the path; run from
+# its own folder in isolated mode, so nothing the agent left in its working directory (a module
+# named like one of ours) or in PYTHON* variables is imported in its place
 tar -xzf "$TESTS/ratchet-src.tar.gz" -C "$JUDGE"
-PYTHONPATH="$JUDGE/ratchet" "$PY" -m agent.learn.harbor verify \\
-  --reference "$TESTS/reference.py" --candidate "$APP/model_new.py" \\
+cd "$JUDGE"
+for name in $(compgen -e | grep '^PYTHON'); do unset "$name"; done  # nor the evaluator's workers
+"$PY" -I -c 'import sys; sys.path.insert(0, sys.argv.pop(1)); from agent.learn.harbor import main; sys.exit(main())' \\
+  "$JUDGE/ratchet" verify --reference "$TESTS/reference.py" --candidate "$APP/model_new.py" \\
   --config "$TESTS/reward.json" --logs "$LOGS" ${RATCHET_HARBOR_DEVICE:+--device "$RATCHET_HARBOR_DEVICE"}
 status=$?
 if [ ! -s "$LOGS/reward.txt" ]; then  # the verifier itself failed: neutral, and said so
@@ -242,7 +246,7 @@ def verify(reference: Path, candidate: Path, config_path: Path, logs: Path, devi
     """Score the candidate file against the reference with the task's reward settings; write
     reward.txt, reward.json (the outcome, without the record) and record.json (the evaluator's)."""
     from tools.reward.kernel_reward import KernelReward, format_outcome
-    from tools.reward.score import RewardConfig
+    from tools.reward.score import RewardConfig, fault_outcome
     from tools.toolcalls import FormatError
 
     settings = json.loads(config_path.read_text())
@@ -252,8 +256,12 @@ def verify(reference: Path, candidate: Path, config_path: Path, logs: Path, devi
     if not candidate.is_file():
         outcome = format_outcome(FormatError(f"no {candidate} was written"), str(reference), config)
     else:
-        with KernelReward(config) as reward:
-            outcome = reward.score_source(reference, candidate.read_text())
+        source = candidate.read_text(errors="replace")
+        try:
+            with KernelReward(config) as reward:
+                outcome = reward.score_source(reference, source)
+        except Exception as exc:  # noqa: BLE001 - the task's fault, never the agent's: a masked fault, said in reward.json
+            outcome = fault_outcome(exc, str(reference), source, config)
     data = outcome.to_dict(record=False)
     data["judge"] = {"source": str(PROJECT_ROOT), "version": _version()}  # which ratchet judged it
     (logs / "reward.json").write_text(json.dumps(data, indent=1, default=str) + "\n")

@@ -87,7 +87,11 @@ def test_a_malformed_message_is_answered_and_the_session_goes_on(server):
         assert early["data"]["code"] == "SESSION_ERROR" and "reset" in early["data"]["message"]
         unknown = ask(ws, {"type": "reset", "data": {"problem": "nope"}})
         assert unknown["data"]["code"] == "VALIDATION_ERROR" and "swish_problem" in unknown["data"]["message"]
+        assert ask(ws, {"type": "reset", "data": {"problem": "swish_problem", "entry": 5}})["data"]["code"] == "VALIDATION_ERROR"
+        assert ask(ws, {"type": "reset", "data": {"entry": "Nope"}})["data"]["code"] == "VALIDATION_ERROR"  # no such class
         assert ask(ws, {"type": "reset", "data": {}})["type"] == "observation"  # the one problem, by default
+        shapeless = ask(ws, {"type": "step", "data": {"tool_call": {"function": 5}}})
+        assert shapeless["data"]["code"] == "EXECUTION_ERROR" and "could not be acted on" in shapeless["data"]["message"]
         both = ask(ws, {"type": "step", "data": {"stop": True, "message": {"role": "assistant"}}})
         assert both["data"]["code"] == "VALIDATION_ERROR"
         stopped = ask(ws, {"type": "step", "data": {"stop": True}})

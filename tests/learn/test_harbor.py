@@ -1,7 +1,9 @@
 """`ratchet export --format harbor`: the bundled suite as Harbor task folders, and one task's
 verifier (its tests/test.sh, run as Harbor runs it, its paths moved to temporary folders and the
 device to the CPU) against a correct, a wrong and a missing ModelNew: the reward files say what
-tools/reward's policy gives the same record."""
+tools/reward's policy gives the same record. Every run is also an attack: the agent's folder, the
+verifier's working directory and PYTHONPATH, holds packages named agent, tools and torch that
+exit when imported; the judge never imports them."""
 from __future__ import annotations
 
 import json
@@ -62,11 +64,14 @@ def verify(task: Path, tmp_path: Path, candidate: str | None) -> tuple[float, di
     app.mkdir(parents=True)
     if candidate is not None:
         (app / "model_new.py").write_text(candidate)
+    for package in ("agent", "tools", "torch"):  # what an agent might leave beside its kernel to be imported instead
+        (app / package).mkdir()
+        (app / package / "__init__.py").write_text("import sys\nsys.exit('hijacked: the judge imported the agent\\'s module')\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "RATCHET_"))}
     env.update(RATCHET_HARBOR_TESTS=str(task / "tests"), RATCHET_HARBOR_APP=str(app), RATCHET_HARBOR_LOGS=str(logs),
-               RATCHET_HARBOR_PYTHON=sys.executable, RATCHET_HARBOR_DEVICE="cpu", SUITE_SCALE="small",
-               PYTHONPATH="")  # the verifier's own ratchet, from tests/, is all it runs
-    done = subprocess.run(["bash", str(task / "tests" / "test.sh")], cwd=tmp_path, env=env, capture_output=True,
+               RATCHET_HARBOR_PYTHON=sys.executable, RATCHET_HARBOR_DEVICE="cpu", SUITE_SCALE="small")
+    env["PYTHONPATH"] = str(app)  # ignored: the judge runs isolated
+    done = subprocess.run(["bash", str(task / "tests" / "test.sh")], cwd=app, env=env, capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     reward = float((logs / "reward.txt").read_text())
