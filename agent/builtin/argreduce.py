@@ -15,8 +15,9 @@ from typing import Any
 
 from agent.builtin.emitter import Emitter
 from agent.builtin.indexing import Group
+from agent.builtin.registry import Family, register
 from agent.builtin.ir import FLOAT_DTYPES, Leaf, Node, Plan, Problem, Unrecognized
-from agent.builtin.search import SMS, pow2, unique
+from agent.builtin.configs import SMS, pow2, unique
 from agent.builtin.templates import Context, common_variables, store_value
 from agent.builtin.templates import render as render_template
 from agent.builtin.window import upstream
@@ -95,3 +96,6 @@ def space(plan: Plan) -> list[dict[str, Any]]:
         for r, n, w in ((32, 64, 4), (16, 128, 4), (64, 32, 4), (32, 128, 8), (64, 64, 8), (8, 256, 4)):
             configs.append({"BLOCK_R": min(r, max(8, p)), "BLOCK_N": min(n, max(16, pow2(inner))), "num_warps": w})
     return unique(configs)
+
+
+FAMILY = register(Family(kind="argreduce", render=render, space=space, claims=('argreduce',), classify=classify, rank=3))

@@ -21,8 +21,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from agent.builtin.registry import Family, register
 from agent.builtin.ir import Leaf, Node, Plan, Problem, Unrecognized
-from agent.builtin.search import SMEM_BYTES, SMS, dots, pow2, unique
+from agent.builtin.configs import SMEM_BYTES, SMS, dots, pow2, unique
 from agent.builtin.templates import Context, common_variables
 from agent.builtin.templates import render as render_template
 
@@ -46,7 +47,7 @@ def _attention(plan: Plan) -> tuple[Node, Leaf, Leaf, Leaf]:
 
 def precision_of(plan: Plan, config: dict[str, Any]) -> str | None:
     """The dots' input_precision: None (native) for half types; for float32 one of the run's
-    (agent.builtin.search.dots: "tf32x3" or "ieee", and "tf32" under the tf32 precision)."""
+    (agent.builtin.configs.dots: "tf32x3" or "ieee", and "tf32" under the tf32 precision)."""
     _, q, _, _ = _attention(plan)
     if q.dtype != "torch.float32":
         return None
@@ -151,3 +152,6 @@ def _smem(bm: int, bn: int, block_d: int, block_dv: int, size: int, stages: int,
     (tests/builtin/test_builtin_attention_compile.py): without the last two, fp32 tiles asked for up to
     262144 bytes where an H100 has 232448."""
     return (bm * block_d * (2 if split else 1) + stages * bn * (block_d + block_dv)) * size + (bm * bn * 4 if masked else 0)
+
+
+FAMILY = register(Family(kind="attention", render=render, space=space))  # planned by agent.builtin.attention_match

@@ -9,8 +9,8 @@ the plan:
 - `gemv`, `mm_reduce`: the same with one side of at most a few rows or columns, or followed by
   reductions over the product's last dim (agent.builtin.products).
 - `twolevel`: row reductions, then a reduction over all the row results (agent.builtin.twolevel).
-- `pool`, `scan`, `argreduce`: the window kinds (agent.builtin.window), which take their own output
-  dtypes (an arg-reduction writes int64).
+- `conv`, `pool`, `scan`, `argreduce`: the families that claim an op (agent.builtin.registry), asked
+  first; they take their own output dtypes (an arg-reduction writes int64).
 """
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from agent.builtin.ir import FLOAT_DTYPES, Node, Plan, Unrecognized
 from agent.builtin.products import mm_reduce_plan, product_kind
 from agent.builtin.rewrite import hoist_row_constants
 from agent.builtin.twolevel import classify_two_level
-from agent.builtin.window import classify_window
+from agent.builtin.registry import classify_claimed
+from agent.builtin.window import STRAY
 
 
 def classify(b: Builder, out: int, out_glue, out_shape, out_dtype) -> Plan:
@@ -54,9 +55,12 @@ def classify(b: Builder, out: int, out_glue, out_shape, out_dtype) -> Plan:
     for node in nodes:
         node.args = [("leaf", lmap[a[1]]) if isinstance(a, tuple) and a[0] == "leaf" else a for a in node.args]
     out = remap[out]
-    window = classify_window(leaves, nodes, out, out_glue, out_shape, out_dtype)  # pool, scan, argreduce
-    if window is not None:
-        return window
+    claimed = classify_claimed(leaves, nodes, out, out_glue, out_shape, out_dtype)  # conv, pool, scan, argreduce
+    if claimed is not None:
+        return claimed
+    stray = next((what for op, what in STRAY.items() if any(n.op == op for n in nodes)), None)
+    if stray is not None:
+        raise Unrecognized(stray)
     if nodes[out].dtype not in FLOAT_DTYPES or nodes[out].dtype == "torch.float64":
         raise Unrecognized(f"the output is {nodes[out].dtype}")
     if not any(n.op != "ew" or n.name not in ("view",) for n in nodes):

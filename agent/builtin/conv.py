@@ -38,8 +38,9 @@ from typing import Any
 
 from agent.builtin.emitter import Emitter
 from agent.builtin.indexing import Group
+from agent.builtin.registry import Family, family, register
 from agent.builtin.ir import FLOAT_DTYPES, Leaf, Node, Plan, Problem, Unrecognized
-from agent.builtin.search import SMEM_BYTES, SMS, dots, pow2, unique
+from agent.builtin.configs import SMEM_BYTES, SMS, dots, pow2, unique
 from agent.builtin.templates import Context, common_variables, local_name, store_value
 from agent.builtin.templates import render as render_template
 from agent.builtin.window import downstream, epilogue_names
@@ -62,9 +63,9 @@ def classify(leaves: list[Leaf], nodes: list[Node], out: int, out_glue, out_shap
     after = downstream(nodes, index)
     reductions = sorted(i for i in after if nodes[i].op == "reduce")
     if reductions:  # a second kernel reduces the convolution's output (agent.builtin.conv_reduce)
-        from agent.builtin import conv_reduce
-
-        return conv_reduce.classify(leaves, nodes, out, out_glue, out_shape, out_dtype)
+        reduce = family("conv_reduce").classify  # agent.builtin.conv_reduce, which builds on this module
+        assert reduce is not None
+        return reduce(leaves, nodes, out, out_glue, out_shape, out_dtype)
     other = sorted({n.attrs.get("pattern") or n.op for i, n in enumerate(nodes) if i != index and n.op != "ew"})
     if other:
         raise Unrecognized(f"a {other[0]} with the convolution (one kernel convolves, then works elementwise)")
@@ -186,7 +187,7 @@ def space(plan: Plan) -> list[dict[str, Any]]:
 def _gemm_space(m: int, n: int, k: int, programs_per_tile: int, dtype: str,
                 precisions: tuple[str, ...]) -> list[dict[str, Any]]:
     """The implicit GEMM's tiles for M x N x K (programs_per_tile: groups, times phases); under
-    float32 each tile with each of `precisions` (the run's dots, agent.builtin.search.dots)."""
+    float32 each tile with each of `precisions` (the run's dots, agent.builtin.configs.dots)."""
     size = 4 if dtype == "torch.float32" else 2
     configs = []
     for bm, bn, bk, w, s in TILES:
@@ -228,3 +229,6 @@ def _direct_space(plan: Plan, m: int, weight: Leaf) -> list[dict[str, Any]]:
     if weight.dtype == "torch.float32":
         configs = [{**c, "precision": "ieee"} for c in configs]
     return configs
+
+
+FAMILY = register(Family(kind="conv", render=render, space=space, claims=('conv',), classify=classify, rank=0))

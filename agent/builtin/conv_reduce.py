@@ -41,7 +41,10 @@ from agent.builtin import conv
 from agent.builtin.builder import Builder
 from agent.builtin.general import fit_sizes
 from agent.builtin.ir import Leaf, Node, Plan, Problem, Unrecognized
-from agent.builtin.search import unique
+from agent.builtin.classify import classify as classify_nodes
+from agent.builtin.configs import unique
+from agent.builtin.registry import Family, register, render_plan
+from agent.builtin.registry import space as plan_space
 from agent.builtin.templates import Context
 from agent.builtin.variants import SizeClass
 from agent.builtin.window import downstream, upstream
@@ -117,8 +120,6 @@ def _conv_stage(plan: Plan, nodes: list[Node], keep: list[int], frontier: int) -
 
 
 def _reduction_stage(plan: Plan, nodes: list[Node], stage: set[int], frontier: int, n_inputs: int) -> Plan:
-    from agent.builtin.classify import classify as classify_nodes
-
     shape = nodes[frontier].shape
     b = Builder(problem=None)  # type: ignore[arg-type]  # classify reads only the leaves and nodes
     b.leaves = list(plan.leaves)
@@ -218,8 +219,6 @@ def configs(config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def render(plan: Plan, problem: Problem, config: dict[str, Any], ctx: Context) -> str:
-    from agent.builtin.codegen import render_plan
-
     n_inputs = len(problem.input_names)
     stages = split(plan, n_inputs)
     conv_config, reduce_config = configs(config)
@@ -337,10 +336,12 @@ def _renumber(source: str, offset: int) -> str:
 def space(plan: Plan) -> list[dict[str, Any]]:
     """Each conv configuration (tiles, precision: agent.builtin.conv.space, tf32x3 then ieee under
     float32) with the reduction stage's default, then each other reduction configuration
-    (agent.builtin.search.space of the reduction stage's plan) with the conv stage's default."""
-    from agent.builtin import search
-
+    (agent.builtin.registry.space of the reduction stage's plan) with the conv stage's default."""
     stages = split(plan, n_inputs=0)
     first = [{f"{PREFIX}{k}": v for k, v in c.items()} for c in conv.space(stages.conv)]
-    second = search.space(stages.reduce)
+    second = plan_space(stages.reduce)
     return unique([{**c, **second[0]} for c in first] + [{**first[0], **r} for r in second[1:]])
+
+
+# no claims of its own: agent.builtin.conv hands it a convolution followed by reductions
+FAMILY = register(Family(kind="conv_reduce", render=render, space=space, classify=classify))

@@ -18,7 +18,8 @@ from agent.builtin.emitter import Emitter
 from agent.builtin.indexing import Group
 from agent.builtin.ir import Plan, Problem, Unrecognized
 from agent.builtin.products import gemv_sides
-from agent.builtin.search import unique
+from agent.builtin.configs import unique
+from agent.builtin.registry import Family, register
 from agent.builtin.templates import Context, common_variables, render, store_value
 
 PROGRAMS_PER_SM = 8  # resident programs per SM a streaming kernel wants (bytes in flight)
@@ -75,7 +76,7 @@ ALONG_R = ((256, 16, 4), (128, 32, 4), (512, 16, 8), (256, 32, 8), (128, 64, 8),
 def gemv_space(plan: Plan) -> list[dict[str, Any]]:
     """Configurations from the shapes: tile shapes along the matrix's contiguous dim, the vectors
     in one block, and SPLIT_K so the programs fill the GPU (search.SMS) with work for every SM."""
-    from agent.builtin.search import SMS
+    from agent.builtin.configs import SMS
 
     mm = next(n for n in plan.nodes if n.op == "mm")
     a, b = (plan.leaves[x[1]] for x in mm.args)
@@ -96,3 +97,6 @@ def gemv_space(plan: Plan) -> list[dict[str, Any]]:
         for s in dict.fromkeys((split, max(1, split // 2), split * 2 if split * 2 <= steps // MIN_STEPS else split)):
             configs.append({"BLOCK_R": br, "BLOCK_J": bj, "BLOCK_K": bk, "SPLIT_K": s, "num_warps": warps})
     return unique(configs)
+
+
+FAMILY = register(Family(kind="gemv", render=render_gemv, space=gemv_space))

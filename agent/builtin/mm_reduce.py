@@ -25,7 +25,8 @@ from typing import Any
 from agent.builtin.emitter import Emitter
 from agent.builtin.indexing import Group
 from agent.builtin.ir import Plan, Problem, Unrecognized
-from agent.builtin.search import unique
+from agent.builtin.configs import unique
+from agent.builtin.registry import Family, register
 from agent.builtin.templates import Context, common_variables, render, store_value
 
 
@@ -87,7 +88,8 @@ def mm_reduce_space(plan: Plan) -> list[dict[str, Any]]:
     the tiles are too few; then rows per program and chunk width for the row pass) and fused ones
     (BLOCK_M rows of at least 16 for the dots); the fused first when its row blocks fill the GPU
     or the whole product is small."""
-    from agent.builtin.search import MATMUL_CONFIGS, SMEM_BYTES, SMS, pow2
+    from agent.builtin.configs import SMEM_BYTES, SMS, pow2
+    from agent.builtin.matmul import MATMUL_CONFIGS
     from agent.builtin.skinny import split_k
 
     mm = next(n for n in plan.nodes if n.op == "mm")
@@ -123,3 +125,5 @@ def mm_reduce_space(plan: Plan) -> list[dict[str, Any]]:
         return unique([lead] + two_pass[:1] + fused + two_pass)
     return unique(two_pass[:1] + fused[:1] + two_pass[1:] + fused[1:])
 
+
+FAMILY = register(Family(kind="mm_reduce", render=render_mm_reduce, space=mm_reduce_space))

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agent.builtin import codegen, search
+from agent.builtin import codegen, families, search  # noqa: F401 - families: each registers itself
 from agent.builtin.ir import Unrecognized
 from agent.builtin.recognize import Recognition, recognize
 from agent.model import Reply, ToolCall, Usage

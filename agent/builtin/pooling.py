@@ -18,8 +18,9 @@ from typing import Any
 
 from agent.builtin.emitter import Emitter
 from agent.builtin.indexing import Group
+from agent.builtin.registry import Family, register
 from agent.builtin.ir import FLOAT_DTYPES, Leaf, Node, Plan, Problem, Unrecognized
-from agent.builtin.search import SMS, pow2
+from agent.builtin.configs import SMS, pow2
 from agent.builtin.templates import Context, common_variables, local_name, store_value
 from agent.builtin.templates import render as render_template
 from agent.builtin.window import downstream, epilogue_names
@@ -136,3 +137,6 @@ def space(plan: Plan) -> list[dict[str, Any]]:
             seen.add(k)
             ordered.append(c)
     return ordered
+
+
+FAMILY = register(Family(kind="pool", render=render, space=space, claims=('pool',), classify=classify, rank=1))

@@ -20,8 +20,9 @@ from typing import Any
 
 from agent.builtin.emitter import Emitter
 from agent.builtin.indexing import Group
+from agent.builtin.registry import Family, register
 from agent.builtin.ir import FLOAT_DTYPES, Leaf, Node, Plan, Problem, Unrecognized
-from agent.builtin.search import SMS, pow2, unique
+from agent.builtin.configs import SMS, pow2, unique
 from agent.builtin.templates import INT64_MAX, Context, common_variables, store_value
 from agent.builtin.templates import render as render_template
 from agent.builtin.window import downstream, epilogue_names, upstream, users
@@ -246,3 +247,6 @@ def space(plan: Plan) -> list[dict[str, Any]]:
 
 def _warps(elements: int) -> int:
     return 2 if elements <= 256 else 4 if elements <= 2048 else 8
+
+
+FAMILY = register(Family(kind="scan", render=render, space=space, claims=('scan',), classify=classify, rank=2))

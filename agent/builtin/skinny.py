@@ -20,7 +20,7 @@ from typing import Any
 from agent.builtin.emitter import Emitter
 from agent.builtin.indexing import Group
 from agent.builtin.ir import Plan, Problem, Unrecognized
-from agent.builtin.search import unique
+from agent.builtin.configs import unique
 from agent.builtin.templates import Context, common_variables, render, store_value
 
 SKINNY_K = 64
@@ -37,7 +37,7 @@ def _pow2(x: int) -> int:
 def shaped_first(plan: Plan, configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The matmul plan's configurations with those picked from its shape first (IEEE for float32);
     for a tiny K, the 3xTF32 ones are dropped."""
-    from agent.builtin.search import SMEM_BYTES
+    from agent.builtin.configs import SMEM_BYTES
 
     mm = next(n for n in plan.nodes if n.op == "mm")
     if mm.name != "mm":
@@ -74,7 +74,7 @@ def shaped_first(plan: Plan, configs: list[dict[str, Any]]) -> list[dict[str, An
 def split_k(tiles: int, k: int, block_k: int) -> int:
     """K's chunks for `tiles` output tiles: 1 unless the tiles leave half the SMs idle; then doubled
     until every SM has a program, while each chunk keeps MIN_CHUNK_STEPS steps of `block_k`."""
-    from agent.builtin.search import SMS
+    from agent.builtin.configs import SMS
 
     split = 1
     while tiles * 2 <= SMS and tiles * split < SMS and k // (block_k * split * 2) >= MIN_CHUNK_STEPS:

@@ -20,6 +20,8 @@ from agent.builtin.emitter import Emitter
 from agent.builtin.fused import reduction_deps
 from agent.builtin.indexing import Group
 from agent.builtin.ir import Leaf, Node, Plan, Problem, Unrecognized
+from agent.builtin.registry import Family, register
+from agent.builtin.rowwise import row_configs
 from agent.builtin.templates import Context, common_variables, render, store_value
 
 NEUTRAL = {"sum": "0.0", "max": '-float("inf")', "min": 'float("inf")'}
@@ -124,3 +126,13 @@ def render_two_level(plan: Plan, problem: Problem, config: dict[str, Any], ctx: 
     return render("twolevel.py.j2", body=em.outer, stores=stores, combined=combined, finish=last.outer,
                   looped=looped, rows=rows, width=width, slots=len(second), block_s=BLOCK_S,
                   **common_variables(plan, problem, config, ctx))
+
+
+def twolevel_space(plan: Plan) -> list[dict[str, Any]]:
+    """Row reductions, then a global one: the row kernel's configurations (agent.builtin.twolevel)."""
+    full = plan.full_shape
+    d0 = plan.red_dims[0]
+    return row_configs(math.prod(full[:d0]), math.prod(full[d0:]))
+
+
+FAMILY = register(Family(kind="twolevel", render=render_two_level, space=twolevel_space))

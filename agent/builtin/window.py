@@ -1,37 +1,13 @@
-"""The window kinds of plan: pooling (agent.builtin.pooling), scans (agent.builtin.scans) and
-arg-reductions (agent.builtin.argreduce). Each module has `classify` (the plan, or Unrecognized
-saying why), `render` (one rendering of the candidate module, as agent.builtin.codegen's makers)
-and `space` (its configurations, the shape-based default first). classify, codegen and search
-dispatch here for these kinds."""
+"""The graph helpers of the window kinds (pooling, scans, arg-reductions, convolutions: each its
+own family, agent.builtin.registry): what is computed from or into a node, its users, the names of
+an epilogue, and the ops of the window family that mean nothing found alone (STRAY)."""
 from __future__ import annotations
 
-from types import ModuleType
-
-from agent.builtin.ir import Leaf, Node, Plan, Unrecognized
+from agent.builtin.ir import Node
 
 # an op of the window family found without the op that gives it a meaning
 STRAY = {"flip": "aten.flip outside a scan", "pad": "torch.cat with zeros outside a scan",
          "slice": "a slice of a computed value outside a scan", "const": "a constant tensor (zeros_like) in the computation"}
-
-
-def kinds() -> dict[str, ModuleType]:
-    from agent.builtin import argreduce, attention, conv, conv_reduce, pooling, scans
-
-    return {"pool": pooling, "scan": scans, "argreduce": argreduce, "conv": conv, "conv_reduce": conv_reduce,
-            "attention": attention}
-
-
-def classify_window(leaves: list[Leaf], nodes: list[Node], out: int, out_glue, out_shape, out_dtype) -> Plan | None:
-    """The plan when the live nodes hold a window op; None when they hold none (the other kinds)."""
-    ops = {n.op for n in nodes}
-    common = dict(leaves=leaves, nodes=nodes, out=out, out_glue=out_glue, out_shape=out_shape, out_dtype=out_dtype)
-    for op in ("conv", "pool", "scan", "argreduce"):  # conv: agent.builtin.conv
-        if op in ops:
-            return kinds()[op].classify(**common)
-    for op, what in STRAY.items():
-        if op in ops:
-            raise Unrecognized(what)
-    return None
 
 
 def downstream(nodes: list[Node], start: int) -> set[int]:

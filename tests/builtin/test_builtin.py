@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from agent.builtin import BuiltinPolicy, NothingRecognized, codegen, search
+from agent.builtin import BuiltinPolicy, NothingRecognized, codegen, configs, search
 from agent.builtin.policy import parse_config, parse_feedback
 from agent.builtin.recognize import recognize
 from agent.loop.render import FEEDBACK_VERDICTS, render_feedback
@@ -145,8 +145,8 @@ def test_search_is_deterministic_and_never_repeats():
     for _ in range(6):
         config = search.next_config(plan, history)
         assert config == search.next_config(plan, list(history))  # the same history, the same answer
-        assert search.key(config) not in seen
-        seen.append(search.key(config))
+        assert configs.key(config) not in seen
+        seen.append(configs.key(config))
         history.append(search.Outcome(config, "ok", None))
     assert len(set(seen)) == 6
 
@@ -224,7 +224,7 @@ def test_an_evaluator_fault_judges_nothing():
 def test_policy_replies_with_distinct_configs_and_drops_failures():
     policy = BuiltinPolicy(PROBLEMS / "linear_gelu.py")
     messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "task"}]
-    configs = []
+    chosen = []
     for attempt, verdict in enumerate(("compile_error", "ok", "ok"), start=1):
         reply = policy.complete(messages, [])
         assert [c.name for c in reply.tool_calls] == ["submit_kernel"]
@@ -232,12 +232,12 @@ def test_policy_replies_with_distinct_configs_and_drops_failures():
         source = json.loads(reply.tool_calls[0].arguments)["source"]
         assert "class ModelNew" in source
         config = parse_config(reply.content)
-        configs.append(config)
+        chosen.append(config)
         messages += [reply.to_message(), {"role": "tool", "tool_call_id": reply.tool_calls[0].id,
                                           "content": _feedback(verdict, attempt)}]
-    assert len({search.key(c) for c in configs}) == 3
-    failed = configs[0]
-    for later in configs[1:]:
+    assert len({configs.key(c) for c in chosen}) == 3
+    failed = chosen[0]
+    for later in chosen[1:]:
         assert not search._dominates(later, failed)
     # a fresh policy (a resumed run) reads the same history from the conversation
     again = BuiltinPolicy(PROBLEMS / "linear_gelu.py")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from agent.builtin import codegen, search
+from agent.builtin import codegen, configs, search
 from agent.builtin.recognize import recognize
 from tools.judge.compare import tolerance_for
 from helpers_builtin import draft_outputs, load_module
@@ -186,9 +186,9 @@ def test_kernelbench_sized_attention_fills_the_gpu_within_shared_memory(tmp_path
     big = "torch.randn(32, 32, 512, 64)"
     rec = recognize(_problem(tmp_path, "kb", "return " + SDPA.format(""), big, big, big))
     first = search.space(rec.plan)[0]
-    assert 32 * 32 * (512 // first["BLOCK_M"]) >= search.SMS
+    assert 32 * 32 * (512 // first["BLOCK_M"]) >= configs.SMS
     long = "torch.randn(2, 8, 4096, 128)"
     rec = recognize(_problem(tmp_path, "long", "return " + SDPA.format(", is_causal=True"), long, long, long))
     for config in search.space(rec.plan):
         bm, bn, s = config["BLOCK_M"], config["BLOCK_N"], config["num_stages"]
-        assert (bm * 128 + s * bn * 256) * 4 <= search.SMEM_BYTES
+        assert (bm * 128 + s * bn * 256) * 4 <= configs.SMEM_BYTES

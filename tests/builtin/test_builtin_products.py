@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from agent.builtin import codegen, search
+from agent.builtin import codegen, configs, search
 from agent.builtin.recognize import recognize
 from tools.guard import scan as guard
 from tools.judge.compare import tolerance_for
@@ -113,7 +113,7 @@ def test_kernelbench_sized_gemv_splits_k_to_fill_the_gpu_and_indexes_in_int64(tm
     assert rec.plan.kind == "gemv"
     first = search.space(rec.plan)[0]
     programs = (2048 // first["BLOCK_R"]) * first["SPLIT_K"]
-    assert first["SPLIT_K"] > 1 and programs >= 4 * search.SMS
+    assert first["SPLIT_K"] > 1 and programs >= 4 * configs.SMS
     source = codegen.draft(rec.plan, rec.problem, first)
     assert "pid_r.to(tl.int64)" in source and "combine_kernel" in source
 
@@ -134,7 +134,7 @@ def test_few_output_tiles_and_a_long_k_split_k_first(tmp_path):
     rec = recognize(path)
     first = search.space(rec.plan)[0]
     tiles = (256 // first["BLOCK_M"]) * (256 // first["BLOCK_N"])
-    assert first.get("SPLIT_K", 1) > 1 and tiles * first["SPLIT_K"] >= search.SMS and first["precision"] == "ieee"
+    assert first.get("SPLIT_K", 1) > 1 and tiles * first["SPLIT_K"] >= configs.SMS and first["precision"] == "ieee"
     assert "partial_product_kernel" in codegen.draft(rec.plan, rec.problem, first)
     # an ordinary product keeps the matmul template's own order (nothing shape-picked is put first)
     ordinary = recognize(PROBLEMS / "linear_gelu.py").plan

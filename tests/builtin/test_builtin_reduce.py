@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from agent.builtin import codegen, search
+from agent.builtin import codegen, configs, search
 from agent.builtin.recognize import recognize
 from tools.guard import scan as guard
 from helpers_builtin import draft_outputs, load_module
@@ -200,8 +200,8 @@ def test_split_configurations_come_from_the_shapes_and_the_sm_count():
     plan = recognize(PROBLEMS / "layernorm_long.py").plan
     space = search.space(plan)
     assert all(c.get("split") for c in space)  # 2 rows of 32768: one program per row is declined
-    assert {c["programs"] % search.SMS for c in space} == {0}
-    assert len({search.key(c) for c in space}) == len(space)
+    assert {c["programs"] % configs.SMS for c in space} == {0}
+    assert len({configs.key(c) for c in space}) == len(space)
     many = recognize(PROBLEMS / "row_sum.py").plan  # short rows: no split
     assert not any(c.get("split") for c in search.space(many))
 

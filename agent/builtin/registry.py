@@ -1,0 +1,85 @@
+"""The built-in policy's families, one per kind of plan: how each recognizes, drafts and searches
+its kind, in one place (its own module), found here by kind.
+
+A family module ends with `FAMILY = register(Family(kind=..., render=..., space=..., ...))`:
+
+- `render(plan, problem, config, ctx) -> str`: one rendering of the candidate module for a plan
+  and a configuration (agent.builtin.general makes it general over what a user varies);
+- `space(plan) -> [config, ...]`: its configurations, the shape-based default first
+  (agent.builtin.search chooses among them from the feedback);
+- `claims` and `classify`: the IR ops whose presence makes a plan of this kind (a convolution, a
+  pooling window, a scan, an arg-reduction), and the classifier that makes it from the traced
+  nodes; agent.builtin.classify asks the claiming families in `rank` order before its own
+  reductions, products and elementwise plans. A kind made elsewhere (the reductions and products
+  by agent.builtin.classify, attention by agent.builtin.attention_match) claims nothing.
+
+This module imports no family: each registers itself when imported, and agent.builtin.families
+imports them all (the policy imports that). So adding a family touches its own module, its
+template and one line of agent.builtin.families, and no module here imports in a circle
+(tests/builtin/test_registry.py checks both).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agent.builtin.ir import Leaf, Node, Plan, Problem
+    from agent.builtin.templates import Context
+
+
+@dataclass(frozen=True)
+class Family:
+    kind: str
+    render: Callable[["Plan", "Problem", dict[str, Any], "Context"], str]
+    space: Callable[["Plan"], list[dict[str, Any]]]
+    claims: tuple[str, ...] = ()  # IR ops that make a plan of this kind
+    classify: Callable[..., "Plan"] | None = None  # (leaves, nodes, out, out_glue, out_shape, out_dtype) -> Plan
+    rank: int = 0  # among claiming families, lower asks first (a convolution before a pooling window)
+
+
+_FAMILIES: dict[str, Family] = {}
+
+
+def register(family: Family) -> Family:
+    """Add a family (its module's import does it); a kind registered twice is a defect."""
+    if family.kind in _FAMILIES and _FAMILIES[family.kind] is not family:
+        raise ValueError(f"two families of kind {family.kind!r}")
+    if family.claims and family.classify is None:
+        raise ValueError(f"family {family.kind!r} claims ops {family.claims} but has no classify")
+    _FAMILIES[family.kind] = family
+    return family
+
+
+def family(kind: str) -> Family:
+    try:
+        return _FAMILIES[kind]
+    except KeyError:
+        known = ", ".join(sorted(_FAMILIES)) or "none (agent.builtin.families not imported)"
+        raise KeyError(f"no family of plan kind {kind!r} (registered: {known})") from None
+
+
+def kinds() -> list[str]:
+    return sorted(_FAMILIES)
+
+
+def render_plan(plan: "Plan", problem: "Problem", config: dict[str, Any], ctx: "Context") -> str:
+    """One rendering of the module for a plan (the problem's, or one traced at other sizes)."""
+    return family(plan.kind).render(plan, problem, config, ctx)
+
+
+def space(plan: "Plan") -> list[dict[str, Any]]:
+    """The plan's configurations, in their order."""
+    return family(plan.kind).space(plan)
+
+
+def classify_claimed(leaves: list["Leaf"], nodes: list["Node"], out: int, out_glue: Any, out_shape: Any,
+                     out_dtype: Any) -> "Plan | None":
+    """The plan of the first family (by rank) that claims an op among the live nodes; None when none does."""
+    ops = {n.op for n in nodes}
+    for fam in sorted((f for f in _FAMILIES.values() if f.claims), key=lambda f: (f.rank, f.kind)):
+        if ops & set(fam.claims):
+            assert fam.classify is not None
+            return fam.classify(leaves, nodes, out, out_glue, out_shape, out_dtype)
+    return None
