@@ -16,6 +16,8 @@ import signal
 import subprocess
 import time
 
+from tools.processes.launcher import start_child
+
 HOLDER_TIMEOUT_S = 60.0
 HOLDER_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}  # bwrap and its holder need nothing of ours
 NAMESPACES = ("user", "mnt", "net", "ipc", "uts", "cgroup", "pid")
@@ -31,9 +33,10 @@ def hold(argv: list[str], log_fd: int) -> tuple[subprocess.Popen | None, dict[st
     to be new), or its exit status when it could not build one (bwrap said why in the log)."""
     info_r, info_w = os.pipe()
     try:
-        holder = subprocess.Popen([argv[0], "--info-fd", str(info_w), *argv[1:]], pass_fds=(info_w,),
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_fd, env=HOLDER_ENV,
-                                  start_new_session=True, preexec_fn=_die_with_parent)
+        # its parent-death signal follows the thread that starts it: one that lasts (tools/processes/launcher.py)
+        holder = start_child(lambda: subprocess.Popen(
+            [argv[0], "--info-fd", str(info_w), *argv[1:]], pass_fds=(info_w,), stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=log_fd, env=HOLDER_ENV, start_new_session=True, preexec_fn=_die_with_parent))
     finally:
         os.close(info_w)
     try:

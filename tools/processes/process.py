@@ -24,6 +24,7 @@ from tools.processes.replies import check as check_reply
 from tools.processes.zygote import Forked
 from tools.processes.zygote import start as start_forked
 from tools.processes.allowance import Allowance
+from tools.processes.launcher import start_child
 from tools.processes.proctree import tree_rss_bytes
 from tools.sandbox import Launch
 
@@ -76,13 +77,14 @@ class WorkerProcess:
                     self.proc = start_forked(plan, (to_child_r, from_child_w, child_memory.fileno()), out.fileno(),
                                              self._limit_values(), str(cwd))
                 else:
-                    self.proc = subprocess.Popen(
+                    # its parent-death signal follows the thread that starts it: one that lasts (launcher.py)
+                    self.proc = start_child(lambda: subprocess.Popen(
                         plan.argv, pass_fds=(to_child_r, from_child_w, child_memory.fileno(), *plan.pass_fds),
                         stdin=subprocess.DEVNULL,
                         stdout=out, stderr=subprocess.STDOUT, cwd=cwd, env=plan.env, start_new_session=True,
                         user=plan.user, group=plan.user, extra_groups=[] if plan.user is not None else None,
                         preexec_fn=self._set_limits,
-                    )
+                    ))
         finally:
             for fd in (to_child_r, from_child_w, *plan.close_after):
                 os.close(fd)
