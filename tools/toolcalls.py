@@ -101,6 +101,8 @@ def _decode_arguments(arguments: str | dict[str, Any] | None) -> dict[str, Any] 
     except json.JSONDecodeError as exc:
         return FormatError(f"the tool arguments are not valid JSON ({exc.msg} at line {exc.lineno} column "
                            f"{exc.colno}); send a JSON object and escape newlines and quotes in strings")
+    except RecursionError:  # nested deeper than the parser goes: a completion's, never a reason to raise
+        return FormatError("the tool arguments nest too deeply to read; send a flat JSON object")
     if not isinstance(value, dict):
         return FormatError(f"the tool arguments must be a JSON object, not {type(value).__name__}")
     return value
@@ -121,6 +123,8 @@ def validate_source(source: str) -> Submission | FormatError:
         return FormatError(f"the source is not a Python module: SyntaxError at line {exc.lineno}: {exc.msg}")
     except ValueError as exc:  # null bytes
         return FormatError(f"the source is not a Python module: {exc}")
+    except (RecursionError, MemoryError):  # an expression nested past what the parser can hold
+        return FormatError("the source nests an expression too deeply to parse; write it flatter")
     if not _defines(tree, CANDIDATE_CLASS):
         return FormatError(f"the source defines no top-level class {CANDIDATE_CLASS}")
     return Submission(source, source_hash(source))

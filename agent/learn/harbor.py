@@ -11,14 +11,16 @@ Harbor's task format (read by TRL's harbor integration, SkyRL, verifiers' Harbor
                               and the problem as /app/problem.py
         tests/test.sh         the verifier: `python -m agent.learn.harbor verify` with the source the
                               tests/ folder carries (uploaded after the agent ends), so a candidate
-                              that edits the installed ratchet does not edit its judge; it writes
-                              /logs/verifier/reward.txt (the reward) and reward.json (the outcome)
+                              that edits the installed ratchet does not edit its judge; it clears
+                              what an earlier run (or the agent) left in /logs/verifier, then writes
+                              reward.txt and reward.json (the reward alone: Harbor reads every
+                              number there as one) and outcome.json (verdict, reason, components)
         tests/reference.py    the problem, the verifier's own copy
         tests/reward.json     the RewardConfig fields the reward is computed with
 
 The reward is tools/reward's (`KernelReward.score_source`, `score_record`'s policy table): the
 same number `ratchet`'s RL reward gives the same source. An evaluator fault (never the
-candidate's) writes `fault_reward` and `"evaluator_fault": true` in reward.json: mask it.
+candidate's) writes `fault_reward` and `"evaluator_fault": true` in outcome.json: mask it.
 
 What the format cannot give: the verifier runs in the agent's container (Harbor's default), so
 the judge's own copy of ratchet is all that stands apart from what the agent left there; a
@@ -31,7 +33,9 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import re
+import stat
 import sys
 import tarfile
 from dataclasses import asdict, dataclass, field
@@ -222,6 +226,7 @@ APP="${RATCHET_HARBOR_APP:-/app}"
 LOGS="${RATCHET_HARBOR_LOGS:-/logs/verifier}"
 PY="${RATCHET_HARBOR_PYTHON:-python3}"
 mkdir -p "$LOGS"
+rm -f "$LOGS/reward.txt" "$LOGS/reward.json" "$LOGS/outcome.json" "$LOGS/record.json"  # only this run's may stand
 JUDGE="$(mktemp -d)"
 trap 'rm -rf "$JUDGE"' EXIT
 # the judge's own ratchet: uploaded with tests/ after the agent ended, first on the path; run from
@@ -236,7 +241,8 @@ for name in $(compgen -e | grep '^PYTHON'); do unset "$name"; done  # nor the ev
 status=$?
 if [ ! -s "$LOGS/reward.txt" ]; then  # the verifier itself failed: neutral, and said so
   echo 0 > "$LOGS/reward.txt"
-  printf '{"reward": 0.0, "verdict": "error", "evaluator_fault": true, "reason": "the verifier exited %s"}\\n' "$status" > "$LOGS/reward.json"
+  echo '{"reward": 0.0}' > "$LOGS/reward.json"
+  printf '{"reward": 0.0, "verdict": "error", "evaluator_fault": true, "reason": "the verifier exited %s"}\\n' "$status" > "$LOGS/outcome.json"
 fi
 exit 0
 """
@@ -244,7 +250,8 @@ exit 0
 
 def verify(reference: Path, candidate: Path, config_path: Path, logs: Path, device: str | None = None) -> dict[str, Any]:
     """Score the candidate file against the reference with the task's reward settings; write
-    reward.txt, reward.json (the outcome, without the record) and record.json (the evaluator's)."""
+    reward.txt, reward.json (the reward alone), outcome.json (the outcome, without the record) and
+    record.json (the evaluator's)."""
     from tools.reward.kernel_reward import KernelReward, format_outcome
     from tools.reward.score import RewardConfig, fault_outcome
     from tools.toolcalls import FormatError
@@ -253,22 +260,47 @@ def verify(reference: Path, candidate: Path, config_path: Path, logs: Path, devi
     sandbox = settings.pop("sandbox", "required")
     config = RewardConfig(**settings, device=device, spares=1, eval_options={"sandbox": sandbox})
     logs.mkdir(parents=True, exist_ok=True)
-    if not candidate.is_file():
-        outcome = format_outcome(FormatError(f"no {candidate} was written"), str(reference), config)
+    source = read_candidate(candidate)
+    if isinstance(source, FormatError):
+        outcome = format_outcome(source, str(reference), config)
     else:
-        source = candidate.read_text(errors="replace")
         try:
             with KernelReward(config) as reward:
                 outcome = reward.score_source(reference, source)
-        except Exception as exc:  # noqa: BLE001 - the task's fault, never the agent's: a masked fault, said in reward.json
+        except Exception as exc:  # noqa: BLE001 - the task's fault, never the agent's: a masked fault, said in outcome.json
             outcome = fault_outcome(exc, str(reference), source, config)
     data = outcome.to_dict(record=False)
     data["judge"] = {"source": str(PROJECT_ROOT), "version": _version()}  # which ratchet judged it
-    (logs / "reward.json").write_text(json.dumps(data, indent=1, default=str) + "\n")
+    # Harbor takes every number in reward.json as a reward: the reward alone there, the outcome beside it
+    (logs / "reward.json").write_text(json.dumps({"reward": outcome.reward}) + "\n")
+    (logs / "outcome.json").write_text(json.dumps(data, indent=1, default=str) + "\n")
     if outcome.record is not None:
         (logs / "record.json").write_text(json.dumps(outcome.record, indent=1, default=str) + "\n")
     (logs / "reward.txt").write_text(f"{outcome.reward}\n")
     return data
+
+
+def read_candidate(path: Path) -> "str | Any":
+    """The candidate's source, or a FormatError (from tools.toolcalls) saying why there is none: not
+    written, not a regular file, larger than any source the evaluator takes (read no further), not
+    text. A UTF-8 byte-order mark is dropped, as Python itself drops it."""
+    from tools.toolcalls import MAX_SOURCE_CHARS, FormatError
+
+    try:
+        with open(path, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return FormatError(f"{path} is not a regular file")
+            data = f.read(4 * MAX_SOURCE_CHARS + 1)
+    except FileNotFoundError:
+        return FormatError(f"no {path} was written")
+    except OSError as exc:
+        return FormatError(f"{path} could not be read: {exc.strerror or exc}")
+    if len(data) > 4 * MAX_SOURCE_CHARS:
+        return FormatError(f"{path} is larger than any source the evaluator takes ({MAX_SOURCE_CHARS} characters)")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        return FormatError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start})")
 
 
 def _version() -> str:

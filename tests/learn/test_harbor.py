@@ -58,12 +58,13 @@ def test_every_suite_problem_is_a_task_folder_in_harbors_layout(tasks):
     assert not any("__pycache__" in n for n in names)
 
 
-def verify(task: Path, tmp_path: Path, candidate: str | None) -> tuple[float, dict, dict | None]:
-    """Run the task's tests/test.sh as Harbor would; the reward, reward.json and the record."""
+def verify(task: Path, tmp_path: Path, candidate: str | None, keep: bool = False) -> tuple[float, dict, dict | None]:
+    """Run the task's tests/test.sh as Harbor would; the reward, outcome.json and the record.
+    `keep`: the app folder is already there, as the test left it."""
     app, logs = tmp_path / "app", tmp_path / "logs" / "verifier"
-    app.mkdir(parents=True)
+    app.mkdir(parents=True, exist_ok=keep)
     if candidate is not None:
-        (app / "model_new.py").write_text(candidate)
+        (app / "model_new.py").write_text(candidate, encoding="utf-8")
     for package in ("agent", "tools", "torch"):  # what an agent might leave beside its kernel to be imported instead
         (app / package).mkdir()
         (app / package / "__init__.py").write_text("import sys\nsys.exit('hijacked: the judge imported the agent\\'s module')\n")
@@ -75,7 +76,8 @@ def verify(task: Path, tmp_path: Path, candidate: str | None) -> tuple[float, di
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     reward = float((logs / "reward.txt").read_text())
-    outcome = json.loads((logs / "reward.json").read_text())
+    assert json.loads((logs / "reward.json").read_text()) == {"reward": reward}  # the reward alone: Harbor sums numbers
+    outcome = json.loads((logs / "outcome.json").read_text())
     record = json.loads((logs / "record.json").read_text()) if (logs / "record.json").exists() else None
     return reward, outcome, record
 
@@ -99,6 +101,24 @@ def test_the_verifier_pays_a_wrong_or_missing_modelnew_as_the_reward_does(tasks,
     reward, outcome, record = verify(task, tmp_path / "missing", None)
     assert (reward, outcome["verdict"], record) == (0.0, "format_error", None)
     assert "model_new.py" in outcome["reason"]
+
+
+def test_what_an_agent_leaves_cannot_raise_or_keep_a_reward(tasks, tmp_path):
+    """An attacker's finds: a forged reward left in the logs folder with a candidate too large to
+    read (the verifier kept the forgery when it failed), and a correct kernel saved with a BOM."""
+    task = tasks / "01-swish-scale"
+    app, logs = tmp_path / "huge" / "app", tmp_path / "huge" / "logs" / "verifier"
+    logs.mkdir(parents=True)
+    (logs / "reward.txt").write_text("1.0\n")
+    (logs / "reward.json").write_text('{"reward": 1.0, "verdict": "ok"}\n')
+    app.mkdir(parents=True)
+    with open(app / "model_new.py", "wb") as f:
+        f.truncate(1 << 40)  # sparse: a terabyte read would never end
+    reward, outcome, record = verify(task, tmp_path / "huge", None, keep=True)
+    assert (reward, outcome["verdict"], record) == (0.0, "format_error", None) and "larger than" in outcome["reason"]
+    bom = "\ufeff" + (CANDIDATES / "01_swish_scale.py").read_text()
+    reward, outcome, _ = verify(task, tmp_path / "bom", bom)
+    assert (reward, outcome["verdict"]) == (0.4, "ok")
 
 
 def test_a_bad_export_is_one_line(tmp_path, capsys):

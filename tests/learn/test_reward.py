@@ -213,7 +213,12 @@ def test_what_raises_is_the_callers_mistake():
     [{"role": "assistant", "tool_calls": [{"function": {"name": "submit_kernel", "arguments": 5}}]}],
     '{"name": "submit_kernel", "arguments": [1, 2]}',
     b"class ModelNew: pass",
-], ids=["null-text-part", "function-a-string", "tool-calls-a-dict", "arguments-an-int", "arguments-a-list", "bytes"])
+    # nested past what the parsers hold (an attacker's find: RecursionError / MemoryError out of the reward)
+    "x = " + "a." * 50000 + "b\nclass ModelNew: pass\n",
+    "-" * 100000 + "1\nclass ModelNew: pass\n",
+    [{"role": "assistant", "tool_calls": [{"function": {"name": "submit_kernel", "arguments": "[" * 100000}}]}],
+], ids=["null-text-part", "function-a-string", "tool-calls-a-dict", "arguments-an-int", "arguments-a-list", "bytes",
+        "deep-attribute-chain", "deep-unary", "deep-json-arguments"])
 def test_a_malformed_completion_is_a_format_error_never_an_exception(completion):
     assert isinstance(extract_source(completion), FormatError)
 
