@@ -26,6 +26,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000; 0: any free one)")
     p.add_argument("--max-sessions", type=int, default=4, metavar="N", help="episodes at once (default 4)")
     p.add_argument("--max-attempts", type=int, default=20, metavar="N", help="attempts per episode (default 20)")
+    p.add_argument("--idle-timeout", type=float, default=600.0, metavar="S",
+                   help="close a session that sends nothing for S seconds (default 600)")
     p.add_argument("--device", help="evaluation device (default: cuda:0 when there is a GPU, else cpu)")
     p.add_argument("--precision", choices=("fp32", "tf32"), default="fp32", help="the baselines' float32 arithmetic")
     p.add_argument("--sandbox", choices=("required", "best-effort"), default="required", help="the candidates' sandbox")
@@ -42,6 +44,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--port {args.port}: not a port (0 to 65535)")
     if args.max_sessions < 1 or args.max_attempts < 1:
         raise UsageError("--max-sessions and --max-attempts must be at least 1")
+    if not args.idle_timeout > 0:
+        raise UsageError(f"--idle-timeout {args.idle_timeout:g}: must be positive")
     device = check_device(args.device, f"--device {args.device}") if args.device else None
     try:
         problems = problems_of(args.problems)
@@ -57,8 +61,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"ratchet serve: {problem}: {exc}", file=sys.stderr)
             return EXIT_BAD_PROBLEM
     config = ServerConfig(problems=problems, host=args.host, port=args.port, max_sessions=args.max_sessions,
+                          idle_timeout_s=args.idle_timeout,
                           env={"max_attempts": args.max_attempts},
-                          reward={"device": device, "precision": args.precision, "spares": 1,
+                          reward={"device": device, "precision": args.precision, "spares": args.max_sessions,
                                   "eval_options": {"sandbox": args.sandbox}})
     try:
         server = EnvServer(config).start()

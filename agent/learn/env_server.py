@@ -19,14 +19,18 @@ submission (KernelEnv: the agent's own feedback, prompts and rules). Plain GETs 
 `/metadata` and `/schema`.
 
 Sessions: one KernelEnv per connection, all sharing one KernelReward (its evaluators stay warm
-across episodes, one per problem). At most `max_sessions` connections hold a session: the next one
-gets a `CAPACITY_REACHED` error naming the limit and is closed (retry later), so episodes never
-queue behind each other unseen. A malformed message gets an error and the session goes on. Only
-the problems the server was started with can be reset to, by name (the file's stem) or path.
+across episodes, one per problem, with a spare candidate worker per session). At most
+`max_sessions` connections hold a session: the next one gets a `CAPACITY_REACHED` error naming the
+limit and is closed (retry later), and a session silent for `idle_timeout_s` is closed, so an idle
+client cannot hold the slots. A malformed message gets an error and the session goes on. Only the
+problems the server was started with can be reset to, by name (the file's stem) or path.
+Evaluations of different sessions overlap where nothing is timed; on a GPU with timing on they
+take turns on the device (the reward's `exclusive_timing`: timing has the card to itself), so a
+candidate that stalls to its deadline delays the others that long.
 
-Written on the `websockets` library's threaded server (a connection per thread: an evaluation
-blocks only its own episode), not on OpenEnv's FastAPI server: that package brings gradio, MCP
-and a web UI into the evaluator's process for three message types.
+Written on the `websockets` library's threaded server (a connection per thread), not on OpenEnv's
+FastAPI server: that package brings gradio, MCP and a web UI into the evaluator's process for
+three message types.
 """
 from __future__ import annotations
 
@@ -47,6 +51,7 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 8000
     max_sessions: int = 4
+    idle_timeout_s: float = 600.0  # a session that sends nothing this long is closed (its slot freed)
     env: dict[str, Any] = field(default_factory=dict)  # EnvConfig fields (max_attempts, language, ...)
     reward: dict[str, Any] = field(default_factory=dict)  # RewardConfig fields (device, precision, ...)
 
@@ -134,6 +139,8 @@ class EnvServer:
 
     # sessions ------------------------------------------------------------------------------------
     def _session(self, websocket: Any) -> None:
+        from websockets.exceptions import ConnectionClosed
+
         if not self._slots.acquire(blocking=False):
             websocket.send(_error(f"all {self.config.max_sessions} sessions are busy (each holds a GPU slot of this "
                                   "server's evaluators); retry later or start the server with more --max-sessions",
@@ -144,12 +151,20 @@ class EnvServer:
             self.active += 1
         session = Session(self)
         try:
-            for raw in websocket:
+            while True:
+                try:
+                    raw = websocket.recv(timeout=self.config.idle_timeout_s)
+                except TimeoutError:  # a connection that holds a slot and says nothing frees it
+                    websocket.send(_error(f"no message for {self.config.idle_timeout_s:g} s: the session is closed "
+                                          "and its slot freed", "SESSION_ERROR"))
+                    break
                 reply, close = session.handle(raw)
                 if reply is not None:
                     websocket.send(reply)
                 if close:
                     break
+        except ConnectionClosed:
+            pass  # the client went away (or sent a frame past the size limit): its session ends with it
         finally:
             with self._lock:
                 self.active -= 1
@@ -176,6 +191,8 @@ class Session:
             message = json.loads(raw)
         except (TypeError, ValueError) as exc:
             return _error(f"invalid JSON: {exc}", "INVALID_JSON"), False
+        except RecursionError:
+            return _error("invalid JSON: nested deeper than this server reads", "INVALID_JSON"), False
         if not isinstance(message, dict):
             return _error("a message is a JSON object with a `type`", "VALIDATION_ERROR"), False
         kind, data = message.get("type"), message.get("data") or {}
@@ -222,7 +239,7 @@ class Session:
             raise Protocol("step before reset: send a reset first", "SESSION_ERROR")
         if self.env.done:
             raise Protocol("the episode is done: send a reset to start another", "SESSION_ERROR")
-        given = [k for k in ("tool_call", "message", "stop") if data.get(k) is not None]
+        given = [k for k in ("tool_call", "message") if data.get(k) is not None] + (["stop"] if data.get("stop") is True else [])
         if len(given) != 1:
             raise Protocol("a step's data holds exactly one of tool_call (an OpenAI tool call), message (an "
                            "assistant message) or stop (true: the policy ends the episode)")

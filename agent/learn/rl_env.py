@@ -19,7 +19,8 @@ ones are answered "not run"), auxiliary calls (`get_best`, `diff_against_best`, 
 are answered from this episode's attempts and cost nothing, a reply with no tool call or a
 malformed call is a format error that counts as an attempt, and `max_aux_rounds + 1`
 auxiliary-only turns in a row count as a format error too. A source submitted again in the
-same episode is not evaluated again (the agent tells the model so) and earns `repeat_reward`,
+same episode (the same syntax tree: comments, layout and docstrings aside) is not evaluated again
+(the agent tells the model so) and earns `repeat_reward`,
 unless its evaluation was an evaluator fault (verdict error): then it is evaluated again.
 
 Rewards: a submission earns `tools.reward.score.score_record` of its result (see
@@ -169,10 +170,11 @@ class KernelEnv:
         return new, reward, self.done, info
 
     def _submission(self, sub: Submission, remaining: int) -> tuple[str, float, dict[str, Any]]:
-        earlier = self.by_hash.get(sub.source_hash)
+        same = code_key(sub.source)  # a comment or a blank line more is the same kernel submitted again
+        earlier = self.by_hash.get(same)
         repeat = earlier is not None and self.attempts[earlier][1].get("verdict") != Verdict.ERROR.value
         if repeat:
-            number = self.by_hash[sub.source_hash]
+            number = self.by_hash[same]
             source, record, attempt = self.attempts[number]
             outcome = self.reward.score_source(self.problem, source, self.entry)
             reward, improved = self.config.repeat_reward, False
@@ -185,7 +187,7 @@ class KernelEnv:
             improved = beats(attempt, incumbent)
             attempt.became_best = attempt.is_best = improved
             self.attempts[number] = (sub.source, record, attempt)
-            self.by_hash[sub.source_hash] = number
+            self.by_hash[same] = number
             reward = outcome.reward
             if improved:
                 self.best = summary(attempt, record)
@@ -238,6 +240,24 @@ class EpisodeAttempts:
     def record(self, number: Any) -> dict[str, Any] | None:
         found = self.env.attempts.get(number)
         return found[1] if found else None
+
+
+def code_key(source: str) -> str:
+    """What makes two submissions the same kernel: their syntax trees without comments, layout and
+    docstrings (an attacker's find: a new comment made the same correct kernel pay again and again)."""
+    import ast
+    import hashlib
+
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return hashlib.sha256(source.encode()).hexdigest()  # read_turn refused it already; its text is its key
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(body, list) and body and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]  # type: ignore[attr-defined]
+    return hashlib.sha256(ast.dump(tree).encode()).hexdigest()
 
 
 def static_baseline(problem: Any) -> dict[str, Any]:

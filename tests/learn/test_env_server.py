@@ -53,7 +53,8 @@ def test_a_full_episode_with_the_scripted_model(server):
     health = json.loads(urllib.request.urlopen(f"{url}/health", timeout=10).read())
     assert health["status"] == "healthy" and health["max_sessions"] == 1
     assert json.loads(urllib.request.urlopen(f"{url}/metadata", timeout=10).read())["problems"] == ["swish_problem"]
-    script = [text("I will think first."), submit(CANDIDATE), submit(CANDIDATE)]
+    # the third reply is the same kernel with a comment more: the same kernel (an attacker farmed rewards so)
+    script = [text("I will think first."), submit(CANDIDATE), submit(CANDIDATE + "\n# now surely faster\n")]
     with Loopback(script) as model, connect(f"ws://127.0.0.1:{server.port}/ws") as ws:
         client = OpenAI(base_url=model.url, api_key="none", max_retries=0)
         reset = ask(ws, {"type": "reset", "data": {"problem": "swish_problem"}})
@@ -73,7 +74,7 @@ def test_a_full_episode_with_the_scripted_model(server):
             done = data["done"]
         state = ask(ws, {"type": "state"})
     # no tool call: a format error (an attempt, reward 0); then the honest kernel (0.4 on a CPU:
-    # built and correct, not timed); then the same source again (not evaluated: repeat_reward 0)
+    # built and correct, not timed); then the same kernel again (not evaluated: repeat_reward 0)
     assert verdicts == ["format_error", "ok", "ok"] and rewards == [0.0, 0.4, 0.0]
     assert state["type"] == "state" and state["data"]["attempts_used"] == 3 and state["data"]["done"]
     assert state["data"]["total_reward"] == pytest.approx(0.4) and state["data"]["step_count"] == 3
@@ -82,6 +83,7 @@ def test_a_full_episode_with_the_scripted_model(server):
 def test_a_malformed_message_is_answered_and_the_session_goes_on(server):
     with connect(f"ws://127.0.0.1:{server.port}/ws") as ws:
         assert ask(ws, "{not json")["data"]["code"] == "INVALID_JSON"
+        assert ask(ws, "[" * 200000 + "]" * 200000)["data"]["code"] == "INVALID_JSON"  # deeper than json reads
         assert ask(ws, {"type": "jump"})["data"]["code"] == "UNKNOWN_TYPE"
         early = ask(ws, {"type": "step", "data": {"stop": True}})
         assert early["data"]["code"] == "SESSION_ERROR" and "reset" in early["data"]["message"]
@@ -94,6 +96,7 @@ def test_a_malformed_message_is_answered_and_the_session_goes_on(server):
         assert shapeless["data"]["code"] == "EXECUTION_ERROR" and "could not be acted on" in shapeless["data"]["message"]
         both = ask(ws, {"type": "step", "data": {"stop": True, "message": {"role": "assistant"}}})
         assert both["data"]["code"] == "VALIDATION_ERROR"
+        assert ask(ws, {"type": "step", "data": {"stop": False}})["data"]["code"] == "VALIDATION_ERROR"  # not a stop
         stopped = ask(ws, {"type": "step", "data": {"stop": True}})
         assert stopped["data"]["done"] and stopped["data"]["reward"] == 0.0
         after = ask(ws, {"type": "step", "data": {"stop": True}})
@@ -113,6 +116,18 @@ def test_a_connection_past_max_sessions_is_told_and_closed(server):
         time.sleep(0.05)
     with connect(f"ws://127.0.0.1:{server.port}/ws") as third:
         assert ask(third, {"type": "state"})["type"] == "state"
+
+
+def test_a_silent_session_is_closed_and_its_slot_freed():
+    config = ServerConfig(problems=[PROBLEM], port=0, max_sessions=1, idle_timeout_s=1.0, reward={"device": "cpu"})
+    with EnvServer(config) as server, connect(f"ws://127.0.0.1:{server.port}/ws") as idle:
+        closed = json.loads(idle.recv(timeout=30))  # nothing sent: after a second the server says so
+        assert closed["data"]["code"] == "SESSION_ERROR" and "slot freed" in closed["data"]["message"]
+        deadline = time.monotonic() + 10
+        while server.active and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with connect(f"ws://127.0.0.1:{server.port}/ws") as next_one:
+            assert ask(next_one, {"type": "state"})["type"] == "state"
 
 
 def test_ratchet_serve_starts_listens_and_stops_on_ctrl_c(tmp_path):
