@@ -279,7 +279,7 @@ def test_an_interrupted_remote_run_resumes_from_the_driver_checkpoint(remote_env
     assert driver.log == []  # every request, the model error's checkpoint write too, was carried out
 
 
-def test_report_reads_schema_1_and_schema_2_rows(tmp_path, capsys):
+def test_report_reads_rows_of_every_schema(tmp_path, capsys):
     run = tmp_path / "run"
     run.mkdir()
     old = {"schema": 1, "problem": "1_old", "status": "finished", "verdict": "ok", "correct": True,
@@ -287,7 +287,8 @@ def test_report_reads_schema_1_and_schema_2_rows(tmp_path, capsys):
            "attempts": 2, "tokens": 10, "device_s": 1.0, "device": "cpu"}
     new = crashed_row({"key": "2_new", "problem": "/x/2_new.py", "device": "cpu", "executor": "ray", "node": "n1"},
                       "node died", 3.0)
-    assert new["schema"] == 2 and new["executor"] == "ray" and new["node"] == "n1"
+    assert new["schema"] == ROW_SCHEMA == 3 and new["executor"] == "ray" and new["node"] == "n1"
+    assert new["trials"] is None and new["attempts_to_correct"] is None  # schema 3's fields, in every row
     log = RunLog(run / "results.jsonl")
     log.append(old)
     log.append(new)

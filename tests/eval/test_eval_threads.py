@@ -41,3 +41,19 @@ def test_an_evaluation_on_a_thread_that_ends_leaves_the_next_one_working(tmp_pat
         assert_ok(ev.evaluate(source("elementwise_ok") + "\n# the spare started on the ended thread\n"))
     finally:
         ev.close()
+
+
+def test_a_spare_killed_before_it_was_handed_the_candidate_is_replaced_not_charged(tmp_path: Path) -> None:
+    """Whoever kills a spare worker before it gets a candidate (a zygote killed under it, as CI saw:
+    "the worker zygote ended before it forked this worker: exit status -9"), the candidate is not
+    `crashed`: another worker is taken."""
+    ev = evaluator("elementwise", tmp_path, spares=1)
+    try:
+        spare = ev._spares[0]
+        spare.stop()  # SIGKILL its process group and its sandbox's holder
+        spare.proc.wait(timeout=30)
+        result = ev.evaluate(source("elementwise_ok"))
+        assert_ok(result)
+        assert result.phases.get("start_retries") == 1
+    finally:
+        ev.close()

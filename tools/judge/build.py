@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from tools.judge.verdict import Failure, passed, reply_failure
+from tools.judge.verdict import FAULT_ADVICE, Failure, passed, reply_failure
 from tools.processes import builds
 from tools.processes.allowance import Allowance
 from tools.processes.process import WorkerGone
@@ -47,17 +47,38 @@ def cuda_build(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
     return None
 
 
+START_TRIES = 3  # workers taken before a failure to start is the evaluator's verdict
+
+
 def worker(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
-    """Step: the candidate's worker, ready (started ahead of need: what this evaluation waited for)."""
-    evaluation.worker = proc = bench.take_worker()
+    """Step: the candidate's worker, ready (started ahead of need: what this evaluation waited for).
+    A worker that dies or fails before it is handed the candidate (starting, or ready and waiting)
+    has run nothing of the candidate's: it is the evaluator's loss (a zygote killed under it, a holder gone), never the candidate's
+    `crashed`. Another is taken; after START_TRIES, the verdict is an evaluator fault (`error`)."""
     t0 = time.monotonic()
-    ready = proc.wait_ready(bench.options.start_timeout)
-    if ready.get("op") != "ready":
-        raise WorkerGone("crashed", f"the candidate worker did not start: {ready.get('message')}")
+    lost: list[str] = []
+    for _ in range(START_TRIES):
+        evaluation.worker = proc = bench.take_worker()
+        try:
+            ready = proc.wait_ready(bench.options.start_timeout)
+            if ready.get("op") == "ready":
+                bench.builds.publish_tools_layer(proc)  # asked before it is handed any candidate
+                if proc.alive():  # a spare that was ready may have died since, candidate-less
+                    break
+                ready = {"op": "gone", "message": f"the ready worker died (exit status {proc.proc.poll()})"}
+        except WorkerGone as exc:
+            ready = {"op": "gone", "message": str(exc)}
+        lost.append(str(ready.get("message")))
+        proc.kill()
+    else:
+        return Failure(Verdict.ERROR, "evaluator:worker-start", f"{START_TRIES} candidate workers did not start: "
+                       f"{'; '.join(lost)}", f"ratchet's evaluator failed (no candidate worker started: {lost[-1]}); "
+                       f"{FAULT_ADVICE}")
+    if lost:
+        evaluation.result.phases["start_retries"] = len(lost)  # a diagnostic: spares lost before the candidate
     evaluation.result.environment["sandbox"]["applied"] = ready.get("confined", [])
     evaluation.result.phases["start"] = round(time.monotonic() - t0, 4)
     evaluation.result.phases.update(proc.boot_phases(ready))
-    bench.builds.publish_tools_layer(proc)
     return None
 
 
