@@ -130,3 +130,13 @@ def test_a_source_too_deeply_nested_to_read_is_rejected_never_an_error(tmp_path,
         result = ev.evaluate(text)
     assert_verdict(result, Verdict.REJECTED, "guard:unreadable", "could not be read")
     assert score_record(result).reward == 0.0 and not score_record(result).evaluator_fault
+
+
+def test_a_source_too_large_for_the_worker_is_a_compile_error_saying_so(strict):
+    """An attacker's find: an honest kernel padded with ~100 MB of comments was `crashed` (the worker
+    died reading a frame past its limit); it is refused at once, with the size and the limit."""
+    from tools.judge.static import MAX_CANDIDATE_CHARS
+
+    padded = source("elementwise_ok") + "#" * (MAX_CANDIDATE_CHARS + 1) + "\n"
+    assert_verdict(strict.evaluate(padded), Verdict.COMPILE_ERROR, "parse", f"at most {MAX_CANDIDATE_CHARS}")
+    assert_ok(strict.evaluate(source("elementwise_ok") + "#" * 100_000 + "\n"))  # a long comment under it is fine

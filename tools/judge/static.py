@@ -13,6 +13,10 @@ from tools.judge.verdict import Failure, decide, passed, pending
 from tools.problem import ProblemInfo, candidate_problems
 from tools.record import Result, Verdict
 
+# a source longer than this is refused at once: escaped as JSON it could pass the worker's 16 MiB
+# frame header, and the worker would die reading it (a `crashed` that says nothing of the cause)
+MAX_CANDIDATE_CHARS = 4 << 20
+
 if TYPE_CHECKING:
     from tools.judge.bench import Bench
     from tools.judge.evaluation import Evaluation
@@ -28,6 +32,9 @@ def scan(source: str, result: Result, disabled: frozenset[str] = frozenset(),
          single_op_family: str | None = None) -> tuple[Failure | None, guard.Scan | None]:
     """Parse and the static guard: (None, the scan), or (the failure, None)."""
     t0 = time.monotonic()
+    if len(source) > MAX_CANDIDATE_CHARS:  # it would not fit a request frame to the worker (tools/wire/protocol.py)
+        return Failure(Verdict.COMPILE_ERROR, "parse", f"the source is {len(source)} characters; the evaluator takes at "
+                       f"most {MAX_CANDIDATE_CHARS}"), None
     try:  # the source is the candidate's: anything reading it fails on its account, never ours
         problem = candidate_problems(source)
         if problem:
