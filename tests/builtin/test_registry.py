@@ -8,6 +8,7 @@ from pathlib import Path
 
 import agent.builtin  # noqa: F401 - imports the families, which register themselves
 from agent.builtin import registry
+from helpers_imports import strongly_connected  # the finder tests/test_layers.py checks on a made-up circle
 
 PACKAGE = Path(__file__).resolve().parents[2] / "agent" / "builtin"
 KINDS = {"pointwise", "rowwise", "colwise", "matmul", "gemv", "mm_reduce", "twolevel", "pool", "scan", "argreduce",
@@ -41,51 +42,11 @@ def imports_of(path: Path, modules: set[str]) -> set[str]:
     return found & modules
 
 
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components of more than one module, or a module importing itself."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on: set[str] = set()
-    out: list[list[str]] = []
-
-    def strong(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on.add(v)
-        for w in sorted(graph[v]):
-            if w not in index:
-                strong(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1 or v in graph[v]:
-                out.append(sorted(component))
-
-    for v in sorted(graph):
-        if v not in index:
-            strong(v)
-    return out
-
-
 def test_no_module_of_the_policy_imports_in_a_circle():
     modules = {p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
     graph = {m: imports_of(PACKAGE / f"{m}.py", modules) for m in modules}
     assert graph["conv_reduce"] >= {"conv", "classify", "registry"}  # the walk sees imports (a sanity check)
-    assert not cycles(graph), cycles(graph)
-
-
-def test_the_cycle_finder_finds_a_circle():
-    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    assert cycles({"a": {"b"}, "b": set()}) == []
+    assert not strongly_connected(graph), strongly_connected(graph)
 
 
 def test_every_plan_kind_is_a_registered_family_and_only_the_registry_dispatches_on_kinds():
