@@ -17,6 +17,17 @@ from agent.builtin.templates import ONE_TILE_MAX, Context, common_variables, ren
 FEW_ROWS, LONG_ROW = 64, 32768  # fewer rows than this, each at least this long: only split configurations
 
 
+def row_tile(rows: int, width: int) -> tuple[dict[str, list[Group]], dict[str, Any]]:
+    """The index spaces of a block of rows and the loop over a row's width: the rowwise kernels'
+    (and agent.builtin.twolevel's first stage)."""
+    spaces = {"full": [Group(rows, "rows", "rmask", "[:, None]"), Group(width, "cols", "cmask", "[None, :]")],
+              "row": [Group(rows, "rows", "rmask", "[:, None]")]}
+    loop = {"tile": "[BLOCK_M, BLOCK_R]", "mask": "mask", "header": f"for r0 in range(0, {width}, BLOCK_R):",
+            "setup": ["cols = r0 + tl.arange(0, BLOCK_R)", f"cmask = cols < {width}",
+                      "mask = rmask[:, None] & cmask[None, :]"]}
+    return spaces, loop
+
+
 def render_rowwise(plan: Plan, problem: Problem, config: dict[str, Any], ctx: Context) -> str:
     full = tuple(plan.full_shape)
     d0 = plan.red_dims[0]
@@ -27,11 +38,7 @@ def render_rowwise(plan: Plan, problem: Problem, config: dict[str, Any], ctx: Co
         # (agent.builtin.split; search.space offers only those for such rows)
         raise Unrecognized(f"{rows} rows of {width} elements for one program per row (a split configuration "
                            "reduces them)")
-    spaces = {"full": [Group(rows, "rows", "rmask", "[:, None]"), Group(width, "cols", "cmask", "[None, :]")],
-              "row": [Group(rows, "rows", "rmask", "[:, None]")]}
-    loop = {"tile": "[BLOCK_M, BLOCK_R]", "mask": "mask", "header": f"for r0 in range(0, {width}, BLOCK_R):",
-            "setup": ["cols = r0 + tl.arange(0, BLOCK_R)", f"cmask = cols < {width}",
-                      "mask = rmask[:, None] & cmask[None, :]"]}
+    spaces, loop = row_tile(rows, width)
     em = Emitter(plan, spaces, reduce_group=1, looped=looped, loop=loop)
     out = plan.nodes[plan.out]
     out_full = math.prod(out.shape) == rows * width

@@ -21,7 +21,7 @@ from agent.builtin.fused import reduction_deps
 from agent.builtin.indexing import Group
 from agent.builtin.ir import Leaf, Node, Plan, Problem, Unrecognized
 from agent.builtin.registry import Family, register
-from agent.builtin.rowwise import row_configs
+from agent.builtin.rowwise import row_configs, row_tile
 from agent.builtin.templates import Context, common_variables, render, store_value
 
 NEUTRAL = {"sum": "0.0", "max": '-float("inf")', "min": 'float("inf")'}
@@ -97,11 +97,7 @@ def render_two_level(plan: Plan, problem: Problem, config: dict[str, Any], ctx: 
     if found is None:
         raise Unrecognized("a two-level plan whose reductions are not two levels")
     _, second = found
-    spaces = {"full": [Group(rows, "rows", "rmask", "[:, None]"), Group(width, "cols", "cmask", "[None, :]")],
-              "row": [Group(rows, "rows", "rmask", "[:, None]")]}
-    loop = {"tile": "[BLOCK_M, BLOCK_R]", "mask": "mask", "header": f"for r0 in range(0, {width}, BLOCK_R):",
-            "setup": ["cols = r0 + tl.arange(0, BLOCK_R)", f"cmask = cols < {width}",
-                      "mask = rmask[:, None] & cmask[None, :]"]}
+    spaces, loop = row_tile(rows, width)
     em = Emitter(plan, spaces, reduce_group=1, looped=looped, loop=loop)
     stores, combined = [], []
     for slot, i in enumerate(second):

@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from agent.cli.exit_codes import EXIT_BAD_PROBLEM, EXIT_FLAGGED, EXIT_USAGE
+from helpers_cli import one_line
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = str(ROOT / "examples" / "swish_problem.py")
@@ -30,17 +31,6 @@ def ratchet(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None) -> 
     base = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "RATCHET_"))}
     return subprocess.run([sys.executable, "-m", "agent.cli", *args], cwd=cwd, env={**base, **(env or {})},
                           capture_output=True, text=True, timeout=240)
-
-
-def one_line(proc: subprocess.CompletedProcess, code: int, *fragments: str) -> str:
-    """Assert the exit code, a single stderr line holding every fragment, and no traceback."""
-    assert proc.returncode == code, (proc.returncode, proc.stderr)
-    assert "Traceback" not in proc.stderr, proc.stderr
-    lines = proc.stderr.splitlines()
-    assert len(lines) == 1, proc.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
-    return lines[0]
 
 
 # --- devices: one check (agent.cli.checks.check_device) for every command -----------------------

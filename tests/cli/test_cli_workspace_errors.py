@@ -17,6 +17,7 @@ import pytest
 
 from agent.cli.exit_codes import EXIT_USAGE
 from agent.workspace.root import Workspace
+from helpers_cli import one_line
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "swish_problem.py"
@@ -42,16 +43,6 @@ def ratchet(*args: str, confined: bool = False) -> subprocess.CompletedProcess:
     prefix = (PREFIX or []) if confined else []
     return subprocess.run([*prefix, sys.executable, "-m", "agent.cli", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=240)
-
-
-def one_line(proc: subprocess.CompletedProcess, *fragments: str) -> str:
-    assert proc.returncode == EXIT_USAGE, (proc.returncode, proc.stderr)
-    assert "Traceback" not in proc.stderr, proc.stderr
-    lines = proc.stderr.splitlines()
-    assert len(lines) == 1, proc.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
-    return lines[0]
 
 
 @pytest.fixture
@@ -88,7 +79,7 @@ def test_an_unreadable_workspace_is_named_by_every_command(workspace, tmp_path, 
         "batch": batch_args(root, tmp_path / "run"),
     }
     for name, args in commands.items():
-        line = one_line(ratchet(*args, confined=True), f"ratchet {name}: ", "cannot read ", "Permission denied")
+        line = one_line(ratchet(*args, confined=True), EXIT_USAGE, f"ratchet {name}: ", "cannot read ", "Permission denied")
         assert str(root) in line, line  # the root or the repository below it, never "no workspace"
     assert not (tmp_path / "run").exists() and not (tmp_path / "x.jsonl").exists() and not (tmp_path / "best.py").exists()
 
@@ -97,7 +88,7 @@ def test_an_unreadable_workspace_is_named_by_every_command(workspace, tmp_path, 
 def test_a_read_only_workspace_is_refused_before_any_work(workspace):
     root, repo = workspace
     repo.chmod(0o555)
-    one_line(ratchet(*optimize_args(root), confined=True), "ratchet optimize: cannot write in ", str(repo))
+    one_line(ratchet(*optimize_args(root), confined=True), EXIT_USAGE, "ratchet optimize: cannot write in ", str(repo))
     assert Workspace(root).open_existing(EXAMPLE.stem).attempts() == []
 
 
@@ -106,9 +97,9 @@ def test_a_workspace_root_that_cannot_be_created_is_refused(tmp_path):
     parent = tmp_path / "locked"
     parent.mkdir(mode=0o555)
     try:
-        one_line(ratchet(*optimize_args(parent / "ws"), confined=True), "ratchet optimize: cannot create ",
+        one_line(ratchet(*optimize_args(parent / "ws"), confined=True), EXIT_USAGE, "ratchet optimize: cannot create ",
                  f"{parent} is not writable")
-        one_line(ratchet(*batch_args(parent / "ws", tmp_path / "run"), confined=True), "ratchet batch: --workspace: ")
+        one_line(ratchet(*batch_args(parent / "ws", tmp_path / "run"), confined=True), EXIT_USAGE, "ratchet batch: --workspace: ")
     finally:
         parent.chmod(0o755)
     assert not (parent / "ws").exists() and not (tmp_path / "run").exists()
@@ -117,8 +108,8 @@ def test_a_workspace_root_that_cannot_be_created_is_refused(tmp_path):
 def test_a_workspace_below_a_file_is_one_line_in_optimize_and_batch(tmp_path):
     blocker = tmp_path / "afile"
     blocker.write_text("not a directory\n")
-    one_line(ratchet(*optimize_args(blocker / "ws")), "ratchet optimize: cannot use ", f"{blocker} is not a directory")
-    one_line(ratchet(*batch_args(blocker / "ws", tmp_path / "run")), "ratchet batch: --workspace: ",
+    one_line(ratchet(*optimize_args(blocker / "ws")), EXIT_USAGE, "ratchet optimize: cannot use ", f"{blocker} is not a directory")
+    one_line(ratchet(*batch_args(blocker / "ws", tmp_path / "run")), EXIT_USAGE, "ratchet batch: --workspace: ",
              f"{blocker} is not a directory")
     assert not (tmp_path / "run").exists()
 
@@ -128,6 +119,6 @@ def test_a_foreign_directory_in_the_problems_place_is_refused_before_any_work(tm
     foreign = root / EXAMPLE.stem
     foreign.mkdir(parents=True)
     (foreign / "notes.txt").write_text("mine\n")
-    one_line(ratchet(*optimize_args(root)), "ratchet optimize: ", str(foreign), "not a ratchet workspace")
-    one_line(ratchet(*batch_args(root, tmp_path / "run")), "ratchet batch: --workspace: ", "not a ratchet workspace")
+    one_line(ratchet(*optimize_args(root)), EXIT_USAGE, "ratchet optimize: ", str(foreign), "not a ratchet workspace")
+    one_line(ratchet(*batch_args(root, tmp_path / "run")), EXIT_USAGE, "ratchet batch: --workspace: ", "not a ratchet workspace")
     assert sorted(p.name for p in foreign.iterdir()) == ["notes.txt"] and not (tmp_path / "run").exists()
