@@ -9,10 +9,10 @@ reports its times divided by a factor.
 
 It prints, per size and candidate, the worker's median, the parent's time per call back to back,
 their ratio, the request overhead the eager arm showed, and the verdict under the rule in force
-(tools/timing/clocks.py: RATIO, HOST_ALLOWANCE_MS); then, for each forged candidate (times divided by the
+(tools/timing/clocks.py: RATIO, GAP_ALLOWANCE_MS); then, for each forged candidate (times divided by the
 factor; `slow_early` also answers before its GPU work is done), the sizes at which it was refused
 and by which check. The ratio parent / worker of the honest candidates is what RATIO and
-HOST_ALLOWANCE_MS must stay above. Needs a CUDA GPU.
+GAP_ALLOWANCE_MS must stay above. Needs a CUDA GPU.
 """
 from __future__ import annotations
 
@@ -180,7 +180,7 @@ def main() -> None:
                     r = ev.evaluate(CANDIDATES[name].replace("{factor}", repr(args.factor)))
                     rows.append(row(log2, name, r))
                     print(json.dumps(rows[-1]), flush=True)
-    print(f"\nrule: parent <= {clocks.RATIO} x worker + {clocks.HOST_ALLOWANCE_MS} ms + noise")
+    print(f"\nrule: parent <= {clocks.RATIO} x worker + {clocks.GAP_ALLOWANCE_MS} ms + noise")
     print(f"{'size':>6} {'candidate':>11} {'worker ms':>10} {'parent ms':>10} {'ratio':>6} {'overhead':>9}  verdict")
     for x in rows:
         print(f"2^{x['log2']:<4} {x['candidate']:>11} {x['worker_ms'] or 0:>10.4g} {x['parent_ms'] or 0:>10.4g} "

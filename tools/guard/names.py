@@ -134,7 +134,7 @@ WORKER_ATTRIBUTES = frozenset({
     "armed", "arm", "check", "violations", "scratch", "writable", "hidden", "toolchains", "executables", "own_sockets", "hooks",
     "sandbox", "build_only",
     "launches", "count", "names", "module_name", "reset", "install_triton", "wrap_extension", "ops",
-    "config", "builder", "arena", "input_arena", "outgoing", "timer", "pool", "compiled", "warmed", "source_name",
+    "config", "builder", "arena", "input_arena", "gate", "outgoing", "timer", "pool", "compiled", "warmed", "source_name",
     "model", "problem", "data_ptr", "from_file", "load_library",
 })
 STRING_ACCESS = frozenset({"operator.attrgetter", "operator.methodcaller"})

@@ -31,29 +31,42 @@ def feed(reference: "Reference", worker: WorkerProcess, sets: list[Set], *, devi
     the copy into the worker starts ("copy_start"), the bytes copied ("copied") and the copy's
     duration by CUDA events on the parent's stream ("copy_ms")."""
     with lock:
-        header, payload = reference.checked(
-            {"op": "inputs", "sets": [list(s) for s in sets], "arena_cap": arena_cap}, timeout)
-        trees = header["tree"]["items"]
-        if not device.startswith("cuda"):
+        trees, payload, views = staged(reference, worker, sets, device=device, arena_cap=arena_cap, timeout=timeout)
+        if views is None:
             return trees, payload
-        source = reference.proc.map_arena(header)
-        used = arena_used(header["tree"])
-        if used:
-            target = worker.input_arena_of(used, timeout)
-            if stamps is None:
-                target[:used].copy_(source[:used])
-            else:
-                import torch
+        target, source = views
+        if stamps is None:
+            target.copy_(source)
+        else:
+            import torch
 
-                begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                stamps.update(copy_start=time.perf_counter(), copied=float(used))
-                begin.record()
-                target[:used].copy_(source[:used])
-                end.record()
-                end.synchronize()
-                stamps["copy_ms"] = begin.elapsed_time(end)
-            _synchronize(device)
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            stamps.update(copy_start=time.perf_counter(), copied=float(source.numel()))
+            begin.record()
+            target.copy_(source)
+            end.record()
+            end.synchronize()
+            stamps["copy_ms"] = begin.elapsed_time(end)
+        _synchronize(device)
     return trees, b""
+
+
+def staged(reference: "Reference", worker: WorkerProcess, sets: list[Set], *, device: str, arena_cap: int,
+           timeout: float) -> tuple[list[dict[str, Any]], bytes, tuple[Any, Any] | None]:
+    """The input sets made by the reference worker, not yet copied: (one tree per set, the
+    request's payload on the CPU, and on a GPU the (target in the worker, source in the
+    reference) views to copy, or None when there is nothing to copy). The caller holds the lock
+    until the copy is done (tools/timing/gate.py queues it on its own stream)."""
+    header, payload = reference.checked(
+        {"op": "inputs", "sets": [list(s) for s in sets], "arena_cap": arena_cap}, timeout)
+    trees = header["tree"]["items"]
+    if not device.startswith("cuda"):
+        return trees, payload, None
+    source = reference.proc.map_arena(header)
+    used = arena_used(header["tree"])
+    if not used:
+        return trees, b"", None
+    return trees, b"", (worker.input_arena_of(used, timeout)[:used], source[:used])
 
 
 def arena_used(tree: dict[str, Any]) -> int:

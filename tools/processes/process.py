@@ -93,6 +93,8 @@ class WorkerProcess:
         self.started = False  # its start-up answer was read (wait_ready): it may be holding something
         self.arena: Any = None  # our mapping of the worker's exchange buffer (CUDA)
         self.input_arena: Any = None  # our mapping of the buffer we write the worker's inputs into (CUDA)
+        self.gate: Any = None  # our mapping of the worker's gate words, and the last pass number (tools/timing/gate.py)
+        self.gate_seq = 0
         os.set_blocking(self._to_child, False)  # every write has a deadline: a worker may stop reading
         try:
             write_frame(self._to_child, {**config, "confine": plan.confine}, payload, time.monotonic() + WRITE_TIMEOUT_S)
@@ -241,26 +243,39 @@ class WorkerProcess:
     def input_arena_of(self, nbytes: int, timeout: float) -> Any:
         """Our mapping of the worker's input arena, at least `nbytes` long (asked to grow when
         smaller): where the parent writes the candidate's inputs."""
+        if self.input_arena is None or self.input_arena.numel() < nbytes:
+            self.input_arena = None
+            self.input_arena = self._exported({"op": "input_arena", "bytes": nbytes}, nbytes, "an input arena", timeout)
+        return self.input_arena
+
+    def gate_of(self, timeout: float) -> Any:
+        """Our mapping of the worker's gate (tools/wire/stream_ops.py), made on first use."""
+        from tools.wire.stream_ops import GATE_BYTES
+
+        if self.gate is None:
+            self.gate = self._exported({"op": "gate"}, GATE_BYTES, "a gate", timeout)[:GATE_BYTES]
+        return self.gate
+
+    def _exported(self, msg: dict[str, Any], nbytes: int, what: str, timeout: float) -> Any:
+        """Ask the worker for device memory of at least `nbytes` it exports, and map it."""
         from tools.wire.transport import TransportError, open_arena
 
-        if self.input_arena is None or self.input_arena.numel() < nbytes:
-            header, _ = self.request({"op": "input_arena", "bytes": nbytes}, timeout)
-            if header.get("op") == "error":  # out of GPU memory, most likely
-                kind = str(header.get("kind")) if header.get("kind") in ("runtime_error", "crashed") else "runtime_error"
-                raise WorkerGone(kind, f"no room for the inputs: {header.get('message', '')}")
-            if header.get("op") != "input_arena" or int((header.get("arena") or {}).get("nbytes", 0)) < nbytes:
-                raise WorkerGone("rejected", "the worker answered the request for an input arena with something else")
-            self.input_arena = None
-            try:
-                self.input_arena = open_arena(header["arena"], self._receive_fd(), self.device_index)
-            except (TransportError, RuntimeError, KeyError, TypeError, ValueError) as exc:
-                raise WorkerGone("rejected", f"the worker's input arena could not be mapped ({exc})") from None
-        return self.input_arena
+        header, _ = self.request(msg, timeout)
+        if header.get("op") == "error":  # out of GPU memory, most likely
+            kind = str(header.get("kind")) if header.get("kind") in ("runtime_error", "crashed") else "runtime_error"
+            raise WorkerGone(kind, f"no room for {what}: {header.get('message', '')}")
+        if header.get("op") != msg["op"] or int((header.get("arena") or {}).get("nbytes", 0)) < nbytes:
+            raise WorkerGone("rejected", f"the worker answered the request for {what} with something else")
+        try:
+            return open_arena(header["arena"], self._receive_fd(), self.device_index)
+        except (TransportError, RuntimeError, KeyError, TypeError, ValueError) as exc:
+            raise WorkerGone("rejected", f"the worker's {what} could not be mapped ({exc})") from None
 
     def unmap(self) -> None:
         """Drop our mappings of the worker's memory (before the memory behind them goes away)."""
         self.arena = None
         self.input_arena = None
+        self.gate = None
 
     def _read(self, timeout: float) -> tuple[dict[str, Any], bytes]:
         deadline = time.monotonic() + timeout

@@ -1,38 +1,32 @@
 """The second clock: the parent's own, against the time a candidate's worker reports.
 
 A candidate owns its whole process, so the samples its worker reports (CUDA events read in that
-process) can be forged by native code. The parent cannot time kernels in another process, but it
-can time requests: after the timed blocks, the worker runs one call per input set back to back
-(no events, no per-call synchronization, no L2 flush; `burst` in tools/worker/worker.py), and the
-parent reads its own clock from just before it copies those input sets into the worker (the
-candidate cannot start on inputs it does not have) until it holds its own copy of the outputs
-(taken the moment the reply arrives, on its own stream: work the candidate finishes after
-answering is either inside that clock or missing from the copy). Every output of these calls is
-checked, in that copy, against the eager reference on the same inputs, so the work cannot be
-skipped, and no two calls share inputs, so it cannot be cached; the calls are ordered on one
-stream, so they cannot overlap. Hence the parent's clock, less the copies and the request's own
-overhead, can be made longer by a candidate but never shorter than the work it did.
+process) can be forged by native code, and a timed block's later inputs can be read ahead by its
+first call. The parent times passes of k calls back to back on the GPU instead, from its own
+stream (tools/timing/gate.py): its clock starts before it copies the pass's input sets into the
+worker (the candidate cannot start on inputs it does not have) and stops once it holds its own
+copy of the outputs, taken on the GPU the moment the worker's stream says it is done (work
+finished later is either on the clock or missing from the copy). Every output of a pass is
+checked, in that copy, against the eager reference on the same inputs, so the work can be neither
+skipped nor cached; no host time is on the clock, since the worker queues its calls while the
+parent's stream is still busy-waiting. The copies are charged at their event-timed duration, at
+most COPY_SLACK times what the bandwidth the parent measured on its own buffers when the
+evaluator opened predicts, and the worker's hand-over of each output into its arena at that
+bandwidth; what is left can be made longer by a candidate but never shorter than its work.
 
-The overhead of a request (the pipe both ways, two synchronizations, handing the outputs over) is
-measured on the eager reference, which is trusted, in the same run: passes of 1 and k calls give
-its per-call cost and what is left over. A sandboxed candidate worker answers more slowly, so the
-candidate's own passes of 1 and k calls give its overhead, kept between the reference's and that
-plus REQUEST_ALLOWANCE_MS. Three copies of a pass are charged: the parent's copy of the inputs
-in and of the outputs out (each its own event-timed duration, at most COPY_SLACK times what the
-bandwidth the parent measured on its own buffers when the evaluator opened predicts, so that a
-candidate hogging the GPU during them gains little), and the worker's hand-over of each output
-into its arena (at that bandwidth: it happens in the candidate's process, where nothing can be
-timed). The hand-over is charged on every pass, the reference's included, so that what is left
-per call is the calls' own work.
+A pass costs a fixed amount besides its calls (the handshake and the second context's first
+kernel: 0.28 ms on an H200). The eager reference (trusted) runs gated passes of 1 and k calls in
+the same run: its slope and what is left over. The candidate's own passes of 1 and k calls give
+its own, kept within INTERCEPT_ALLOWANCE_MS of the reference's, so padding its one-call pass
+gains a candidate at most that much over k calls.
 
 A disagreement, the parent's time per call above RATIO times the worker's median plus
-HOST_ALLOWANCE_MS (the worker's protocol hides up to 0.2 ms of host work per call behind a GPU
-busy-wait; back-to-back calls do not) plus the noise of the reference's passes, rejects the
-candidate under the rule `two-clocks`. It is read after REPS rounds of passes; while it is over,
-up to MORE_REPS rounds more are measured, one at a time, and the minima taken over all of them
-(noise only adds time, so more passes only bring a minimum nearer the true wall; the allowance
-stays what the first REPS rounds set). docs/integrity.md has the measurements these constants
-come from and the smallest kernel time at which a forged 1.5x is caught.
+GAP_ALLOWANCE_MS plus the noise of the reference's passes, rejects the candidate under the rule
+`two-clocks`: a forged median, and a median that reading ahead made the pad's. It is read after
+REPS rounds of passes; while it is over, up to MORE_REPS rounds more are measured, one at a time,
+and the minima taken over all of them (noise only adds time; the allowance stays what the first
+REPS rounds set). docs/integrity.md has the measurements these constants come from and the
+shortest kernel at which a forged 1.2x is caught.
 """
 from __future__ import annotations
 
@@ -50,7 +44,7 @@ from tools.wire.transport import TransportError
 if TYPE_CHECKING:
     from tools.judge.bench import Bench
     from tools.judge.evaluation import Evaluation
-    from tools.processes.reference import Reference
+    from tools.timing.gate import GateClock, Reading
     from tools.timing.plan import TimingPlan
 
 REPS = 3  # passes per arm; the smallest wall of each is used (noise only ever adds time)
@@ -60,12 +54,12 @@ REPS = 3  # passes per arm; the smallest wall of each is used (noise only ever a
 # nearer the true wall, and the allowance stays what the first REPS rounds set (docs/integrity.md)
 MORE_REPS = 6
 MORE_TIME = 3.0  # ... and while they have taken less than this many times what the first REPS rounds took
-RATIO = 1.1
-# the worker's 0.2 ms pre-roll hides host work from its samples; back to back shows it (measured
-# on an H200: an honest kernel with nine launches per call, 0.14-0.22 ms between the two clocks)
-HOST_ALLOWANCE_MS = 0.3
-# what a sandboxed candidate worker's request costs beyond the reference's (measured: 0.35-0.5 ms)
-REQUEST_ALLOWANCE_MS = 0.6
+RATIO = 1.05
+# back to back, a call may take this much longer than its isolated sample (the gap between two
+# calls' kernels); the gated pass hides host work as the worker's pre-roll does (tools/timing/gate.py)
+GAP_ALLOWANCE_MS = 0.005
+# what a candidate's pass may cost besides its calls beyond the reference's (the same handshake)
+INTERCEPT_ALLOWANCE_MS = 0.05
 BURST_MAX = 32  # calls per pass, at most
 PASS_MS = 20.0  # ... and about this much work per pass, by the worker's median
 FIRST_CALL = 10**6  # pool calls from here on: seeds not used by the timed blocks
@@ -85,8 +79,8 @@ class Passes:
     copy_timed: float = 0.0  # ... what those copies took by the parent's events
     handover: float = 0.0  # ms charged per call for the worker's hand-over of its outputs
     copies: list[str] = field(default_factory=list)  # per pass: "in+out timed/predicted" (for the record)
-    # per pass, where its clock went besides the copies: the parent's host work before sending, the
-    # request (sent to reply), the parent's host work after the reply ("before+request+after", ms)
+    # per pass: the gate's opening to the worker's DONE, at the busy-wait it took (ms), and whether
+    # the host's time was on the clock ("gate to done@busy-wait")
     phases: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
@@ -95,19 +89,19 @@ class Passes:
         return (f"passes in ms: candidate {ms(self.candidate)}, candidate x1 {ms(self.candidate_one)}, "
                 f"eager x1 {ms(self.eager_one)}, eager {ms(self.eager_k)}; copies charged {self.copy:.3g} "
                 f"(timed {self.copy_timed:.3g}), hand-over {self.handover:.3g} per call; copies per pass, "
-                f"in+out timed/predicted: {', '.join(self.copies) or '-'}; the rest of each pass, host before + "
-                f"request + host after: {', '.join(self.phases) or '-'}")
+                f"in+out timed/predicted: {', '.join(self.copies) or '-'}; gate to done@busy-wait: "
+                f"{', '.join(self.phases) or '-'}")
 
     def per_call(self, k: int, eager_median_ms: float) -> tuple[float, float]:
-        """(candidate's time per call by the parent's clock, the request overhead subtracted).
+        """(candidate's time per call by the parent's clock, the pass's own cost subtracted).
 
-        The overhead is the candidate's own (from its passes of 1 and k calls) kept between the
-        eager reference's (trusted, measured in the same run) and that plus REQUEST_ALLOWANCE_MS:
+        That cost is the candidate's own (from its passes of 1 and k calls) kept between the
+        eager reference's (trusted, measured in the same run) and that plus INTERCEPT_ALLOWANCE_MS:
         padding its single call to shrink its slope gains a candidate at most the allowance."""
         one, many = min(self.eager_one), min(self.eager_k)
         slope = (many - one) / (k - 1) if k > 1 else eager_median_ms
         floor = max(0.0, one - max(slope, 0.0))
-        overhead = floor + REQUEST_ALLOWANCE_MS
+        overhead = floor + INTERCEPT_ALLOWANCE_MS
         if k > 1 and self.candidate_one:
             c_one, c_many = min(self.candidate_one), min(self.candidate)
             own = c_one - max((c_many - c_one) / (k - 1), 0.0)
@@ -130,7 +124,7 @@ class Passes:
         """(the parent's time per call, the most it may be for a worker median of `median_ms`, the
         request overhead subtracted)."""
         parent, overhead = self.per_call(k, eager_median_ms)
-        return parent, RATIO * median_ms + HOST_ALLOWANCE_MS + self.noise(k), overhead
+        return parent, RATIO * median_ms + GAP_ALLOWANCE_MS + self.noise(k), overhead
 
 
 def two_clocks(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
@@ -152,12 +146,15 @@ def _check(bench: "Bench", worker: WorkerProcess, plan: "TimingPlan", evaluation
     k = burst_size(bench.problem.input_bytes, bench.problem.output_bytes, plan.pool, result.candidate_time.median_ms or 0.0)
     passes = Passes([], [], [], [], handover=copy_ms(bench, bench.problem.output_bytes))
     room = _output_room(bench, k)  # the parent's copy of the outputs: allocated before any clock starts
+    from tools.timing.gate import GateClock
+
+    gate = GateClock(bench.device)
     median = result.candidate_time.median_ms or 0.0
     eager_median = result.eager_time.median_ms or 0.0
     found: list[Failure] = []
 
     def measure(rep: int) -> bool:
-        failure = _round(bench, worker, plan, k, rep, room, passes)
+        failure = _round(bench, worker, plan, k, rep, room, passes, gate)
         if failure is not None:
             found.append(failure)
         return failure is None
@@ -211,30 +208,30 @@ def settle(passes: Passes, k: int, median_ms: float, eager_median_ms: float, mea
 
 
 def _round(bench: "Bench", worker: WorkerProcess, plan: "TimingPlan", k: int, rep: int, room: Any,
-           passes: Passes) -> Failure | None:
-    """One round of passes on fresh pool calls: the candidate's k calls, the reference's one and k,
-    the candidate's one (its outputs checked against the reference's)."""
+           passes: Passes, gate: "GateClock") -> Failure | None:
+    """One round of gated passes on fresh pool calls: the candidate's k calls, the reference's one
+    and k, the candidate's one (its outputs checked against the reference's)."""
     calls = [plan.call(FIRST_CALL + rep * k + i) for i in range(k)]
-    many = _candidate_pass(bench, worker, calls, room, passes.handover)
+    many = _candidate_pass(bench, worker, calls, room, passes.handover, gate)
     if isinstance(many, Failure):
         return many
     passes.candidate.append(many.ms)
     passes.copy, passes.copy_timed = many.charged, many.timed
     passes.copies.append(many.copies)
     passes.phases.append(many.phases)
-    one = _request(bench, bench.reference, {"calls": calls[:1]}) if k > 1 else None
+    one = _request(bench, {"calls": calls[:1]}, gate) if k > 1 else None
     if isinstance(one, Failure):
         return one
-    eager = _request(bench, bench.reference, {"calls": calls})
+    eager = _request(bench, {"calls": calls}, gate)
     if isinstance(eager, Failure):
         return eager
     one = one or eager  # one call per pass: the same pass
-    passes.eager_one.append(one[3] - passes.handover)
-    passes.eager_k.append(eager[3] - k * passes.handover)
+    passes.eager_one.append(one[2].gate_to_done - passes.handover)
+    passes.eager_k.append(eager[2].gate_to_done - k * passes.handover)
     if (failure := _verify(bench, many.outputs, eager, rep * k)) is not None:
         return failure
     if k > 1:  # the same pass with one call: whatever a pass costs besides its calls cancels in the slope
-        single = _candidate_pass(bench, worker, calls[:1], room, passes.handover)
+        single = _candidate_pass(bench, worker, calls[:1], room, passes.handover, gate)
         if isinstance(single, Failure):
             return single
         passes.candidate_one.append(single.ms)
@@ -249,36 +246,58 @@ class CandidatePass:
     charged: float  # ms charged for the parent's copies in and out
     timed: float  # ... what those copies took by the parent's events
     copies: str  # "in+out timed/predicted", for the record
-    phases: str  # "host before + request + host after", ms, the copies excluded, for the record
+    phases: str  # "gate to done, busy-wait, covered", for the record
 
 
 def _candidate_pass(bench: "Bench", worker: WorkerProcess, calls: list[tuple[int, int]], room: Any,
-                    handover: float) -> CandidatePass | Failure:
-    """One pass of the candidate: its input sets copied in, the calls back to back, the parent's
-    own copy of the outputs. The k-call pass and the one-call pass
-    take the same steps, so that the parent's own work around a pass (the copies' launches and
-    synchronizations, mapping the reply) is in both and cancels in the candidate's slope rather
-    than counting as work of its calls."""
-    stamps: dict[str, float] = {}
-    trees, _ = bench.feed(worker, [(slot, seed, "problem") for slot, seed in calls], stamps)
-    start = stamps.get("copy_start", time.perf_counter())
-    cand = _request(bench, worker, {"calls": trees, "warmup": None})
-    if isinstance(cand, Failure):
-        return cand
+                    handover: float, gate: "GateClock") -> CandidatePass | Failure:
+    """One gated pass of the candidate: its input sets copied in, the calls back to back, the
+    parent's own copy of the outputs, all on the parent's stream (tools/timing/gate.py). The
+    outputs are copied from where the worker's arena holds them; a reply that announces a new
+    arena (the first pass that needs more room) makes the copy stale: the pass is run again once."""
+    from tools.processes.feed import staged
+    from tools.wire.transport import decode
+
+    from tools.processes.feed import Set
+
+    sets: list[Set] = [(slot, seed, "problem") for slot, seed in calls]
+    timeout = bench.options.trial_timeout
+    msg = {"op": "time", "burst": True, "keep_outputs": True, "warmup": None,
+           "arena_cap": bench.arena_cap(2 * max(len(calls), 1), outputs_only=True)}
+    for _ in range(2):
+        with bench.lock:  # the reference's arena holds the sets until the copy is done
+            trees, _, views = staged(bench.reference, worker, sets, device=bench.device,
+                                     arena_cap=bench.arena_cap(len(sets), inputs_only=True), timeout=timeout)
+            arena = worker.arena
+            n = min(arena.numel(), room.numel()) if arena is not None and room is not None else 0
+            out = (room[:n], arena[:n]) if n else None
+            try:
+                header, payload, reading = gate.run(worker, worker.request, {**msg, "calls": trees}, len(calls),
+                                                    timeout, views, out)
+            except TimeoutError as exc:
+                return Failure(Verdict.TIMEOUT, "timing:two-clocks", str(exc))
+        if (failure := reply_failure(header, "timing:two-clocks")) is not None:
+            return failure
+        if header.get("calls") != len(calls):
+            return Failure(Verdict.REJECTED, "timing:two-clocks", f"a burst of {len(calls)} calls was answered with "
+                           f"{header.get('calls')!r}", "Rejected: the worker's reply does not match the request.")
+        if out is not None and not header.get("arena"):
+            break
+        worker.map_arena(header)  # mapped now; the next pass copies from it
+    else:
+        return Failure(Verdict.REJECTED, "timing:two-clocks", "the worker moved its outputs to new memory in two "
+                       "timed passes running", "Rejected: the worker's reply does not match the request.")
     try:
-        outs, taken = _take_outputs(bench, worker, cand, room)
+        outs = decode(header["tree"], payload, out[0])
     except (TransportError, KeyError, TypeError, ValueError) as exc:
         return Failure(Verdict.REJECTED, "timing:two-clocks", f"malformed outputs of back-to-back calls: {exc}")
-    end = time.perf_counter()
-    copy_in, copy_out = stamps.get("copy_ms", 0.0), taken.get("copy_ms", 0.0)
-    timed = copy_in + copy_out
-    predicted = copy_ms(bench, stamps.get("copied", 0.0) + taken.get("copied", 0.0))
+    copied_in = views[0].numel() if views is not None else 0
+    timed = reading.copy_in + reading.copy_out
+    predicted = copy_ms(bench, copied_in + n)
     charged = min(timed, COPY_SLACK * predicted) if timed else predicted
-    replied, request_ms = cand[2], cand[3]
-    before = (replied - start) * 1e3 - request_ms - copy_in
-    after = (end - replied) * 1e3 - copy_out
-    return CandidatePass((end - start) * 1e3 - charged - len(calls) * handover, outs, charged, timed,
-                         f"{copy_in:.3g}+{copy_out:.3g}/{predicted:.3g}", f"{before:.3g}+{request_ms:.3g}+{after:.3g}")
+    return CandidatePass(reading.clock - charged - len(calls) * handover, outs, charged, timed,
+                         f"{reading.copy_in:.3g}+{reading.copy_out:.3g}/{predicted:.3g}",
+                         f"{reading.gate_to_done:.4g}@{reading.spin_ms:.3g}{'' if reading.covered else ' host on clock'}")
 
 
 def burst_size(input_bytes: int, output_bytes: int, pool: int, median_ms: float) -> int:
@@ -291,20 +310,23 @@ def burst_size(input_bytes: int, output_bytes: int, pool: int, median_ms: float)
     return max(1, min(BURST_MAX, pool, by_memory, by_time))
 
 
-def _request(bench: "Bench", proc: "WorkerProcess | Reference",
-             fields: dict[str, Any]) -> tuple[dict[str, Any], bytes, float, float] | Failure:
-    """A burst request: (header, payload, parent's clock at the reply, ms from sending to reply)."""
+def _request(bench: "Bench", fields: dict[str, Any],
+             gate: "GateClock") -> tuple[dict[str, Any], bytes, "Reading"] | Failure:
+    """A gated pass of the eager reference on its own pool sets: (header, payload, reading)."""
     msg = {"op": "time", "burst": True, "keep_outputs": True,
            "arena_cap": bench.arena_cap(2 * max(len(fields["calls"]), 1), outputs_only=True), **fields}
-    sent = time.perf_counter()
-    header, payload = proc.request(msg, bench.options.trial_timeout)
-    done = time.perf_counter()
+    try:
+        header, payload, reading = gate.run(bench.reference.proc, bench.reference.request, msg, len(fields["calls"]),
+                                            bench.options.trial_timeout)
+    except TimeoutError as exc:
+        return Failure(Verdict.ERROR, "timing:two-clocks", f"the eager reference: {exc}")
     if (failure := reply_failure(header, "timing:two-clocks")) is not None:
         return failure
+    bench.reference.proc.map_arena(header)  # new memory announced: its handle is taken now, in order
     if header.get("calls") != len(fields["calls"]):
         return Failure(Verdict.REJECTED, "timing:two-clocks", f"a burst of {len(fields['calls'])} calls was "
                        f"answered with {header.get('calls')!r}", "Rejected: the worker's reply does not match the request.")
-    return header, payload, done, (done - sent) * 1e3
+    return header, payload, reading
 
 
 def _output_room(bench: "Bench", k: int) -> Any:
@@ -321,40 +343,6 @@ def _output_room(bench: "Bench", k: int) -> Any:
 
     tensors = max(len(bench.problem.outputs), 1)
     return torch.empty(k * (bench.problem.output_bytes + 2 * ALIGN * tensors), dtype=torch.uint8, device=bench.device)
-
-
-def _take_outputs(bench: "Bench", worker: WorkerProcess, cand: tuple[Any, ...],
-                  room: Any = None) -> tuple[Any, dict[str, float]]:
-    """The parent's own copy of a burst's outputs, taken on its own stream right after the reply
-    and synchronized: the values checked are those the outputs held when the clock stopped.
-    Returns the outputs (views into the copy, in `room` when it is large enough) and what the
-    copy moved and took."""
-    from tools.processes.feed import arena_used
-    from tools.wire.transport import decode
-
-    arena = worker.map_arena(cand[0])
-    if arena is None or not bench.device.startswith("cuda"):  # CPU: the payload is already ours
-        return worker.outputs(cand[0], cand[1]), {}
-    used = min(arena_used(cand[0]["tree"]), arena.numel())
-    target = room[:used] if room is not None and room.numel() >= used else None
-    copy, ms = timed_copy(arena[:used], bench.device, target)
-    return decode(cand[0]["tree"], cand[1], copy), {"copied": float(used), "copy_ms": ms}
-
-
-def timed_copy(source: Any, device: str, target: Any = None) -> tuple[Any, float]:
-    """A synchronized copy of `source` on the parent's stream (into `target` when given, else a
-    new tensor), and its duration by CUDA events (ms)."""
-    import torch
-
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    if target is None:
-        copy = source.clone()
-    else:
-        copy = target.copy_(source)
-    end.record()
-    end.synchronize()
-    return copy, start.elapsed_time(end)
 
 
 def _verify(bench: "Bench", outs: Any, eager: tuple[Any, ...], first: int) -> Failure | None:

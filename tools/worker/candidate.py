@@ -43,7 +43,7 @@ class CandidateWorker(Worker):
             prewarm(self.device)
 
     def handlers(self):
-        return {"install": self.install, "build": self.build, "variant": self.variant, "input_arena": self.grow_input_arena,
+        return {"install": self.install, "build": self.build, "variant": self.variant, "input_arena": self.grow_input_arena, "gate": self.make_gate,
                 "trial": self.trial, "time": self.time, "profile": self.profile, "artifacts": self.artifacts}
 
     def violations(self) -> list[str]:

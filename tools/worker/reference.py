@@ -37,7 +37,7 @@ class ReferenceWorker(Worker):
     def handlers(self):
         return {"load": self.load, "build": self.build, "trial": self.trial, "inputs": self.inputs, "time": self.time,
                 "ceilings": self.ceilings, "variant_init": self.variant_init, "wide": self.wide,
-                "profile": self.profile}
+                "profile": self.profile, "gate": self.make_gate}
 
     def load(self, msg: dict[str, Any], payload: bytes) -> Reply:
         """Import the problem's file (the first request: a worker is started before its problem is

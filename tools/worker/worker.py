@@ -67,6 +67,7 @@ class Worker:
         self.outgoing: list[int] = []  # memory handles (fds) to send the parent before the next reply
         self.timer: Any = None
         self.warmed: set[str] = set()  # functions given the full timing warm-up in this process
+        self.gate: Any = None  # two words the parent's stream and this worker's signal through (tools/wire/stream_ops.py)
 
     def handlers(self) -> dict[str, Callable[[dict[str, Any], bytes], Reply]]:
         raise NotImplementedError
@@ -74,9 +75,27 @@ class Worker:
     def violations(self) -> list[str]:
         return []
 
-    def encode(self, value: Any, cap: int) -> tuple[dict[str, Any], bytes, dict[str, Any] | None]:
+    def make_gate(self, msg: dict[str, Any], payload: bytes) -> Reply:
+        """A small allocation shared with the parent for its timed passes (tools/timing/gate.py):
+        zeroed, then exported like an arena."""
+        from tools.wire.stream_ops import GATE_BYTES
+        from tools.wire.transport import Arena
+        from tools.worker.timing import synchronize
+
+        if self.device.type != "cuda":
+            return {"op": "error", "kind": "error", "message": "a gate needs a GPU"}, b""
+        self.gate = None
+        self.gate = Arena(self.device, GATE_BYTES)
+        self.gate.buf.zero_()
+        synchronize(self.device)
+        self.outgoing.append(self.gate.fd)
+        return {"op": "gate", "arena": self.gate.descriptor}, b""
+
+    def encode(self, value: Any, cap: int, sync: bool = True) -> tuple[dict[str, Any], bytes, dict[str, Any] | None]:
         """Encode a reply's tensors; on a GPU into the arena, grown (up to `cap` bytes) when
-        needed. Returns the new arena's descriptor when there is one, for the parent to map."""
+        needed. Returns the new arena's descriptor when there is one, for the parent to map.
+        Without `sync`, the copies may still be running when this returns (a gated pass: the
+        parent's stream waits for them on the GPU)."""
         from tools.wire.transport import Arena, encode, needed_bytes
         from tools.worker.timing import synchronize
 
@@ -92,11 +111,12 @@ class Worker:
             self.outgoing.append(self.arena.fd)
             fresh = self.arena.descriptor
         tree, payload = encode(value, self.arena)
-        synchronize(self.device)  # the copies are done before the parent reads them
+        if sync:
+            synchronize(self.device)  # the copies are done before the parent reads them
         return tree, payload, fresh
 
-    def reply_with(self, reply: dict[str, Any], value: Any, cap: int) -> Reply:
-        reply["tree"], payload, arena = self.encode(value, cap)
+    def reply_with(self, reply: dict[str, Any], value: Any, cap: int, sync: bool = True) -> Reply:
+        reply["tree"], payload, arena = self.encode(value, cap, sync)
         if arena:
             reply["arena"] = arena
         return reply, payload
@@ -119,7 +139,7 @@ class Worker:
             warm = self.timer.warm_up(fn, warmup, min_seconds=0.0 if key in self.warmed else WARMUP_SECONDS)
             self.warmed.add(key)
         if msg.get("burst"):  # back to back, no events: the parent's own clock times this request
-            return self.burst(fn, input_sets, int(msg.get("arena_cap") or 0))
+            return self.burst(fn, input_sets, int(msg.get("arena_cap") or 0), msg.get("gate"))
         samples, synced, outputs = [], [], []
         for inputs in input_sets:
             if msg.get("untimed"):  # outputs only: the reference for timed candidate calls
@@ -136,18 +156,35 @@ class Worker:
             return self.reply_with(reply, outputs, int(msg.get("arena_cap") or 0))
         return reply, b""
 
-    def burst(self, fn: Callable[..., Any], input_sets: list[list[Any]], arena_cap: int) -> Reply:
-        """One call per input set, back to back on the current stream, between two device-wide
-        synchronizations; every output handed over for checking. Nothing in the reply is a time."""
+    def burst(self, fn: Callable[..., Any], input_sets: list[list[Any]], arena_cap: int, gate: Any = None) -> Reply:
+        """One call per input set, back to back on the current stream; every output handed over
+        for checking. Nothing in the reply is a time. Plain: between two device-wide
+        synchronizations. Gated (`gate`, the pass number, tools/timing/gate.py): the calls and
+        the hand-over are queued behind a wait for the parent's GATE word and followed by a write
+        of DONE, and the reply goes out without waiting for the GPU, so that the parent's stream,
+        not this process, sees when the work began and ended."""
         import torch
 
         from tools.worker.timing import synchronize
 
         synchronize(self.device)
+        if gate is None:
+            with torch.no_grad():
+                outputs = [fn(*inputs) for inputs in input_sets]
+            synchronize(self.device)
+            return self.reply_with({"op": "burst", "calls": len(outputs)}, outputs, arena_cap)
+        from tools.wire.stream_ops import DONE_OFFSET, GATE_OFFSET, wait_value, write_value
+
+        if self.gate is None:
+            return {"op": "error", "kind": "error", "message": "a gated pass before the gate was made"}, b""
+        stream = torch.cuda.current_stream(self.device)
+        base = self.gate.buf.data_ptr()
+        wait_value(stream, base + GATE_OFFSET, int(gate))
         with torch.no_grad():
             outputs = [fn(*inputs) for inputs in input_sets]
-        synchronize(self.device)
-        return self.reply_with({"op": "burst", "calls": len(outputs)}, outputs, arena_cap)
+        reply = self.reply_with({"op": "burst", "calls": len(outputs)}, outputs, arena_cap, sync=False)
+        write_value(stream, base + DONE_OFFSET, int(gate))
+        return reply
 
     def forward(self, inputs: list[Any], poison: bool, model: Any = None) -> tuple[Any, float]:
         """One forward pass of `model` (default: the worker's model; no grad; uninitialized
