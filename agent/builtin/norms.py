@@ -5,8 +5,10 @@ primitives (a mean, the mean of the squared deviations, an elementwise epilogue)
   (one row per (sample, group)); the affine weight and bias per channel seen as [G, C/G, 1];
 - `native_batch_norm` (and its `_native_batch_norm_legit*` forms): with running statistics and
   training off (a module in eval()), elementwise per channel; in training mode, statistics over
-  every dim but the channel's. InstanceNorm reaches it as a batch norm in training mode over the
-  input seen as [1, N*C, H, W], which normalizes each (sample, channel) row over H*W.
+  every dim but the channel's: two `bnstats` nodes (agent.builtin.batchnorm drafts them, and the
+  running statistics' update). InstanceNorm reaches it as a batch norm in training mode without
+  running statistics over the input seen as [1, N*C, H, W], which normalizes each (sample, channel)
+  row over H*W: a row reduction, as before.
 
 Layer norm is lowered in agent.builtin.aten (it reaches aten as one op over trailing dims)."""
 from __future__ import annotations
@@ -120,13 +122,36 @@ def _batch_norm(b: Builder, name: str, args, kwargs: dict[str, Any], arg, dtype:
         y = b.ew("mul", [b.ew("sub", [x, mean], dtype),
                          b.ew("rsqrt", [b.ew("add", [var, eps], dtype)], dtype)], dtype)
         return [_affine(b, y, weight, bias, dtype)] + saved
-    if rm is not None or rv is not None:
-        raise Unrecognized("batch norm in training mode (it updates its running statistics in place)")
+    if rm is not None or rv is not None or shape[0] != 1:  # statistics per channel across the batch
+        return [_batch_statistics(b, x, (rm, rv), arg, eps, weight, bias, dtype)] + saved
     dims = tuple(d for d in [0, *range(2, len(shape))] if shape[d] != 1)
     if not dims:
         raise Unrecognized(f"batch norm in training mode over a single element per channel ({list(shape)})")
     if list(dims) != list(range(dims[0], dims[-1] + 1)):
         raise Unrecognized(f"batch norm in training mode (statistics over the batch and spatial dims {list(dims)} "
                            f"of {list(shape)}, a column reduction across the batch)")
-    y = normalized(b, x, dims, eps, dtype, "instance_norm" if shape[0] == 1 else "batch_norm")
+    y = normalized(b, x, dims, eps, dtype, "instance_norm")  # [1, N*C, H, W]: InstanceNorm
     return [_affine(b, y, weight, bias, dtype)] + saved
+
+
+def _batch_statistics(b: Builder, x, running: tuple[Any, Any], arg, eps: float, weight, bias, dtype: str):
+    """Batch norm in training mode over [N, C, *spatial]: the per-channel mean and biased variance
+    over every dim but the channel's as two `bnstats` nodes of shape [1, C, 1, ...] (drafted by
+    agent.builtin.batchnorm, which also updates the running statistics named in their attrs), then
+    the normalization as elementwise nodes, eps an arithmetic operand (a module scalar)."""
+    shape = b.shape(x)
+    names: tuple[str, str] | None = None
+    if running[0] is not None and running[1] is not None:
+        refs = [arg(r) for r in running]
+        leaves = [b.leaves[r[1]] for r in refs if r[0] == "leaf"]
+        if len(leaves) != 2 or any(leaf.kind != "param" or leaf.glue for leaf in leaves):
+            raise Unrecognized("batch norm in training mode with computed running statistics")
+        names = (str(leaves[0].ref), str(leaves[1].ref))
+    elif running[0] is not None or running[1] is not None:
+        raise Unrecognized("batch norm in training mode with only one running statistic")
+    stat_shape = (1, shape[1]) + (1,) * (len(shape) - 2)
+    mean = b.add("bnstats", "mean", [x], stat_shape, dtype, pattern="batch_norm", running=names)
+    var = b.add("bnstats", "var", [x], stat_shape, dtype, running=names)
+    centered = b.ew("sub", [x, mean], dtype)
+    y = b.ew("mul", [centered, b.ew("rsqrt", [b.ew("add", [var, eps], dtype)], dtype)], dtype)
+    return _affine(b, y, weight, bias, dtype)

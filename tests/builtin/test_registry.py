@@ -12,7 +12,7 @@ from helpers_imports import strongly_connected  # the finder tests/test_layers.p
 
 PACKAGE = Path(__file__).resolve().parents[2] / "agent" / "builtin"
 KINDS = {"pointwise", "rowwise", "colwise", "matmul", "gemv", "mm_reduce", "twolevel", "pool", "scan", "argreduce",
-         "conv", "conv_reduce", "attention"}
+         "conv", "conv_reduce", "attention", "batchnorm"}
 
 
 def _type_checking_block(node: ast.AST) -> bool:
@@ -53,7 +53,8 @@ def test_every_plan_kind_is_a_registered_family_and_only_the_registry_dispatches
     assert set(registry.kinds()) == KINDS
     claimed = [(f.kind, f.claims) for f in sorted((registry.family(k) for k in KINDS), key=lambda f: f.rank)
                if f.claims]
-    assert claimed == [("conv", ("conv",)), ("pool", ("pool",)), ("scan", ("scan",)), ("argreduce", ("argreduce",))]
+    assert claimed == [("batchnorm", ("bnstats",)), ("conv", ("conv",)), ("pool", ("pool",)), ("scan", ("scan",)),
+                       ("argreduce", ("argreduce",))]  # a batch norm's before the convolution it follows
     for name in ("codegen.py", "search.py", "classify.py"):  # no table of kinds outside the registry
         text = (PACKAGE / name).read_text()
         assert not any(f'"{kind}": ' in text for kind in KINDS), name
