@@ -322,7 +322,9 @@ def _request(bench: "Bench", fields: dict[str, Any],
         return Failure(Verdict.ERROR, "timing:two-clocks", f"the eager reference: {exc}")
     if (failure := reply_failure(header, "timing:two-clocks")) is not None:
         return failure
-    bench.reference.proc.map_arena(header)  # new memory announced: its handle is taken now, in order
+    if header.get("arena"):  # new memory announced: its handle is taken now, in order, and once
+        bench.reference.proc.map_arena(header)
+        header = {key: value for key, value in header.items() if key != "arena"}
     if header.get("calls") != len(fields["calls"]):
         return Failure(Verdict.REJECTED, "timing:two-clocks", f"a burst of {len(fields['calls'])} calls was "
                        f"answered with {header.get('calls')!r}", "Rejected: the worker's reply does not match the request.")
