@@ -334,3 +334,54 @@ def test_answering_before_the_work_is_done_gains_nothing(tmp_path):
         early = ev.evaluate(SLOW_EARLY)
     assert "timing.synchronize = lambda device: None" in SLOW_EARLY
     assert early.verdict in (Verdict.REJECTED, Verdict.INCORRECT), early.message
+
+
+# reads a timed block's later input sets from its input's storage (the block's sets lie one after
+# another in the input arena), computes them all in the block's first call and answers the others
+# from that work with a one-element kernel: every output right, the median of calls the pad's
+READS_AHEAD = KERNEL + '''
+
+@triton.jit
+def touch(y_ptr):
+    tl.store(y_ptr, tl.load(y_ptr))
+
+
+class ModelNew(nn.Module):
+    """Reads a timed block's later input sets from its input's storage, computes them all in
+    the block's first call, and answers the rest from that work with a one-element kernel."""
+
+    def __init__(self):
+        super().__init__()
+        self.ahead = {}
+
+    def forward(self, x):
+        done = self.ahead.pop(x.data_ptr(), None)
+        if done is not None:
+            touch[(1,)](done)
+            return done
+        self.ahead = {}
+        n = x.numel()
+        step = -(-n * x.element_size() // 256) * 256 // x.element_size()
+        room = x.untyped_storage().nbytes() // x.element_size()
+        first = x.storage_offset()
+        out = launch(x)
+        for j in range(1, 10):
+            start = first + j * step
+            if start + n > room:
+                break
+            self.ahead[x.data_ptr() + j * step * x.element_size()] = launch(x.as_strided((n,), (1,), start))
+        return out
+'''
+
+
+def test_reading_a_timed_blocks_later_inputs_ahead_is_not_paid(tmp_path):
+    """The static rule against results keyed on data pointers (`caching`) is a first filter only,
+    switched off here; the parent's gated clock sees the work wherever it was done."""
+    problem = tmp_path / "scale_add_4m.py"
+    problem.write_text(SCALE_ADD_4M)
+    with Evaluator(problem, EvalOptions(device="cuda:0", disabled_rules=frozenset({"caching"}))) as ev:
+        honest = ev.evaluate(HONEST)
+        ahead = ev.evaluate(READS_AHEAD)
+    assert honest.verdict is Verdict.OK, honest.message
+    assert ahead.verdict is Verdict.REJECTED, (ahead.verdict, ahead.message)
+    assert any(c.name == "timing:two-clocks" and not c.passed for c in ahead.checks), ahead.checks
