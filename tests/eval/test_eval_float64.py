@@ -134,3 +134,22 @@ def test_sampled_rows_of_a_square_product_cut_the_first_operand_alone(tmp_path):
     assert_ok(honest)
     assert "sampled rows" in (honest.errors.float64 or "") and "not judged" not in honest.errors.float64, honest.errors
     assert_verdict(tf32, Verdict.INCORRECT, "float64-bound", "float64 evaluation of the reference")
+
+
+def test_sampled_rows_of_a_transposed_product_cut_the_first_operand_along_its_columns(tmp_path):
+    """a.T @ b: no input leads with the output's rows, so no cut along a leading size works and the
+    rows were left unjudged (a TF32 product passed: issue 35, stop 45). The first operand cut along
+    its second dimension gives the rows: the TF32 product is rejected, the IEEE one accepted."""
+    def transposed(name: str) -> str:
+        text = deep_source(name)
+        assert "        a, b = a.contiguous(), b.contiguous()" in text
+        return text.replace("        a, b = a.contiguous(), b.contiguous()", "        a, b = a.t().contiguous(), b.contiguous()")
+    ev = evaluator("transposed_matmul", tmp_path, float64_max_mb=0)
+    try:
+        honest, tf32 = ev.evaluate(transposed("deep_matmul_ieee_ok")), ev.evaluate(transposed("deep_matmul_tf32"))
+    finally:
+        ev.close()
+    assert_ok(honest)
+    assert "sampled rows" in (honest.errors.float64 or "") and "not judged" not in honest.errors.float64, honest.errors
+    assert_verdict(tf32, Verdict.INCORRECT, "float64-bound", "float64 evaluation of the reference")
+

@@ -64,15 +64,19 @@ class RowSample:
                 return found
         return None
 
-    def _plans(self, batch: int) -> list[list[int] | None]:
+    def _plans(self, batch: int) -> list[list[Any] | None]:
         """Which inputs to cut to the rows, tried in turn until the reference on the cut inputs
         gives eager's rows: every input whose leading size is the batch (None), then each alone (a
-        square product's second operand has the batch's size too, and must stay whole)."""
-        leading = [i for i, item in enumerate(self.bench.problem.inputs)
-                   if item.get("kind") == "tensor" and (item.get("shape") or [None])[0] == batch]
-        return [None] + ([[i] for i in leading] if len(leading) > 1 else [])
+        square product's second operand has the batch's size too, and must stay whole), then an
+        input along a later dimension of the batch's size ([index, dim]: the first operand of
+        `a.T @ b`, whose columns are the output's rows)."""
+        tensors = [(i, list(item.get("shape") or [])) for i, item in enumerate(self.bench.problem.inputs)
+                   if item.get("kind") == "tensor"]
+        leading = [i for i, shape in tensors if shape[:1] == [batch]]
+        later = [[i, d] for i, shape in tensors for d in range(1, len(shape)) if shape[d] == batch]
+        return [None] + ([[i] for i in leading] if len(leading) > 1 else []) + [[cut] for cut in later]
 
-    def _judge_rows(self, judge: "ExactJudge", key: str, rows: list[int], batch: int, plan: list[int] | None,
+    def _judge_rows(self, judge: "ExactJudge", key: str, rows: list[int], batch: int, plan: list[Any] | None,
                     cut: list[tuple[str, Any, Any]]) -> tuple[str | None, bool]:
         """(why the rows are outside the bound, or None; whether any output was judged) for one cut."""
         import torch

@@ -71,23 +71,31 @@ def forward64(twins: dict[int, Any], model: Any, inputs: list[Any], device: Any)
 
 def batch_rows(inputs: list[Any], rows: Any, batch: int, cut: Any = None) -> tuple[list[Any] | None, str | None]:
     """(`inputs` with every tensor whose leading size is `batch` cut to `rows` of it (with `cut`,
-    the inputs of those indices only), None), or (None, why not): no such input, or `rows` are not
-    row numbers below `batch`. Whether the problem's rows are independent is judged by the parent
+    the inputs it names only: an index cuts that input along its first dimension, an [index, dim]
+    pair along `dim`), None), or (None, why not): no such input, or `rows` are not row numbers
+    below `batch`. Whether the problem's rows are independent is judged by the parent
     (tools/judge/exact_rows.py), from the float32 forward on the same rows."""
     import torch
 
     if not isinstance(rows, list) or not rows or not all(isinstance(r, int) and 0 <= r < batch for r in rows):
         return None, f"the rows asked for are not row numbers below {batch}"
-    chosen = set(range(len(inputs))) if cut is None else {int(i) for i in cut if isinstance(i, int)}
-    if not any(isinstance(t, torch.Tensor) and t.dim() >= 1 and t.shape[0] == batch and i in chosen
-               for i, t in enumerate(inputs)):
-        return None, f"no input has a leading size of {batch} (the outputs' batch)"
-    index = None
+    dims: dict[int, int] = {}
+    if cut is None:
+        dims = {i: 0 for i in range(len(inputs))}
+    else:
+        for item in cut if isinstance(cut, list) else []:
+            if isinstance(item, int) and not isinstance(item, bool):
+                dims[item] = 0
+            elif (isinstance(item, list) and len(item) == 2
+                  and all(isinstance(v, int) and not isinstance(v, bool) for v in item)):
+                dims[item[0]] = item[1]
+    chosen = {i: d for i, d in dims.items() if 0 <= i < len(inputs) and isinstance(inputs[i], torch.Tensor)
+              and 0 <= d < inputs[i].dim() and inputs[i].shape[d] == batch}
+    if not chosen:
+        return None, f"no input has a size of {batch} (the outputs' batch) where the cut asks"
     out = []
     for i, t in enumerate(inputs):
-        if i in chosen and isinstance(t, torch.Tensor) and t.dim() >= 1 and t.shape[0] == batch:
-            if index is None or index.device != t.device:
-                index = torch.tensor(rows, dtype=torch.long, device=t.device)
-            t = t.index_select(0, index)
+        if i in chosen:
+            t = t.index_select(chosen[i], torch.tensor(rows, dtype=torch.long, device=t.device))
         out.append(t)
     return out, None
