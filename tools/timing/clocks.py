@@ -132,9 +132,13 @@ def two_clocks(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
     if not bench.timed:
         return None
     assert evaluation.worker is not None and evaluation.plan is not None, "the blocks step runs first"
+    from tools.wire.cuda_vmm import VmmError
+
     try:
         with evaluation.phase("timing"):
             return _check(bench, evaluation.worker, evaluation.plan, evaluation)
+    except VmmError as exc:  # the parent's own driver calls (tools/wire/stream_ops.py): this machine's fault
+        return Failure(Verdict.ERROR, "timing:two-clocks", f"the parent's GPU clock is unavailable here: {exc}")
     finally:  # the copies of the outputs (up to KEEP_BYTES, or one output when larger) must not stay
         import torch  # reserved by the parent, out of the candidates' reach
 
@@ -315,11 +319,10 @@ def _request(bench: "Bench", fields: dict[str, Any],
     """A gated pass of the eager reference on its own pool sets: (header, payload, reading)."""
     msg = {"op": "time", "burst": True, "keep_outputs": True,
            "arena_cap": bench.arena_cap(2 * max(len(fields["calls"]), 1), outputs_only=True), **fields}
-    try:
-        header, payload, reading = gate.run(bench.reference.proc, bench.reference.request, msg, len(fields["calls"]),
-                                            bench.options.trial_timeout)
-    except TimeoutError as exc:
-        return Failure(Verdict.ERROR, "timing:two-clocks", f"the eager reference: {exc}")
+    # a pass of the reference that never ends raises (TimeoutError): a fault while the candidate's
+    # worker exists, judged by tools/evaluate.py (evaluated again; rule `resource` if it follows the candidate)
+    header, payload, reading = gate.run(bench.reference.proc, bench.reference.request, msg, len(fields["calls"]),
+                                        bench.options.trial_timeout)
     if (failure := reply_failure(header, "timing:two-clocks")) is not None:
         return failure
     if header.get("arena"):  # new memory announced: its handle is taken now, in order, and once
