@@ -23,6 +23,20 @@ CLIENT_SETTINGS = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "RATCHET_CONFIG", "RATCH
                    "RATCHET_API_KEY", "RATCHET_WORKSPACE")
 
 
+def one_input_problem(tmp_path: Path, prefix: str, body: str, forward: str, shape: tuple[int, ...],
+                      init: str = "", args: str = "") -> Path:
+    """A problem file with one random input of `shape`: Model's __init__ runs `body` (indented
+    lines; `args` are its parameters, `init` what get_init_inputs returns) and forward returns
+    `forward` of `x`."""
+    path = tmp_path / f"{prefix}_problem_{next(_LOADED)}.py"
+    path.write_text(f"import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
+                    f"class Model(nn.Module):\n    def __init__(self{args}):\n        super().__init__()\n{body}\n"
+                    f"        pass\n\n    def forward(self, x):\n        return {forward}\n\n\n"
+                    f"def get_inputs():\n    return [torch.randn{shape!r}]\n\n\n"
+                    f"def get_init_inputs():\n    return [{init}]\n")
+    return path
+
+
 def builtin_cpu_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """`ratchet optimize --model builtin` on the CPU: no endpoint or workspace from the caller's
     environment, Triton's interpreter, two correctness trials."""

@@ -15,7 +15,8 @@ import torch
 
 from agent.builtin import codegen, search
 from agent.builtin.recognize import recognize
-from helpers_builtin import builtin_cpu_env, draft_outputs, evaluates_ok, load_module, optimize_builtin, resized
+from helpers_builtin import (builtin_cpu_env, draft_outputs, evaluates_ok, load_module, one_input_problem, optimize_builtin,
+                             resized)
 
 PROBLEMS = Path(__file__).parents[1] / "builtin_problems"
 pytestmark = pytest.mark.timeout(240)
@@ -28,13 +29,7 @@ def interpreter(monkeypatch):
 
 
 def _problem(tmp_path: Path, body: str, forward: str, shape: tuple[int, ...]) -> Path:
-    path = tmp_path / f"batchnorm_problem_{next(_MADE)}.py"
-    path.write_text(f"import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
-                    f"class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n{body}\n\n"
-                    f"    def forward(self, x):\n        return {forward}\n\n\n"
-                    f"def get_inputs():\n    return [torch.randn{shape!r}]\n\n\n"
-                    f"def get_init_inputs():\n    return []\n")
-    return path
+    return one_input_problem(tmp_path, "batchnorm", body, forward, shape)
 
 
 def _draft(problem: Path, tmp_path: Path, config: dict | None = None):

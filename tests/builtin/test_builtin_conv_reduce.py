@@ -19,7 +19,7 @@ from agent.builtin import codegen, search
 from tools.precision import dot_precision
 from agent.builtin.conv_reduce import PREFIX
 from agent.builtin.recognize import recognize
-from helpers_builtin import load_module
+from helpers_builtin import load_module, one_input_problem
 
 PRECISIONS = dot_precision("fp32")  # the default run's float32 dots: tf32x3, then ieee; never plain tf32
 
@@ -33,13 +33,7 @@ def interpreter(monkeypatch):
 
 
 def _problem(tmp_path: Path, body: str, forward: str, shape: tuple[int, ...]) -> Path:
-    path = tmp_path / f"conv_reduce_problem_{next(_MADE)}.py"
-    path.write_text(f"import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
-                    f"class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n{body}\n\n"
-                    f"    def forward(self, x):\n        return {forward}\n\n\n"
-                    f"def get_inputs():\n    return [torch.randn{shape!r}]\n\n\n"
-                    f"def get_init_inputs():\n    return []\n")
-    return path
+    return one_input_problem(tmp_path, "conv_reduce", body, forward, shape)
 
 
 def _draft(problem: Path, tmp_path: Path, kind: str, config: dict | None = None):
