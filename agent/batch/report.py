@@ -24,6 +24,11 @@ counted apart (`evaluator_faults`), neither correct nor incorrect; the fractions
 their denominator (as not correct, 1.0x in the geometric mean), so that a fault can never raise a
 figure: a candidate that brings the evaluator down must not shrink the set it is judged on.
 
+Cost (agent/cost.py): each row's `cost_usd` is its agent run's dollars, every session of it (row
+schema 4). The headline sums the problems that have a price; a problem whose model has none reads
+"no price" (never $0) and is listed apart with its tokens; the built-in policy costs $0 (no model,
+no tokens); rows written before schema 4 read "not recorded".
+
 Timing needs a GPU: where nothing was timed (a CPU run) every speed figure reads "not measured",
 never a number. The HTML page is agent/batch/report_page.py's.
 """
@@ -37,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.batch.log import RESULTS, RUN_META, RunLog
+from agent.cost import NO_PRICE, format_usd
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
 NOT_MEASURED = "not measured"
@@ -142,6 +148,12 @@ def headline(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "evaluator_fault_attempts": sum(r.get("evaluator_faults") or 0 for r in rows),
         "attempts": sum(r.get("attempts") or 0 for r in rows), "tokens": sum(r.get("tokens") or 0 for r in rows),
         "device_s": round(sum(r.get("device_s") or 0 for r in rows), 3), "precision": precision_cell(rows),
+        # dollars (agent/cost.py): over the problems with a price; those without one listed apart, never as $0
+        "cost_usd": sum(r["cost_usd"] for r in rows if cost_known(r)) if any(cost_known(r) for r in rows) else None,
+        "cost_priced": sum(cost_known(r) for r in rows),
+        "cost_no_price_problems": [r["problem"] for r in rows if cost_cell(r) == NO_PRICE],
+        "cost_no_price_tokens": sum(r.get("tokens") or 0 for r in rows if cost_cell(r) == NO_PRICE),
+        "cost_not_recorded": sum(cost_cell(r) == COST_NOT_RECORDED for r in rows),
     }
     if not measured or not n:
         return out
@@ -195,6 +207,37 @@ def one_problem(row: dict[str, Any]) -> str:
     return f"ok, {figures}, {row.get('attempts') or 0} attempt(s)"
 
 
+COST_NOT_RECORDED = "not recorded"
+
+
+def cost_known(row: dict[str, Any]) -> bool:
+    return (row.get("schema") or 1) >= 4 and isinstance(row.get("cost_usd"), (int, float))
+
+
+def cost_cell(row: dict[str, Any]) -> str:
+    """A problem's dollars: `$0.0123`, "no price" (its model had none), "not recorded" (a row before
+    schema 4), "-" (nothing ran: a crashed worker's row)."""
+    if (row.get("schema") or 1) < 4:
+        return COST_NOT_RECORDED
+    if cost_known(row):
+        return format_usd(row["cost_usd"])
+    return NO_PRICE if row.get("model") else "-"
+
+
+def cost_summary(h: dict[str, Any]) -> str:
+    """The headline's cost in one line."""
+    parts = []
+    if h["cost_usd"] is not None:
+        parts.append(f"{format_usd(h['cost_usd'])} over {h['cost_priced']} problem(s) with a price")
+    if h["cost_no_price_problems"]:
+        names = h["cost_no_price_problems"]
+        parts.append(f"{NO_PRICE} for {len(names)} ({', '.join(names[:5])}{', ...' if len(names) > 5 else ''}: "
+                     f"{h['cost_no_price_tokens']} tokens not in the sum)")
+    if h["cost_not_recorded"]:
+        parts.append(f"{COST_NOT_RECORDED} for {h['cost_not_recorded']} (rows written before costs were kept)")
+    return "; ".join(parts) or "-"
+
+
 def precision_cell(rows: list[dict[str, Any]]) -> str:
     """The rows' precision (tools/precision.py): one value, or each with its count where a resumed
     run mixed them (their speedups then compare with different baselines). A row with none (a
@@ -212,13 +255,13 @@ def device_label(run: Run) -> str:
 
 
 def table(run: Run) -> str:
-    head = ("problem", "verdict", "vs eager", "vs compile", "roofline", "attempts", "tokens", device_label(run))
+    head = ("problem", "verdict", "vs eager", "vs compile", "roofline", "attempts", "tokens", "cost", device_label(run))
     body = []
     for r in run.rows:
         eager, compiled, roof = speed_cells(r)
         seconds = "-" if r.get("device_s") is None else f"{r['device_s']:.1f}"
         body.append((r["problem"], verdict_cell(r), eager, compiled, roof, str(r.get("attempts") or 0),
-                     str(r.get("tokens") or 0), seconds))
+                     str(r.get("tokens") or 0), cost_cell(r), seconds))
     widths = [max(len(line[i]) for line in [head, *body]) for i in range(len(head))]
     fmt = lambda line: "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths)))  # noqa: E731
     return "\n".join(fmt(line).rstrip() for line in [head, *body])
@@ -229,7 +272,8 @@ def headline_lines(run: Run) -> list[str]:
     n = h["problems"]
     done = f"{n} problem(s)" + (f" ({len(run.missing)} more of the run not finished: not counted)" if run.missing else "")
     lines = [done, f"correct:                          {h['correct']}/{n} ({_pct(h['fraction_correct'])})",
-             f"precision:                        {h['precision']}"]
+             f"precision:                        {h['precision']}",
+             f"model cost:                       {cost_summary(h)}"]
     if h["evaluator_faults"]:
         lines.append(f"evaluator faults:                 {h['evaluator_faults']}/{n} never judged "
                      f"({', '.join(h['evaluator_fault_problems'])}): ratchet failed, not the model; "
