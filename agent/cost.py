@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -118,12 +119,15 @@ def _plain(name: str) -> str:
 
 def near_names(model: str, names: list[str]) -> list[str]:
     """Names of a price table that look like `model` without being it: another case or punctuation,
-    a provider's prefix (`openai/gpt-x` for `gpt-x`, or the reverse), or a close spelling."""
+    a provider's prefix (`openai/gpt-x` for `gpt-x`, or the reverse), or a close spelling with the
+    same numbers (`qwen2.5-coder-32` for `qwen2.5-coder-32b`; but `llama-3-8b` is another model than
+    `llama-3-70b`, not a typo of it: a shared table may price one and not the other)."""
     near = []
     for name in names:
         a, b = _plain(name), _plain(model)
         tail = name.rsplit("/", 1)[-1] == model.rsplit("/", 1)[-1]
-        if a == b or tail or difflib.SequenceMatcher(None, a, b).ratio() >= 0.85:
+        close = re.findall(r"\d+", name) == re.findall(r"\d+", model) and difflib.SequenceMatcher(None, a, b).ratio() >= 0.85
+        if a == b or tail or close:
             near.append(name)
     return near
 

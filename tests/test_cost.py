@@ -70,6 +70,8 @@ def test_a_name_close_to_the_model_in_use_is_a_typo():
         assert "config file x.toml" in str(caught.value) and "a typo?" in str(caught.value)
         assert "'qwen2.5-coder-32b'" in str(caught.value)
     assert near_names("llama-3-70b", sorted(table)) == []
+    # another size of a model is another model, priced or not: not a typo
+    assert near_names("qwen2.5-coder-7b", sorted(table)) == [] and near_names("claude-sonet-4", ["claude-sonnet-4"])
     assert price_for("llama-3-70b", table, None) is None
     assert price_for("qwen2.5-coder-32", table, parse_price("1,1", "command line")) == Price(1, 1, None, "command line")
 
