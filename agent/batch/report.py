@@ -63,6 +63,7 @@ class Run:
     rows: list[dict[str, Any]]  # the latest row per problem, in suite order
     meta: dict[str, Any] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)  # problems of the run with no row yet
+    gpu_price_per_hour: float | None = None  # `ratchet report --gpu-price-per-hour`: GPU dollars shown too
 
 
 class ReportError(Exception):
@@ -238,6 +239,27 @@ def cost_summary(h: dict[str, Any]) -> str:
     return "; ".join(parts) or "-"
 
 
+def gpu_cost(row: dict[str, Any], price: float | None) -> float | None:
+    """The dollars of the seconds a problem held its GPU (`device_s`, model waits included) at `price`
+    per GPU-hour; None off a GPU or without a price."""
+    if price is None or row.get("device_s") is None or not str(row.get("device") or "").startswith("cuda"):
+        return None
+    return row["device_s"] / 3600.0 * price
+
+
+def gpu_cost_line(run: Run) -> str | None:
+    """The headline's GPU dollars, clearly apart from the model's; None without a GPU price."""
+    price = run.gpu_price_per_hour
+    if price is None:
+        return None
+    costs = [c for c in (gpu_cost(r, price) for r in run.rows) if c is not None]
+    if not costs:
+        return "no GPU in this run: no GPU dollars"
+    seconds = sum(r["device_s"] for r in run.rows if gpu_cost(r, price) is not None)
+    return (f"{format_usd(sum(costs))} at ${price:g} per GPU-hour for {seconds:.0f} GPU-seconds held by "
+            f"{len(costs)} problem(s) (model waits included; not in the model cost)")
+
+
 def precision_cell(rows: list[dict[str, Any]]) -> str:
     """The rows' precision (tools/precision.py): one value, or each with its count where a resumed
     run mixed them (their speedups then compare with different baselines). A row with none (a
@@ -255,13 +277,17 @@ def device_label(run: Run) -> str:
 
 
 def table(run: Run) -> str:
-    head = ("problem", "verdict", "vs eager", "vs compile", "roofline", "attempts", "tokens", "cost", device_label(run))
+    gpu = run.gpu_price_per_hour is not None
+    head = ("problem", "verdict", "vs eager", "vs compile", "roofline", "attempts", "tokens", "cost", device_label(run),
+            *(("GPU $",) if gpu else ()))
     body = []
     for r in run.rows:
         eager, compiled, roof = speed_cells(r)
         seconds = "-" if r.get("device_s") is None else f"{r['device_s']:.1f}"
+        dollars = gpu_cost(r, run.gpu_price_per_hour)
         body.append((r["problem"], verdict_cell(r), eager, compiled, roof, str(r.get("attempts") or 0),
-                     str(r.get("tokens") or 0), cost_cell(r), seconds))
+                     str(r.get("tokens") or 0), cost_cell(r), seconds,
+                     *((("-" if dollars is None else format_usd(dollars)),) if gpu else ())))
     widths = [max(len(line[i]) for line in [head, *body]) for i in range(len(head))]
     fmt = lambda line: "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths)))  # noqa: E731
     return "\n".join(fmt(line).rstrip() for line in [head, *body])
@@ -274,6 +300,9 @@ def headline_lines(run: Run) -> list[str]:
     lines = [done, f"correct:                          {h['correct']}/{n} ({_pct(h['fraction_correct'])})",
              f"precision:                        {h['precision']}",
              f"model cost:                       {cost_summary(h)}"]
+    gpu = gpu_cost_line(run)
+    if gpu:
+        lines.append(f"GPU cost:                         {gpu}")
     if h["evaluator_faults"]:
         lines.append(f"evaluator faults:                 {h['evaluator_faults']}/{n} never judged "
                      f"({', '.join(h['evaluator_fault_problems'])}): ratchet failed, not the model; "
@@ -318,6 +347,9 @@ def json_report(run: Run) -> dict[str, Any]:
         notes.append(KEPT_NOTE)
     if not h["timing_measured"]:
         notes.append("timing not measured: every speed figure is null")
+    if run.gpu_price_per_hour is not None:
+        costs = [c for c in (gpu_cost(r, run.gpu_price_per_hour) for r in run.rows) if c is not None]
+        h = {**h, "gpu_price_per_hour": run.gpu_price_per_hour, "gpu_cost_usd": sum(costs) if costs else None}
     return {"run": str(run.path), "headline": h, "missing": run.missing, "notes": notes, "problems": run.rows}
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import jinja2
 
 from agent.batch.report import (FAILURE_NOTE, FAULT_NOTE, KEPT_EAGER, KEPT_NOTE, NOT_MEASURED, TEMPLATES, Run, _pct,
-                                _x, cost_cell, cost_summary, device_label, evaluator_fault, headline, kept_eager,
+                                _x, cost_cell, cost_summary, device_label, gpu_cost, gpu_cost_line, evaluator_fault, headline, kept_eager,
                                 speed_cells, timed, verdict_cell)
 from agent.cost import NO_PRICE, format_usd
 
@@ -171,6 +171,9 @@ def render_html(run: Run) -> str:
     tiles = [("correct", _pct(h["fraction_correct"]), f"{h['correct']} of {h['problems']}"),
              ("precision", h["precision"], "the baselines' float32 arithmetic"),
              ("model cost", format_usd(h["cost_usd"]) if h["cost_usd"] is not None else NO_PRICE, cost_summary(h))]
+    if run.gpu_price_per_hour is not None:  # `ratchet report --gpu-price-per-hour`: apart from the model's dollars
+        held = [c for c in (gpu_cost(r, run.gpu_price_per_hour) for r in run.rows) if c is not None]
+        tiles.append(("GPU cost (time held)", format_usd(sum(held)) if held else "-", gpu_cost_line(run) or ""))
     if h["timing_measured"]:
         tiles += [("faster than eager", _pct(h["fraction_faster_than_eager"]), f"{h['faster_than_eager']} of {h['problems']}"),
                   ("faster than torch.compile", _pct(h["fraction_faster_than_compile"]),

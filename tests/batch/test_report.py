@@ -261,3 +261,25 @@ def test_cost_columns_no_price_and_rows_before_costs(tmp_path, capsys):
     html = render_html(load_run(run))
     assert "<th>cost</th>" in html and "<td>$0.0125</td>" in html and "<td>no price</td>" in html
     assert "<td>not recorded</td>" in html and "<div class=\"name\">model cost</div>" in html
+
+
+def test_gpu_dollars_only_with_a_gpu_price_and_apart_from_the_model_cost(tmp_path, capsys):
+    rows = [row("1_a", schema=4, cost_usd=0.01, model="m", device_s=120.0),
+            row("2_b", schema=4, cost_usd=0.02, model="m", device_s=80.0),
+            row("3_cpu", schema=4, cost_usd=0.0, model="builtin", device="cpu", device_s=50.0)]
+    run = write_run(tmp_path, rows)
+    assert main(["report", str(run), "--no-html"]) == 0
+    assert "GPU $" not in capsys.readouterr().out  # no price given: no GPU dollars
+    assert main(["report", str(run), "--no-html", "--gpu-price-per-hour", "2.1"]) == 0
+    text = capsys.readouterr().out
+    assert text.splitlines()[0].split()[-2:] == ["GPU", "$"]
+    assert ("GPU cost:                         $0.1167 at $2.1 per GPU-hour for 200 GPU-seconds held by 2 problem(s) "
+            "(model waits included; not in the model cost)") in text
+    assert "model cost:                       $0.03 over 3 problem(s) with a price" in text
+    assert main(["report", str(run), "--json", "--gpu-price-per-hour", "2.1"]) == 0
+    assert json.loads(capsys.readouterr().out)["headline"]["gpu_cost_usd"] == pytest.approx(200 / 3600 * 2.1)
+    assert main(["report", str(run), "--gpu-price-per-hour", "-1"]) == 2
+    assert "--gpu-price-per-hour -1: expected dollars per GPU-hour" in capsys.readouterr().err
+    load = load_run(run)
+    load.gpu_price_per_hour = 2.1
+    assert "GPU cost (time held)" in render_html(load)
