@@ -6,7 +6,8 @@ the config file. The model endpoint also reads the OpenAI SDK's own variables:
 `OPENAI_BASE_URL` and `OPENAI_API_KEY` (`RATCHET_BASE_URL` / `RATCHET_API_KEY` win over them).
 
 The config file is TOML: `--config PATH`, else `$RATCHET_CONFIG`, else `./ratchet.toml` when
-present. Settings may sit at the top level or in an `[optimize]` table (the table wins).
+present. Settings may sit at the top level or in an `[optimize]` table (the table wins). A
+`[prices]` table prices models (agent/cost.py); `price` prices the model in use.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agent.cost import Price, PriceError, parse_price, parse_table, price_for
 from tools.options import SANDBOX_MODES
 from tools.precision import PRECISIONS
 
@@ -68,6 +70,9 @@ class AgentConfig:
     auxiliary_tools: bool = True  # offer get_best, diff_against_best, get_profile
     max_aux_rounds: int = 4  # auxiliary-only turns in a row before it counts as a malformed reply
     keep_reasoning: bool = False  # send earlier reasoning text back to the model
+    # cost (agent/cost.py): the model in use's price, INPUT,OUTPUT[,CACHED_INPUT] dollars per million
+    # tokens; it wins over the config file's [prices] table. None: the table's, else no price
+    price: str | None = None
 
     def sources(self) -> dict[str, str]:
         return dict(getattr(self, "_sources", {}))
@@ -76,6 +81,22 @@ class AgentConfig:
         """Set a value decided after loading (the model an endpoint lists), naming where it came from."""
         setattr(self, name, value)
         object.__setattr__(self, "_sources", {**self.sources(), name: origin})
+
+    def price_table(self) -> dict[str, Price]:
+        """The config file's [prices] table (model name -> Price); empty without one."""
+        return dict(getattr(self, "_prices", {}))
+
+    def model_price(self, model: str | None = None) -> Price | None:
+        """The price of `model` (default: the configured one): the `price` setting, else the table's
+        entry, else None ("no price"; always None for the built-in policy). ConfigError where the
+        table names a model like it but not it (a typo)."""
+        table = self.price_table()
+        try:
+            setting = parse_price(self.price, self.sources().get("price", "price")) if self.price else None
+            return price_for(model or self.model or "", table, setting,
+                             table_origin=getattr(self, "_prices_origin", ""))
+        except PriceError as exc:
+            raise ConfigError(str(exc)) from None
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(AgentConfig)}
@@ -125,15 +146,31 @@ def _config_file(explicit: str | None, env: Mapping[str, str]) -> Path | None:
     return default if default.is_file() else None
 
 
-def _file_values(path: Path) -> dict[str, Any]:
+def _read_file(path: Path) -> dict[str, Any]:
     try:
-        data = tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"config file {path}: {exc}") from None
+
+
+def _file_prices(path: Path) -> dict[str, Price]:
+    """The file's [prices] table (agent/cost.py), checked entry by entry."""
+    data = _read_file(path)
+    if "prices" not in data:
+        return {}
+    try:
+        return parse_table(data["prices"], f"config file {path}")
+    except PriceError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _file_values(path: Path) -> dict[str, Any]:
+    data = _read_file(path)
     values = {k: v for k, v in data.items() if not isinstance(v, dict)}
-    tables = sorted(k for k, v in data.items() if isinstance(v, dict) and k != "optimize")
+    tables = sorted(k for k, v in data.items() if isinstance(v, dict) and k not in ("optimize", "prices"))
     if tables:
-        raise ConfigError(f"config file {path}: unknown table [{tables[0]}] (settings go at the top or under [optimize])")
+        raise ConfigError(f"config file {path}: unknown table [{tables[0]}] (settings go at the top or under [optimize]; "
+                          f"prices under [prices])")
     table = data.get("optimize", {})
     if not isinstance(table, dict):
         raise ConfigError(f"config file {path}: [optimize] must be a table")
@@ -150,8 +187,10 @@ def load_config(cli: Mapping[str, Any] | None = None, *, env: Mapping[str, str] 
     env = os.environ if env is None else env
     layers: list[tuple[str, dict[str, Any]]] = []
     path = _config_file(config_file, env)
+    prices: dict[str, Price] = {}
     if path is not None:
         layers.append((f"config file {path}", _file_values(path)))
+        prices = _file_prices(path)
     from_env: dict[str, Any] = {}
     for sdk_name, name in (("OPENAI_BASE_URL", "base_url"), ("OPENAI_API_KEY", "api_key")):
         if env.get(sdk_name):
@@ -169,6 +208,8 @@ def load_config(cli: Mapping[str, Any] | None = None, *, env: Mapping[str, str] 
             setattr(config, name, _convert(name, value, origin))
             sources[name] = origin
     object.__setattr__(config, "_sources", sources)
+    object.__setattr__(config, "_prices", prices)
+    object.__setattr__(config, "_prices_origin", f"config file {path}" if path is not None else "")
     _check(config)
     return config
 
@@ -193,6 +234,11 @@ def _check(config: AgentConfig) -> None:
         parts = urllib.parse.urlsplit(str(config.base_url))
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ConfigError(f"base_url {config.base_url!r} is not an http(s) URL (from {config.sources()['base_url']})")
+    if config.price is not None:
+        try:
+            parse_price(config.price, config.sources()["price"])
+        except PriceError as exc:
+            raise ConfigError(str(exc)) from None
     for name in ("roofline_target", "memory_roofline_target"):  # 0: no roofline stop, as patience 0 is none
         if not 0 <= getattr(config, name) <= 1:
             raise ConfigError(f"{name} must be in [0, 1], 0 for no roofline stop (from {config.sources()[name]})")

@@ -45,8 +45,13 @@ class ToolCall:
 
 @dataclass
 class Usage:
+    """A reply's token counts as the server reported them (None: not reported). `cached_tokens`: the
+    part of the prompt the server says it read from its cache (`usage.prompt_tokens_details.cached_tokens`,
+    as OpenAI and vLLM report it), which a price table may price apart (agent/cost.py)."""
+
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    cached_tokens: int | None = None
 
     @property
     def total_tokens(self) -> int:
@@ -364,7 +369,10 @@ def _reply_from(completion: Any) -> Reply:
     reasoning = extra.get("reasoning_content") or extra.get("reasoning")
     usage = Usage()
     if completion.usage is not None:
-        usage = Usage(prompt_tokens=completion.usage.prompt_tokens, completion_tokens=completion.usage.completion_tokens)
+        details = getattr(completion.usage, "prompt_tokens_details", None)
+        cached = getattr(details, "cached_tokens", None)
+        usage = Usage(prompt_tokens=completion.usage.prompt_tokens, completion_tokens=completion.usage.completion_tokens,
+                      cached_tokens=cached if isinstance(cached, int) else None)
     return Reply(content=message.content, tool_calls=calls,
                  reasoning=reasoning if isinstance(reasoning, str) else None,
                  usage=usage, finish_reason=choice.finish_reason)

@@ -37,8 +37,21 @@ class NoModelNamed(Exception):
 
 def choose_model(config: AgentConfig, log: Callable[[str], None], *,
                  env: Mapping[str, str] | None = None) -> str:
-    """Settle `config.model` (see the module's docstring) and return it. Raises NoModelNamed, or
-    agent.model.ModelUnreachable when the endpoint's list cannot be read at all."""
+    """Settle `config.model` (see the module's docstring) and return it, once its price is known
+    (agent/cost.py: a line says when it has none). Raises NoModelNamed, agent.config.ConfigError (a
+    price table naming a model like it, a typo), or agent.model.ModelUnreachable when the endpoint's
+    list cannot be read at all."""
+    name = _choose(config, log, env=env)
+    # ConfigError: a typo in the price table. A table that prices other models only is said in a line;
+    # with no prices configured at all, the run's summary says "no price" (no line for every run)
+    if name != BUILTIN and config.model_price(name) is None and config.price_table():
+        from agent.cost import no_price_line
+
+        log(no_price_line(name, config.price_table(), getattr(config, "_prices_origin", "") or "the config file"))
+    return name
+
+
+def _choose(config: AgentConfig, log: Callable[[str], None], *, env: Mapping[str, str] | None = None) -> str:
     if config.model:
         if config.model != BUILTIN and not (config.base_url or config.api_key):
             raise NoModelNamed(f"model {config.model!r} (from {config.sources().get('model', 'the settings')}) has no "

@@ -9,7 +9,10 @@ SDK and HTTP are all real. Each POST /v1/chat/completions consumes the next scri
     error(status, message, retry_after=None)   an HTTP error with an OpenAI-style error body
     hold()                             block until `release()` (or shutdown), then drop the connection
 
-Any step may carry `reasoning` (sent as `reasoning_content`, as vLLM and SGLang do). GET /v1/models
+Any step may carry `reasoning` (sent as `reasoning_content`, as vLLM and SGLang do). Every completion
+reports `usage` (prompt tokens: the request's messages as JSON, in characters / 4, + 1; completion
+tokens: the reply's text, arguments and reasoning likewise: `usage_of`); a step with `cached_tokens`
+also reports that many of the prompt's as cached (`prompt_tokens_details.cached_tokens`). GET /v1/models
 lists `models` (a list of ids) when given, else answers 404 as a server without the list would. Every request
 is recorded (`requests`: path, headers, parsed body) so tests can assert on what the agent sent.
 When the script is exhausted the server answers 400, which the agent reports and never retries.
@@ -33,6 +36,7 @@ class Step:
     reasoning: str | None = None
     status: int = 200
     retry_after: str | None = None
+    cached_tokens: int | None = None  # reported as usage.prompt_tokens_details.cached_tokens
 
 
 def tool_call(name: str, arguments: dict[str, Any] | str, *, content: str | None = None,
@@ -47,8 +51,11 @@ def tool_calls(*calls: tuple[str, dict[str, Any] | str], content: str | None = N
     return Step("tool_calls", content=content, calls=raw)
 
 
-def submit(source: str, *, reasoning: str | None = None, content: str | None = None) -> Step:
-    return tool_call("submit_kernel", {"source": source}, content=content, reasoning=reasoning)
+def submit(source: str, *, reasoning: str | None = None, content: str | None = None,
+           cached_tokens: int | None = None) -> Step:
+    step = tool_call("submit_kernel", {"source": source}, content=content, reasoning=reasoning)
+    step.cached_tokens = cached_tokens
+    return step
 
 
 def text(content: str, *, reasoning: str | None = None) -> Step:
@@ -239,9 +246,11 @@ def _completion(number: int, body: Any, step: Step) -> dict[str, Any]:
         ]
     if step.reasoning is not None:
         message["reasoning_content"] = step.reasoning
-    prompt_chars = len(json.dumps(body.get("messages", []))) if isinstance(body, dict) else 0
-    completion_chars = len(step.content or "") + sum(len(raw) for _, raw in step.calls) + len(step.reasoning or "")
-    prompt_tokens, completion_tokens = prompt_chars // 4 + 1, completion_chars // 4 + 1
+    prompt_tokens, completion_tokens = usage_of(body, step)
+    usage: dict[str, Any] = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                             "total_tokens": prompt_tokens + completion_tokens}
+    if step.cached_tokens is not None:
+        usage["prompt_tokens_details"] = {"cached_tokens": min(step.cached_tokens, prompt_tokens)}
     return {
         "id": f"chatcmpl-loopback-{number}",
         "object": "chat.completion",
@@ -249,6 +258,12 @@ def _completion(number: int, body: Any, step: Step) -> dict[str, Any]:
         "model": body.get("model", "loopback") if isinstance(body, dict) else "loopback",
         "choices": [{"index": 0, "message": message,
                      "finish_reason": "tool_calls" if step.kind == "tool_calls" else "stop"}],
-        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                  "total_tokens": prompt_tokens + completion_tokens},
+        "usage": usage,
     }
+
+
+def usage_of(body: Any, step: Step) -> tuple[int, int]:
+    """The prompt and completion tokens the server reports for `step` answering a request `body`."""
+    prompt_chars = len(json.dumps(body.get("messages", []))) if isinstance(body, dict) else 0
+    completion_chars = len(step.content or "") + sum(len(raw) for _, raw in step.calls) + len(step.reasoning or "")
+    return prompt_chars // 4 + 1, completion_chars // 4 + 1

@@ -13,7 +13,11 @@ row); readers take schema-1 rows as they are (the two fields missing). Schema 3 
 without timing (a CPU run) measured, for the report: `attempts_to_correct` (this run's attempts
 up to and including its first correct one), and from the best attempt's record `trials` (the
 correctness trials it passed), `distributions` (their input distributions, each once) and
-`heldout` (each held-out variant and its outcome).
+`heldout` (each held-out variant and its outcome). Schema 4 added what the problem cost
+(agent/cost.py): `cost_usd`, the agent run's dollars over every session of it (None: no price for
+its model; 0.0 for the built-in policy, which spends no tokens), and `price`, the price it was
+charged at (input, output, cached_input per million tokens, and where it came from; None without
+one). Rows before schema 4 have neither: the report reads their cost as "not recorded".
 """
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ from typing import Any
 
 from tools.record import Verdict
 
-ROW_SCHEMA = 3
+ROW_SCHEMA = 4
 
 
 def problem_key(path: Path) -> str:
@@ -110,7 +114,7 @@ def agent_row(spec: dict[str, Any], log: Callable[[str], None], *, problem: Path
     if unrecognized:  # the built-in policy has no kernel for it: no attempt, as `ratchet optimize` does
         log(f"batch: {unrecognized}")
         return {"status": "unrecognized", "verdict": "unrecognized", "error": _one_line(unrecognized),
-                "correct": False, "attempts": 0, "model": "builtin", "precision": config.precision}
+                "correct": False, "attempts": 0, "model": "builtin", "precision": config.precision, "cost_usd": 0.0}
     if resume is None:
         resume = bool(spec.get("resume")) and _has_unfinished_run(problem, config, spec.get("since"))
     try:
@@ -154,7 +158,7 @@ def agent_row(spec: dict[str, Any], log: Callable[[str], None], *, problem: Path
         "attempts_to_correct": next((i for i, v in enumerate(s["verdicts"], 1) if v == Verdict.OK.value), None),
         "model_calls": s["model_calls"], "agent_wall_s": s["wall_s"], "model": s["model"], "run_id": s["run_id"],
         "stop_reason": s["stop_reason"], "error": error, "workspace": s["workspace"], "best_path": s["best_path"],
-        "precision": config.precision,
+        "precision": config.precision, "cost_usd": s.get("cost_usd"), "price": s.get("price"),
     }
     if store is None:
         row.update(_baseline_times(Path(s["workspace"]), best.get("attempt")))
@@ -239,7 +243,8 @@ def _complete_row(row: dict[str, Any]) -> dict[str, Any]:
                 "compile_ms", "floor_ms", "best_attempt", "attempts", "attempts_used", "correct_attempts",
                 "evaluator_faults", "format_errors", "tokens", "model_calls", "agent_wall_s", "model", "run_id",
                 "stop_reason", "workspace", "best_path", "device_s", "executor", "node", "warm_workers", "precision",
-                "generalizes", "library", "attempts_to_correct", "trials", "distributions", "heldout"):
+                "generalizes", "library", "attempts_to_correct", "trials", "distributions", "heldout", "cost_usd",
+                "price"):
         row.setdefault(key, None)
     for key in ("attempts", "attempts_used", "correct_attempts", "evaluator_faults", "format_errors", "tokens",
                 "model_calls"):

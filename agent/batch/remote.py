@@ -107,10 +107,11 @@ class RemoteRepo:
         return Path(self._about("best_path"))
 
     def commit_attempt(self, source: str, result: Any, *, model: str, run_id: str, summary: str = "",
-                       trajectory: str | None = None, extra_files: dict[str, str] | None = None) -> Attempt:
+                       trajectory: str | None = None, extra_files: dict[str, str] | None = None,
+                       spend: dict[str, Any] | None = None) -> Attempt:
         record = result if isinstance(result, dict) else result.to_dict()
         return self._call("commit_attempt", source=source, result=record, model=model, run_id=run_id,
-                          summary=summary, trajectory=trajectory, extra_files=extra_files)
+                          summary=summary, trajectory=trajectory, extra_files=extra_files, spend=spend)
 
     def save_trajectory(self, run_id: str, text: str) -> str | None:
         return self._call("save_trajectory", run_id=run_id, text=text)

@@ -24,6 +24,11 @@ counted apart (`evaluator_faults`), neither correct nor incorrect; the fractions
 their denominator (as not correct, 1.0x in the geometric mean), so that a fault can never raise a
 figure: a candidate that brings the evaluator down must not shrink the set it is judged on.
 
+Cost (agent/cost.py): each row's `cost_usd` is its agent run's dollars, every session of it (row
+schema 4). The headline sums the problems that have a price; a problem whose model has none reads
+"no price" (never $0) and is listed apart with its tokens; the built-in policy costs $0 (no model,
+no tokens); rows written before schema 4 read "not recorded".
+
 Timing needs a GPU: where nothing was timed (a CPU run) every speed figure reads "not measured",
 never a number. The HTML page is agent/batch/report_page.py's.
 """
@@ -37,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.batch.log import RESULTS, RUN_META, RunLog
+from agent.cost import NO_PRICE, format_usd
 
 TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
 NOT_MEASURED = "not measured"
@@ -57,6 +63,7 @@ class Run:
     rows: list[dict[str, Any]]  # the latest row per problem, in suite order
     meta: dict[str, Any] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)  # problems of the run with no row yet
+    gpu_price_per_hour: float | None = None  # `ratchet report --gpu-price-per-hour`: GPU dollars shown too
 
 
 class ReportError(Exception):
@@ -142,6 +149,12 @@ def headline(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "evaluator_fault_attempts": sum(r.get("evaluator_faults") or 0 for r in rows),
         "attempts": sum(r.get("attempts") or 0 for r in rows), "tokens": sum(r.get("tokens") or 0 for r in rows),
         "device_s": round(sum(r.get("device_s") or 0 for r in rows), 3), "precision": precision_cell(rows),
+        # dollars (agent/cost.py): over the problems with a price; those without one listed apart, never as $0
+        "cost_usd": sum(r["cost_usd"] for r in rows if cost_known(r)) if any(cost_known(r) for r in rows) else None,
+        "cost_priced": sum(cost_known(r) for r in rows),
+        "cost_no_price_problems": [r["problem"] for r in rows if cost_cell(r) == NO_PRICE],
+        "cost_no_price_tokens": sum(r.get("tokens") or 0 for r in rows if cost_cell(r) == NO_PRICE),
+        "cost_not_recorded": sum(cost_cell(r) == COST_NOT_RECORDED for r in rows),
     }
     if not measured or not n:
         return out
@@ -195,6 +208,58 @@ def one_problem(row: dict[str, Any]) -> str:
     return f"ok, {figures}, {row.get('attempts') or 0} attempt(s)"
 
 
+COST_NOT_RECORDED = "not recorded"
+
+
+def cost_known(row: dict[str, Any]) -> bool:
+    return (row.get("schema") or 1) >= 4 and isinstance(row.get("cost_usd"), (int, float))
+
+
+def cost_cell(row: dict[str, Any]) -> str:
+    """A problem's dollars: `$0.0123`, "no price" (its model had none), "not recorded" (a row before
+    schema 4), "-" (nothing ran: a crashed worker's row)."""
+    if (row.get("schema") or 1) < 4:
+        return COST_NOT_RECORDED
+    if cost_known(row):
+        return format_usd(row["cost_usd"])
+    return NO_PRICE if row.get("model") else "-"
+
+
+def cost_summary(h: dict[str, Any]) -> str:
+    """The headline's cost in one line."""
+    parts = []
+    if h["cost_usd"] is not None:
+        parts.append(f"{format_usd(h['cost_usd'])} over {h['cost_priced']} problem(s) with a price")
+    if h["cost_no_price_problems"]:
+        names = h["cost_no_price_problems"]
+        parts.append(f"{NO_PRICE} for {len(names)} ({', '.join(names[:5])}{', ...' if len(names) > 5 else ''}: "
+                     f"{h['cost_no_price_tokens']} tokens not in the sum)")
+    if h["cost_not_recorded"]:
+        parts.append(f"{COST_NOT_RECORDED} for {h['cost_not_recorded']} (rows written before costs were kept)")
+    return "; ".join(parts) or "-"
+
+
+def gpu_cost(row: dict[str, Any], price: float | None) -> float | None:
+    """The dollars of the seconds a problem held its GPU (`device_s`, model waits included) at `price`
+    per GPU-hour; None off a GPU or without a price."""
+    if price is None or row.get("device_s") is None or not str(row.get("device") or "").startswith("cuda"):
+        return None
+    return row["device_s"] / 3600.0 * price
+
+
+def gpu_cost_line(run: Run) -> str | None:
+    """The headline's GPU dollars, clearly apart from the model's; None without a GPU price."""
+    price = run.gpu_price_per_hour
+    if price is None:
+        return None
+    costs = [c for c in (gpu_cost(r, price) for r in run.rows) if c is not None]
+    if not costs:
+        return "no GPU in this run: no GPU dollars"
+    seconds = sum(r["device_s"] for r in run.rows if gpu_cost(r, price) is not None)
+    return (f"{format_usd(sum(costs))} at ${price:g} per GPU-hour for {seconds:.0f} GPU-seconds held by "
+            f"{len(costs)} problem(s) (model waits included; not in the model cost)")
+
+
 def precision_cell(rows: list[dict[str, Any]]) -> str:
     """The rows' precision (tools/precision.py): one value, or each with its count where a resumed
     run mixed them (their speedups then compare with different baselines). A row with none (a
@@ -212,13 +277,17 @@ def device_label(run: Run) -> str:
 
 
 def table(run: Run) -> str:
-    head = ("problem", "verdict", "vs eager", "vs compile", "roofline", "attempts", "tokens", device_label(run))
+    gpu = run.gpu_price_per_hour is not None
+    head = ("problem", "verdict", "vs eager", "vs compile", "roofline", "attempts", "tokens", "cost", device_label(run),
+            *(("GPU $",) if gpu else ()))
     body = []
     for r in run.rows:
         eager, compiled, roof = speed_cells(r)
         seconds = "-" if r.get("device_s") is None else f"{r['device_s']:.1f}"
+        dollars = gpu_cost(r, run.gpu_price_per_hour)
         body.append((r["problem"], verdict_cell(r), eager, compiled, roof, str(r.get("attempts") or 0),
-                     str(r.get("tokens") or 0), seconds))
+                     str(r.get("tokens") or 0), cost_cell(r), seconds,
+                     *((("-" if dollars is None else format_usd(dollars)),) if gpu else ())))
     widths = [max(len(line[i]) for line in [head, *body]) for i in range(len(head))]
     fmt = lambda line: "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(line, widths)))  # noqa: E731
     return "\n".join(fmt(line).rstrip() for line in [head, *body])
@@ -229,7 +298,11 @@ def headline_lines(run: Run) -> list[str]:
     n = h["problems"]
     done = f"{n} problem(s)" + (f" ({len(run.missing)} more of the run not finished: not counted)" if run.missing else "")
     lines = [done, f"correct:                          {h['correct']}/{n} ({_pct(h['fraction_correct'])})",
-             f"precision:                        {h['precision']}"]
+             f"precision:                        {h['precision']}",
+             f"model cost:                       {cost_summary(h)}"]
+    gpu = gpu_cost_line(run)
+    if gpu:
+        lines.append(f"GPU cost:                         {gpu}")
     if h["evaluator_faults"]:
         lines.append(f"evaluator faults:                 {h['evaluator_faults']}/{n} never judged "
                      f"({', '.join(h['evaluator_fault_problems'])}): ratchet failed, not the model; "
@@ -274,6 +347,9 @@ def json_report(run: Run) -> dict[str, Any]:
         notes.append(KEPT_NOTE)
     if not h["timing_measured"]:
         notes.append("timing not measured: every speed figure is null")
+    if run.gpu_price_per_hour is not None:
+        costs = [c for c in (gpu_cost(r, run.gpu_price_per_hour) for r in run.rows) if c is not None]
+        h = {**h, "gpu_price_per_hour": run.gpu_price_per_hour, "gpu_cost_usd": sum(costs) if costs else None}
     return {"run": str(run.path), "headline": h, "missing": run.missing, "notes": notes, "problems": run.rows}
 
 

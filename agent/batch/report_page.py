@@ -19,8 +19,9 @@ from typing import Any
 import jinja2
 
 from agent.batch.report import (FAILURE_NOTE, FAULT_NOTE, KEPT_EAGER, KEPT_NOTE, NOT_MEASURED, TEMPLATES, Run, _pct,
-                                _x, device_label, evaluator_fault, headline, kept_eager, speed_cells, timed,
-                                verdict_cell)
+                                _x, cost_cell, cost_summary, device_label, gpu_cost, gpu_cost_line, evaluator_fault, headline, kept_eager,
+                                speed_cells, timed, verdict_cell)
+from agent.cost import NO_PRICE, format_usd
 
 
 CHART = {"width": 960, "label_w": 250, "right": 130, "row_h": 28, "top": 44, "bottom": 36}
@@ -165,9 +166,14 @@ def render_html(run: Run) -> str:
                            "eager": eager, "compile": compiled, "roofline": roof, "attempts": r.get("attempts") or 0,
                            "first_correct": r.get("attempts_to_correct") or "-", "trials": _trials_cell(r),
                            "heldout": _heldout_cell(r), "note": _note(r), "tokens": r.get("tokens") or 0,
+                           "cost": cost_cell(r),
                            "seconds": "-" if r.get("device_s") is None else f"{r['device_s']:.1f}"})
     tiles = [("correct", _pct(h["fraction_correct"]), f"{h['correct']} of {h['problems']}"),
-             ("precision", h["precision"], "the baselines' float32 arithmetic")]
+             ("precision", h["precision"], "the baselines' float32 arithmetic"),
+             ("model cost", format_usd(h["cost_usd"]) if h["cost_usd"] is not None else NO_PRICE, cost_summary(h))]
+    if run.gpu_price_per_hour is not None:  # `ratchet report --gpu-price-per-hour`: apart from the model's dollars
+        held = [c for c in (gpu_cost(r, run.gpu_price_per_hour) for r in run.rows) if c is not None]
+        tiles.append(("GPU cost (time held)", format_usd(sum(held)) if held else "-", gpu_cost_line(run) or ""))
     if h["timing_measured"]:
         tiles += [("faster than eager", _pct(h["fraction_faster_than_eager"]), f"{h['faster_than_eager']} of {h['problems']}"),
                   ("faster than torch.compile", _pct(h["fraction_faster_than_compile"]),
@@ -185,7 +191,7 @@ def render_html(run: Run) -> str:
         run_path=str(run.path), suite=run.meta.get("suite") or "", model=settings.get("model") or "",
         generated=time.strftime("%Y-%m-%d %H:%M:%S"), tiles=tiles, headline=h,
         chart=chart(run.rows) if h["timing_measured"] else None,
-        rows=table_rows, missing=run.missing, failure_note=FAILURE_NOTE, seconds_label=device_label(run),
+        rows=table_rows, missing=run.missing, cost=cost_summary(h), failure_note=FAILURE_NOTE, seconds_label=device_label(run),
         faults=h["evaluator_fault_problems"], fault_note=FAULT_NOTE,
         kept=h["kept_eager_problems"], kept_note=KEPT_NOTE,
         not_measured=NOT_MEASURED)

@@ -168,9 +168,9 @@ class WorkspaceService:
 
     def _op_commit_attempt(self, opened: Any, source: str, result: dict[str, Any], model: str, run_id: str,
                            summary: str = "", trajectory: str | None = None,
-                           extra_files: dict[str, str] | None = None) -> Any:
+                           extra_files: dict[str, str] | None = None, spend: dict[str, Any] | None = None) -> Any:
         return opened.repo.commit_attempt(source, result, model=model, run_id=run_id, summary=summary,
-                                          trajectory=trajectory, extra_files=extra_files)
+                                          trajectory=trajectory, extra_files=extra_files, spend=spend)
 
     def _op_save_trajectory(self, opened: Any, run_id: str, text: str) -> str | None:
         return opened.repo.save_trajectory(run_id, text)

@@ -40,6 +40,7 @@ from agent.batch.log import FINAL, LOGS, RESULTS, RUN_META, RunLog
 from agent.batch.problem import make_spec, problem_key
 from agent.batch.scale import SCALE_VAR, cpu_scale, scale_line
 from agent.cli.checks import UsageError, check_device, device_origin
+from agent.config import ConfigError
 from agent.cli.settings import add_settings, settings
 from agent.cli.settings import given as shared_settings
 from agent.cli.exit_codes import EXIT_INCOMPLETE, EXIT_INTERRUPTED, EXIT_MODEL, EXIT_OK, EXIT_SANDBOX
@@ -117,7 +118,7 @@ def settings_from(args: argparse.Namespace, write: Callable[[str], None]) -> dic
         check_device(config.device, device_origin(config.device, config.sources()["device"]))
     try:
         given["model"] = choose_model(config, lambda line: write(f"batch: {line}"))
-    except NoModelNamed as exc:
+    except (NoModelNamed, ConfigError) as exc:  # ConfigError: a typo in the price table (agent/cost.py)
         raise UsageError(str(exc)) from None
     Sandbox(config.sandbox)  # SandboxUnavailable now, once, rather than from every problem
     given["workspace"] = str(resolve_root(config.workspace).resolve())  # the same root for every worker

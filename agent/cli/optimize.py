@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING
 
 from agent.cli.checks import UsageError, check_device, device_origin, readable_file
 from agent.cli.settings import add_settings, settings
+from agent.config import ConfigError
+from agent.cost import cost_phrase
 from agent.loop.kept_eager import NO_FASTER
 from agent.model_choice import NoModelNamed, model_client
 from agent.cli.exit_codes import EXIT_BAD_PROBLEM, EXIT_MODEL, EXIT_SANDBOX, EXIT_UNRECOGNIZED
@@ -75,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     try:
         client = model_client(config, module)
-    except NoModelNamed as exc:
+    except (NoModelNamed, ConfigError) as exc:  # ConfigError: a typo in the price table (agent/cost.py)
         raise UsageError(str(exc)) from None
     except ModelError as exc:
         print(f"ratchet optimize: {exc}", file=sys.stderr)
@@ -121,7 +123,7 @@ def report(result: RunResult, *, as_json: bool) -> None:
     if s["error"]:
         lines.append(f"error: {s['error']}")
     lines.append(f"attempts: {s['attempts']} evaluated, {s['correct']} correct, {s['format_errors']} malformed replies; "
-                 f"{s['tokens_used']} tokens")
+                 f"{s['tokens_used']} tokens, {cost_phrase(s.get('cost_usd'), s.get('model'))}")
     if best is None:
         lines.append("best: no correct kernel in this run")
     elif best["speedup_vs_eager"] is None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -22,6 +23,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object (headline, notes, rows) on stdout")
     p.add_argument("--html", metavar="PATH", help="where to write the HTML page (default RUN/report.html)")
     p.add_argument("--no-html", action="store_true", help="write no HTML page")
+    p.add_argument("--gpu-price-per-hour", metavar="DOLLARS", type=float,
+                   help="also show GPU dollars: the seconds each problem held its GPU at this price per GPU-hour "
+                        "(none is built in; docs/batch.md)")
     p.set_defaults(func=run)
 
 
@@ -33,6 +37,10 @@ def run(args: argparse.Namespace) -> int:
         report = load_run(Path(args.run))
     except ReportError as exc:
         raise UsageError(str(exc)) from None
+    price = args.gpu_price_per_hour
+    if price is not None and not (math.isfinite(price) and price >= 0):
+        raise UsageError(f"--gpu-price-per-hour {price:g}: expected dollars per GPU-hour, 0 or more")
+    report.gpu_price_per_hour = price
     if args.json:
         print(json.dumps(json_report(report)))
     else:

@@ -50,6 +50,8 @@ SETTINGS = (
     Setting("--precision", "precision", "float32 arithmetic of the baselines, the workers and the built-in policy's "
             "dots: fp32 (default; IEEE, TF32 off) or tf32 (TF32 tensor cores admitted); docs/precision.md",
             choices=PRECISIONS),
+    Setting("--price", "price", "the model's price in US dollars per million tokens: INPUT,OUTPUT[,CACHED_INPUT] "
+            "(wins over the config file's [prices] table; none is built in; docs/config.md)", metavar="IN,OUT[,CACHED]"),
     Setting("--sandbox", "sandbox", "confinement of candidate code: required (default; refuse without it) or "
             "best-effort (docs/sandbox.md)", choices=SANDBOX_MODES),
 )

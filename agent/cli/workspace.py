@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from agent.cli.checks import UsageError
 from agent.loop.kept_eager import MODEL_NEW, kept_eager, no_faster_line, reference_as_model_new
+from agent.cost import NO_PRICE, format_usd
 from agent.workspace.attempt import Attempt, format_ms
 from agent.workspace.lock import atomic_write
 from agent.cli.exit_codes import EXIT_KEPT_EAGER, EXIT_OK
@@ -75,8 +76,8 @@ def run_log(args: argparse.Namespace) -> int:
         for a in attempts:
             print(json.dumps(a.to_dict()))
         return EXIT_OK
-    header = ("", "#", "verdict", "vs eager", "vs compile", "median ms", "95% interval", "roofline", "precision", "model",
-              "commit")
+    header = ("", "#", "verdict", "vs eager", "vs compile", "median ms", "95% interval", "roofline", "precision", "tokens",
+              "cost", "run cost", "eval s", "model", "commit")
     rows = [header]
     for a in attempts:
         interval = ("n/a" if not a.timed or a.ci_low_ms is None or a.ci_high_ms is None
@@ -84,16 +85,43 @@ def run_log(args: argparse.Namespace) -> int:
         rows.append(("*" if a.is_best else "", str(a.number), a.verdict.value, _fmt(a.speedup_vs_eager, ".2f", "x"),
                      _fmt(a.speedup_vs_compile, ".2f", "x"), format_ms(a.median_ms) if a.timed else "n/a", interval,
                      _fmt(a.roofline_fraction and a.roofline_fraction * 100, ".1f", "%"), a.precision or "n/a",
-                     a.model or "n/a", a.sha[:10]))
+                     "n/a" if a.tokens is None else str(a.tokens), a.cost_cell(), a.cost_cell("run_cost_usd"),
+                     _fmt(a.eval_s, ".1f"), a.model or "n/a", a.sha[:10]))
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    right = {1, 3, 4, 5, 7}
+    right = {1, 3, 4, 5, 7, 9, 10, 11, 12}
     for row in rows:
         cells = [c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))]
         print("  ".join(cells).rstrip())
     best = next((a for a in attempts if a.is_best), None)
+    if attempts:
+        print(cost_line(attempts))
     print(f"{len(attempts)} attempt(s) in {repo.path}; "
           + (f"best: attempt {best.number} ({best.summary()})" if best else "no correct attempt yet"))
     return EXIT_OK
+
+
+def cost_line(attempts: list[Attempt]) -> str:
+    """The problem's cost: each run's (its last attempt's Ratchet-Run-Cost-Usd: every turn of the run
+    up to it) and their sum, with tokens and evaluation seconds; "no price" where a run had none."""
+    runs: dict[str, Attempt] = {}
+    for a in attempts:
+        runs[a.run_id or "n/a"] = a  # attempts come in commit order: the last one of each run stays
+    priced = [a.run_cost_usd for a in runs.values() if a.tokens is not None and a.run_cost_usd is not None]
+    unpriced = [run for run, a in runs.items() if a.tokens is not None and a.run_cost_usd is None]
+    unknown = [run for run, a in runs.items() if a.tokens is None]
+    parts = []
+    if priced or not (unpriced or unknown):
+        parts.append(format_usd(sum(priced)))
+    if unpriced:
+        parts.append(f"{NO_PRICE} for {len(unpriced)} run(s) ({', '.join(unpriced[:3])})")
+    if unknown:
+        parts.append(f"n/a for {len(unknown)} run(s) (committed before costs were recorded)")
+    tokens = sum(a.tokens or 0 for a in attempts)
+    seconds = sum(a.eval_s or 0.0 for a in attempts)
+    per_run = "" if len(runs) < 2 else " (" + "; ".join(f"run {run}: {a.cost_cell('run_cost_usd')}"
+                                                       for run, a in runs.items()) + ")"
+    return (f"cost over {len(runs)} run(s): {' + '.join(parts)}{per_run}; {tokens} tokens in the attempts' turns; "
+            f"{seconds:.1f} s evaluating")
 
 
 def _pick(repo: ProblemRepo, args: argparse.Namespace) -> Attempt:
@@ -121,8 +149,8 @@ def run_show(args: argparse.Namespace) -> int:
         return EXIT_OK
     best = " (best)" if attempt.is_best else ""
     print(f"# attempt {attempt.number}{best}: {attempt.summary()}; precision {attempt.precision or 'n/a'}, "
-          f"model {attempt.model or 'n/a'}, "
-          f"run {attempt.run_id or 'n/a'}, commit {attempt.sha}")
+          f"model {attempt.model or 'n/a'}, tokens {'n/a' if attempt.tokens is None else attempt.tokens}, "
+          f"cost {attempt.cost_cell()}, run {attempt.run_id or 'n/a'}, commit {attempt.sha}")
     print("# ---- candidate.py ----")
     print(source, end="" if source.endswith("\n") else "\n")
     print("# ---- result.json ----")

@@ -16,7 +16,7 @@ SFT rows (`sft_rows`), one JSON object per line:
 `tools` are the function schemas the model was offered. With `unit="attempt"` (the default) a
 row is the conversation up to and including the assistant turn that submitted one attempt, and
 its metadata is that attempt's outcome (verdict, speedups, timing measured or not, attempt
-number and commit); rows are deduplicated by problem and source hash (the first time a source
+number and commit, and its tokens and dollars from the commit's trailers); rows are deduplicated by problem and source hash (the first time a source
 was submitted wins). With `unit="run"` a row is a run's whole conversation, its outcome the
 run's best, deduplicated by problem and the run's sequence of submitted sources. Filters:
 `correct` keeps outcomes whose verdict is ok; `min_speedup` keeps outcomes timed at least that
@@ -158,6 +158,9 @@ def outcome(attempt: Attempt, record: dict[str, Any]) -> dict[str, Any]:
             "speedup_vs_eager": record.get("speedup_vs_eager"), "speedup_vs_compile": record.get("speedup_vs_compile"),
             "median_ms": timing.get("median_ms"), "timing_measured": bool(timing.get("measured")),
             "precision": record.get("precision"),  # the speedups' baselines (None: a record before schema 6)
+            # what the attempt cost, from its trailers (agent/cost.py): None on commits made before them;
+            # cost_usd None with tokens known: no price for its model
+            "tokens": attempt.tokens, "cost_usd": attempt.cost_usd,
             "message": first_line(record.get("message"))}
 
 

@@ -30,6 +30,7 @@ from typing import Any, cast
 from langgraph.runtime import Runtime
 
 from agent.config import AgentConfig, public
+from agent.cost import spend
 from agent.loop.session import Session
 from agent.loop.state import AgentState, AttemptSummary, latest_attempt, latest_record
 from agent.loop.turns import ask_model, feedback_message, first_line, system_text, task_text
@@ -39,7 +40,7 @@ from tools.record import TimeStats, Verdict, describe_exception, fault_result
 
 BUILD_FAILURES = {Verdict.COMPILE_ERROR.value, Verdict.REJECTED.value}
 NOT_JUDGED = {Verdict.ERROR.value}  # an evaluator fault: nothing to test or profile; the source may come again
-TRAJECTORY_SCHEMA = 1
+TRAJECTORY_SCHEMA = 2  # 2: each turn's cached_tokens, tokens and cost_usd; the run's cost_usd and price
 
 
 Node = Runtime[Session]
@@ -71,6 +72,10 @@ def compile(state: AgentState, runtime: Node) -> dict[str, Any]:  # noqa: A001 (
                 "phases": {"compile": "format_error"}}
 
     source, digest = cast(str, proposal["source"]), cast(str, proposal["source_hash"])  # a submission has both
+    turns = list(state.get("usage") or [])
+    # the turns since the last commit are this attempt's (a malformed reply's land on the next attempt)
+    tokens, cost = spend(turns[state.get("billed_turns", 0):])
+    updates["billed_turns"] = len(turns)
     done = committed_attempt(ctx.repo, digest, state["run_id"])
     if done is not None:
         record = ctx.repo.record(done)
@@ -83,7 +88,8 @@ def compile(state: AgentState, runtime: Node) -> dict[str, Any]:  # noqa: A001 (
             result = fault_result(exc, problem=state["problem"], source=source)
             result.problem_hash = state["problem_hash"]
         attempt = ctx.repo.commit_attempt(source, result, model=ctx.model.name, run_id=state["run_id"],
-                                          summary=change_summary(state), trajectory=trajectory_text(state, ctx))
+                                          summary=change_summary(state), trajectory=trajectory_text(state, ctx),
+                                          spend={"tokens": tokens, "cost_usd": cost, "run_cost_usd": spend(turns)[1]})
         record = result.to_dict()
     seen = {a["attempt"] for a in state.get("attempts", [])}
     summary = attempt_summary(attempt, record, reused=done is not None, repeat=attempt.number in seen)
@@ -310,7 +316,9 @@ def trajectory_text(state: AgentState, ctx: Session) -> str:
         "schema": TRAJECTORY_SCHEMA, "run_id": state.get("run_id"), "problem": state.get("problem"),
         "problem_hash": state.get("problem_hash"), "model": state.get("model"), "language": state.get("language"),
         "config": public(ctx.config), "messages": state.get("messages", []), "usage": state.get("usage", []),
-        "tokens_used": state.get("tokens_used", 0), "attempts": state.get("attempts", []), "best": state.get("best"),
+        "tokens_used": state.get("tokens_used", 0), "cost_usd": spend(state.get("usage") or [])[1],
+        "price": ctx.price.to_dict() if ctx.price is not None else None,
+        "attempts": state.get("attempts", []), "best": state.get("best"),
         "format_errors": state.get("format_errors", 0), "stop_reason": state.get("stop_reason"),
     }
     return json.dumps(data, indent=1) + "\n"

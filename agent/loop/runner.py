@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.config import AgentConfig
+from agent.cost import BUILTIN, spend
 from agent.loop.graph import compile_graph, steps_needed
 from agent.loop.kept_eager import kept_eager
 from agent.model import ModelClient, ModelError
@@ -80,9 +81,11 @@ def optimize(problem: Path, config: AgentConfig, model: ModelClient, *, resume: 
         graph = compile_graph(opened.saver())
         run_config = {"configurable": {"thread_id": run_id},
                       "recursion_limit": steps_needed(config.max_attempts)}
+        free = model.name == BUILTIN  # the built-in policy: no model, no tokens, $0
         ctx = Session(config=config, model=model, evaluator=evaluator, repo=repo,
                            tools=tool_schemas(config.auxiliary_tools),
-                           gpu=target_name(str(evaluator.device), config.gpu), log=log)
+                           gpu=target_name(str(evaluator.device), config.gpu), log=log,
+                           price=None if free else config.model_price(model.name), free=free)
 
         if resume:
             snapshot = graph.get_state(run_config)
@@ -122,6 +125,7 @@ def optimize(problem: Path, config: AgentConfig, model: ModelClient, *, resume: 
         if finished:
             opened.write_pointer({**(opened.read_pointer() or {}), "finished": True})
         summary = run_summary(state, repo, error=error)
+        summary["price"] = ctx.price.to_dict() if ctx.price is not None else None
         code = EXIT_MODEL if error else (EXIT_FOUND if state.get("best") else EXIT_NONE_CORRECT)
         summary["exit_code"] = code
         return RunResult(summary, code)
@@ -154,6 +158,8 @@ def run_summary(state: AgentState, repo, *, error: ModelError | None = None) -> 
         "best_path": str(repo.best_path) if workspace_best is not None else None,
         "workspace_best_attempt": workspace_best.number if workspace_best is not None else None,
         "tokens_used": state.get("tokens_used", 0), "model_calls": len(state.get("usage", [])),
+        # the run's dollars, every session of it (agent/cost.py): None where it has no price, 0 for the built-in policy
+        "cost_usd": spend(state.get("usage") or [])[1],
         "wall_s": round(state.get("wall_s", 0.0), 3),
     }
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from agent.config import AgentConfig
+    from agent.cost import Price
     from agent.model import ModelClient
     from agent.workspace.root import ProblemRepo
     from tools.problem import ProblemInfo
@@ -46,6 +47,8 @@ class Session:
     gpu: str
     log: Callable[[str], None] = field(default=lambda line: print(line, file=sys.stderr, flush=True))
     mark: float = field(default_factory=time.monotonic)
+    price: Price | None = None  # the model's price (agent/cost.py); None: no price, or the built-in policy
+    free: bool = False  # the built-in policy: no model, no tokens, $0
 
     def tick(self) -> float:
         """Seconds since the last tick (or since this session began)."""

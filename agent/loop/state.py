@@ -50,6 +50,10 @@ class TurnUsage(TypedDict):
     completion_tokens: int | None
     context_tokens: int  # our approximation of what was sent (see agent.loop.context)
     seconds: float
+    # since the trajectory's schema 2 (absent from turns checkpointed before it: read with .get)
+    cached_tokens: int | None  # the part of the prompt the server read from its cache, as reported
+    tokens: int  # what the turn added to tokens_used (server counts; approximations where absent)
+    cost_usd: float | None  # dollars at the run's price (agent/cost.py); None: no price; 0 for the built-in policy
 
 
 class AgentState(TypedDict, total=False):
@@ -65,6 +69,7 @@ class AgentState(TypedDict, total=False):
     messages: list[Message]  # everything, untrimmed: the trajectory
     usage: list[TurnUsage]
     tokens_used: int  # prompt + completion tokens over the run (server counts; approximations where absent)
+    billed_turns: int  # the turns (usage entries) whose tokens and cost an attempt's commit already carries
     # the latest step
     proposal: Proposal | None
     record: dict[str, Any] | None  # the evaluator's result record of the latest attempt (Result.to_dict())
@@ -86,7 +91,7 @@ def initial_state(*, run_id: str, problem: str, problem_hash: str, entry: str, l
                   workspace: str, baseline: dict[str, Any]) -> AgentState:
     return AgentState(
         run_id=run_id, problem=problem, problem_hash=problem_hash, entry=entry, language=language,
-        model=model, workspace=workspace, messages=[], usage=[], tokens_used=0, proposal=None, record=None,
+        model=model, workspace=workspace, messages=[], usage=[], tokens_used=0, billed_turns=0, proposal=None, record=None,
         latest=None, phases={}, improved=False, attempts=[], best=None, attempts_used=0, format_errors=0,
         since_improvement=0, baseline=baseline, wall_s=0.0, stop_reason=None,
     )

@@ -66,15 +66,19 @@ def ask_model(state: AgentState, ctx: "Session", messages: list[Message]) -> dic
         if completion is None:
             completion = ctxbudget.approx_tokens((reply.content or "") + (reply.reasoning or "")
                                                  + "".join(c.arguments for c in reply.tool_calls))
+        prompt = reply.usage.prompt_tokens if reply.usage.prompt_tokens is not None else sent_tokens
+        cached = reply.usage.cached_tokens
+        cost = 0.0 if ctx.free else (None if ctx.price is None else ctx.price.cost(prompt, completion, cached or 0))
         usage.append(TurnUsage(turn=turn, prompt_tokens=reply.usage.prompt_tokens,
                                completion_tokens=reply.usage.completion_tokens,
-                               context_tokens=sent_tokens, seconds=round(seconds, 3)))
-        tokens_used += (reply.usage.prompt_tokens if reply.usage.prompt_tokens is not None else sent_tokens) + completion
+                               context_tokens=sent_tokens, seconds=round(seconds, 3), cached_tokens=cached,
+                               tokens=prompt + completion, cost_usd=cost))
+        tokens_used += prompt + completion
         assistant = reply.to_message()
         assistant["_turn"] = turn
         assistant["_usage"] = {"prompt_tokens": reply.usage.prompt_tokens,
                                "completion_tokens": reply.usage.completion_tokens,
-                               "context_tokens": sent_tokens}
+                               "context_tokens": sent_tokens, "cached_tokens": cached, "cost_usd": cost}
         messages.append(assistant)
 
         reading = read_turn([(c.id, c.name, c.arguments) for c in reply.tool_calls], reply.content,

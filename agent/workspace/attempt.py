@@ -25,6 +25,12 @@ floats written with `repr`, so they parse back to exactly the record's numbers):
     Ratchet-Precision: fp32             (the run's precision, tools/precision.py; n/a: before record schema 6)
     Ratchet-Generalizes: yes            (the drop-in check: yes, no, or n/a when nothing was held out)
     Ratchet-Library: no                 (yes: most GPU time in library kernels the reference does not run; n/a: not measured)
+    Ratchet-Tokens: 5231                (the model turns since the previous attempt's commit, this one's included)
+    Ratchet-Cost-Usd: 0.0031386         (their dollars at the run's price, agent/cost.py; "no price"; 0.0: built-in)
+    Ratchet-Run-Cost-Usd: 0.0094        (the run's dollars so far, every turn of every session of it)
+    Ratchet-Eval-S: 2.8412              (the evaluation's seconds on the device: the record's phases.total)
+
+The last four are n/a on commits made before them.
 
 One workspace holds one precision (`precision_conflict`): times measured against TF32 baselines
 are not comparable with fp32 ones, so neither can replace the other as the best.
@@ -37,6 +43,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agent.cost import NO_PRICE, format_usd
 from tools.record import Result, TimeStats, Verdict
 from tools.timing.stats import below_beyond_offset
 
@@ -61,6 +68,10 @@ _TRAILERS = (
     ("Ratchet-Precision", "precision", "str"),
     ("Ratchet-Generalizes", "generalizes", "tristate"),
     ("Ratchet-Library", "library", "tristate"),
+    ("Ratchet-Tokens", "tokens", "count"),
+    ("Ratchet-Cost-Usd", "cost_usd", "usd"),
+    ("Ratchet-Run-Cost-Usd", "run_cost_usd", "usd"),
+    ("Ratchet-Eval-S", "eval_s", "float"),
 )
 
 
@@ -88,6 +99,12 @@ class Attempt:
     precision: str = ""  # "fp32" | "tf32"; "": none recorded (before the record's schema 6, or an evaluator fault)
     generalizes: bool | None = None  # the record's drop-in check (None: nothing held out, or an older commit)
     library: bool | None = None  # the record's library mark (schema 7; None: not measured, or an older commit)
+    # what it cost (agent/cost.py): tokens None on a commit made before these trailers; then a cost of
+    # None is "no price" where tokens are known, else unknown (n/a)
+    tokens: int | None = None  # the model turns since the previous attempt's commit, this one's included
+    cost_usd: float | None = None  # their dollars at the run's price (0.0 for the built-in policy)
+    run_cost_usd: float | None = None  # the run's dollars so far, when this attempt was committed
+    eval_s: float | None = None  # the evaluation's seconds on the device (the record's phases.total)
 
     @property
     def ok(self) -> bool:
@@ -114,8 +131,13 @@ class Attempt:
             roofline_fraction=_num(result.roofline.achieved_fraction),
             model=one_line(model), run_id=one_line(run_id), timing_measured=bool(t.measured),
             source_sha256=hashlib.sha256(source.encode()).hexdigest(), precision=result.precision or "",
-            generalizes=result.generalizes, library=result.library,
+            generalizes=result.generalizes, library=result.library, eval_s=_num((result.phases or {}).get("total")),
         )
+
+    def cost_cell(self, field: str = "cost_usd") -> str:
+        """`cost_usd` or `run_cost_usd` as people read it: `$0.00314`, "no price", or "n/a" (a commit
+        made before costs were kept)."""
+        return NA if self.tokens is None else format_usd(getattr(self, field))
 
     @classmethod
     def from_trailers(cls, trailers: dict[str, str], *, sha: str, subject: str = "", committed_at: int = 0) -> "Attempt":
@@ -124,6 +146,10 @@ class Attempt:
             text = trailers.get(key, NA).strip()
             if kind == "int":
                 values[name] = int(text)
+            elif kind == "count":
+                values[name] = None if text == NA else int(text)
+            elif kind == "usd":
+                values[name] = None if text in (NA, NO_PRICE) else float(text)
             elif kind == "verdict":
                 values[name] = Verdict(text)
             elif kind == "float":
@@ -146,6 +172,10 @@ class Attempt:
                 text = value.value
             elif kind == "float":
                 text = NA if value is None else repr(float(value))
+            elif kind == "count":
+                text = NA if value is None else str(int(value))
+            elif kind == "usd":
+                text = repr(float(value)) if value is not None else NO_PRICE if self.tokens is not None else NA
             elif kind == "timing":
                 text = "measured" if value else "not-measured"
             elif kind == "bool":

@@ -23,6 +23,7 @@ import os
 import shutil
 import signal
 from pathlib import Path
+from typing import Any
 
 import git
 
@@ -186,12 +187,14 @@ class ProblemRepo:
 
     # -- writing --------------------------------------------------------------------------
     def commit_attempt(self, source: str, result: Result | dict, *, model: str, run_id: str, summary: str = "",
-                       trajectory: str | None = None, extra_files: dict[str, str] | None = None) -> Attempt:
+                       trajectory: str | None = None, extra_files: dict[str, str] | None = None,
+                       spend: dict[str, Any] | None = None) -> Attempt:
         """Commit one evaluated attempt (any verdict) on main; move `best` if it beats the incumbent.
 
         `summary` is the model's one-line account of the change, for the commit body;
         `trajectory` (the run's conversation so far) is saved on the trajectories ref, linked to
-        this attempt, under the same lock; `extra_files` go into the attempt's commit."""
+        this attempt, under the same lock; `extra_files` go into the attempt's commit. `spend`: what
+        the attempt cost (`tokens`, `cost_usd`, `run_cost_usd`: agent/cost.py), for its trailers."""
         result = result if isinstance(result, Result) else Result.from_dict(result)
         if trajectory is not None:
             check_run_id(run_id)  # before anything is committed
@@ -207,6 +210,9 @@ class ProblemRepo:
             number = max((a.number for a in previous), default=0) + 1
             attempt = Attempt.from_result(number, result, model=model, run_id=run_id, source=source)
             attempt.became_best = beats(attempt, incumbent)
+            if spend is not None:
+                attempt.tokens = int(spend.get("tokens") or 0)
+                attempt.cost_usd, attempt.run_cost_usd = spend.get("cost_usd"), spend.get("run_cost_usd")
             if attempt.became_best:
                 files[f"{BEST_DIR}/{CANDIDATE}"] = files[CANDIDATE]
                 files[f"{BEST_DIR}/{RESULT}"] = files[RESULT]

@@ -19,6 +19,7 @@ from agent.batch.driver import ExecutorScheduler, discover, pending, run_batch
 from agent.batch.log import RunLog
 from agent.batch.problem import crashed_row, make_spec, problem_key
 from agent.cli import main
+from agent.cost import format_usd
 from agent.workspace.root import Workspace
 from helpers_batch import SUITE, SuiteLoopback, candidate, quiet_batch_env
 from loopback import hold, submit
@@ -34,8 +35,10 @@ def batch_env(monkeypatch):
 
 
 def batch_args(server, tmp_path: Path, *extra: str) -> list[str]:
+    # input and output at one price: a problem's dollars are its tokens * 2e-6, whatever the split
     return ["batch", str(SUITE), "--filter", FILTER, "--model", "scripted", "--base-url", server.url,
-            "--max-attempts", "3", "--out", str(tmp_path / "run"), "--workspace", str(tmp_path / "ws"), *extra]
+            "--max-attempts", "3", "--out", str(tmp_path / "run"), "--workspace", str(tmp_path / "ws"),
+            "--price", "2,2", *extra]
 
 
 def wait_for(predicate, timeout: float, what: str) -> None:
@@ -100,6 +103,14 @@ def test_cpu_batch_killed_and_resumed(batch_env, tmp_path, capsys):
         assert row["timing_measured"] is False and row["speedup_vs_eager"] is None  # nothing timed on the CPU
         assert row["tokens"] > 0 and row["device_s"] > 0 and row["device"] == "cpu"
     assert latest[B]["resumed"] is True and latest[C]["resumed"] is False
+    for name in (A, B, C):  # row schema 4: the run's dollars over every session (B's too), as its attempts say
+        row = latest[name]
+        assert row["schema"] == 4 and row["price"]["input"] == 2.0
+        assert row["cost_usd"] == pytest.approx(row["tokens"] * 2e-6)
+        with Workspace(tmp_path / "ws").open_existing(SUITE / f"{name}.py") as repo:
+            attempts = repo.attempts()
+        assert attempts[-1].run_cost_usd == pytest.approx(row["cost_usd"])
+        assert sum(a.cost_usd for a in attempts) == pytest.approx(row["cost_usd"])
     # B's run continued in its workspace: one run, its attempts numbered on from where it stopped
     with Workspace(tmp_path / "ws").open_existing(SUITE / f"{B}.py") as repo:
         attempts = repo.attempts()
@@ -115,6 +126,8 @@ def test_cpu_batch_killed_and_resumed(batch_env, tmp_path, capsys):
     assert main(["report", str(run_dir)]) == 0
     text = capsys.readouterr().out
     assert "geomean speedup vs torch.compile: not measured" in text and "3/3 (100.0%)" in text
+    total = sum(latest[name]["cost_usd"] for name in (A, B, C))  # the latest row of each problem, once
+    assert f"model cost:                       {format_usd(total)} over 3 problem(s) with a price" in text
     assert (run_dir / "report.html").is_file()
 
     # 4. a finished run resumed again runs nothing

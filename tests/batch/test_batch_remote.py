@@ -102,7 +102,7 @@ def test_remote_run_commits_in_the_driver_workspace_as_it_goes(remote_env, tmp_p
         row = run_remote_problem(driver.spec(server), driver.channel)
     lines = driver.agent_log()
     assert row["status"] == "finished" and row["correct"] and row["verdict"] == "ok", row.get("error") or row
-    assert row["schema"] == ROW_SCHEMA == 3 and row["executor"] == "ray" and row["node"] == "node-7"
+    assert row["schema"] == ROW_SCHEMA == 4 and row["executor"] == "ray" and row["node"] == "node-7"
     assert row["attempts"] == 2 and row["best_attempt"] == 2 and row["resumed"] is False
     assert row["workspace"] == str(driver.ws / A) and row["path"] == str(driver.problem.resolve())
     # attempt 1 was in the driver's workspace when the model was asked for its second kernel
@@ -112,6 +112,9 @@ def test_remote_run_commits_in_the_driver_workspace_as_it_goes(remote_env, tmp_p
         attempts = repo.attempts()
         assert [a.number for a in attempts] == [1, 2] and attempts[1].verdict.value == "ok"
         assert {a.run_id for a in attempts} == {row["run_id"]} and {a.model for a in attempts} == {"scripted"}
+        # what each attempt cost came through the channel: its tokens, and no price for this model
+        assert sum(a.tokens for a in attempts) == row["tokens"] and row["cost_usd"] is None and row["price"] is None
+        assert [a.cost_cell() for a in attempts] == ["no price", "no price"]
         assert repo.best().number == 2 and repo.best_path.read_text() == candidate(A)
         assert [t.run_id for t in repo.trajectories()] == [row["run_id"]]
         assert repo.reference_source().encode() == driver.original  # keyed by the bytes the service read
@@ -119,7 +122,9 @@ def test_remote_run_commits_in_the_driver_workspace_as_it_goes(remote_env, tmp_p
         local = Workspace(tmp_path / "local").open_problem(tmp_path / "moved-away.py")
         with local:
             for a in attempts:
-                mine = local.commit_attempt(repo.source(a), repo.record(a), model=a.model, run_id=a.run_id)
+                mine = local.commit_attempt(repo.source(a), repo.record(a), model=a.model, run_id=a.run_id,
+                                            spend={"tokens": a.tokens, "cost_usd": a.cost_usd,
+                                                   "run_cost_usd": a.run_cost_usd})
                 assert trailers(local.path, mine.sha) == trailers(repo.path, a.sha)
     pointer = json.loads((driver.ws / ".ratchet" / f"{A}.run.json").read_text())
     assert pointer["run_id"] == row["run_id"] and pointer["finished"] is True
@@ -287,7 +292,7 @@ def test_report_reads_rows_of_every_schema(tmp_path, capsys):
            "attempts": 2, "tokens": 10, "device_s": 1.0, "device": "cpu"}
     new = crashed_row({"key": "2_new", "problem": "/x/2_new.py", "device": "cpu", "executor": "ray", "node": "n1"},
                       "node died", 3.0)
-    assert new["schema"] == ROW_SCHEMA == 3 and new["executor"] == "ray" and new["node"] == "n1"
+    assert new["schema"] == ROW_SCHEMA == 4 and new["executor"] == "ray" and new["node"] == "n1"
     assert new["trials"] is None and new["attempts_to_correct"] is None  # schema 3's fields, in every row
     log = RunLog(run / "results.jsonl")
     log.append(old)

@@ -233,3 +233,53 @@ def test_kernels_the_reward_pays_less_are_counted_apart(tmp_path, capsys):
     assert main(["report", str(write_run(tmp_path, rows)), "--no-html"]) == 0
     text = capsys.readouterr().out
     assert "not general:                      1/4 (1_fast)" in text and "library work:                     1/4 (4_faster)" in text
+
+
+def test_cost_columns_no_price_and_rows_before_costs(tmp_path, capsys):
+    """Row schema 4's `cost_usd` beside tokens and device seconds: summed over the problems with a
+    price; a model without one reads "no price" (never $0) and is listed apart with its tokens; the
+    built-in policy's $0 is a price; a row before schema 4 reads "not recorded"; a crashed worker's, "-"."""
+    rows = [row("1_priced", schema=4, cost_usd=0.0125, model="m", tokens=4000),
+            row("2_unpriced", schema=4, cost_usd=None, model="other", tokens=1500),
+            row("3_builtin", schema=4, cost_usd=0.0, model="builtin", tokens=0),
+            row("4_old", model="m"),  # schema 1: written before costs were kept
+            row("5_crashed", schema=4, correct=False, verdict="crashed", status="crashed", tokens=0)]
+    run = write_run(tmp_path, rows)
+    h = headline(load_run(run).rows)
+    assert h["cost_usd"] == pytest.approx(0.0125) and h["cost_priced"] == 2
+    assert h["cost_no_price_problems"] == ["2_unpriced"] and h["cost_no_price_tokens"] == 1500
+    assert h["cost_not_recorded"] == 1
+    assert main(["report", str(run)]) == 0
+    text = capsys.readouterr().out
+    lines = text.splitlines()
+    assert lines[0].split()[-4:] == ["tokens", "cost", "GPU", "s"]  # cost next to tokens and GPU seconds
+    table = {line.split()[0]: line for line in lines[1:6]}
+    assert "$0.0125" in table["1_priced"] and "no price" in table["2_unpriced"] and "$0" in table["3_builtin"]
+    assert "not recorded" in table["4_old"] and table["5_crashed"].split()[-2] == "-"
+    assert ("model cost:                       $0.0125 over 2 problem(s) with a price; no price for 1 (2_unpriced: "
+            "1500 tokens not in the sum); not recorded for 1") in text
+    html = render_html(load_run(run))
+    assert "<th>cost</th>" in html and "<td>$0.0125</td>" in html and "<td>no price</td>" in html
+    assert "<td>not recorded</td>" in html and "<div class=\"name\">model cost</div>" in html
+
+
+def test_gpu_dollars_only_with_a_gpu_price_and_apart_from_the_model_cost(tmp_path, capsys):
+    rows = [row("1_a", schema=4, cost_usd=0.01, model="m", device_s=120.0),
+            row("2_b", schema=4, cost_usd=0.02, model="m", device_s=80.0),
+            row("3_cpu", schema=4, cost_usd=0.0, model="builtin", device="cpu", device_s=50.0)]
+    run = write_run(tmp_path, rows)
+    assert main(["report", str(run), "--no-html"]) == 0
+    assert "GPU $" not in capsys.readouterr().out  # no price given: no GPU dollars
+    assert main(["report", str(run), "--no-html", "--gpu-price-per-hour", "2.1"]) == 0
+    text = capsys.readouterr().out
+    assert text.splitlines()[0].split()[-2:] == ["GPU", "$"]
+    assert ("GPU cost:                         $0.1167 at $2.1 per GPU-hour for 200 GPU-seconds held by 2 problem(s) "
+            "(model waits included; not in the model cost)") in text
+    assert "model cost:                       $0.03 over 3 problem(s) with a price" in text
+    assert main(["report", str(run), "--json", "--gpu-price-per-hour", "2.1"]) == 0
+    assert json.loads(capsys.readouterr().out)["headline"]["gpu_cost_usd"] == pytest.approx(200 / 3600 * 2.1)
+    assert main(["report", str(run), "--gpu-price-per-hour", "-1"]) == 2
+    assert "--gpu-price-per-hour -1: expected dollars per GPU-hour" in capsys.readouterr().err
+    load = load_run(run)
+    load.gpu_price_per_hour = 2.1
+    assert "GPU cost (time held)" in render_html(load)

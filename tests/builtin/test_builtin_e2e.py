@@ -52,8 +52,10 @@ def test_builtin_finds_a_correct_kernel(problem, attempts, tmp_path, capsys, mon
     assert code == 0, err
     assert summary["model"] == "builtin" and summary["verdicts"] == ["ok"] * attempts
     assert summary["tokens_used"] == 0 and summary["format_errors"] == 0
+    assert summary["cost_usd"] == 0.0 and summary["price"] is None  # no model, no tokens: $0, honestly
     committed, best, trajectory = workspace_files(problem, tmp_path)
     assert [a.verdict.value for a in committed] == ["ok"] * attempts
+    assert all(a.tokens == 0 and a.cost_usd == 0.0 and a.cost_cell() == "$0" for a in committed)
     assert "@triton.jit" in best and "class ModelNew" in best
     configs = [parse_config(m.get("content")) for m in trajectory["messages"] if m["role"] == "assistant"]
     assert len(configs) == attempts and len({json.dumps(c, sort_keys=True) for c in configs}) == attempts
