@@ -45,6 +45,9 @@ EXIT_KEPT_EAGER = 14  # no correct attempt is faster than eager PyTorch beyond n
 # `ratchet batch --ray`
 EXIT_CLUSTER = 15  # the Ray cluster named by --ray could not be reached or started, or cannot run the batch (no GPU)
 
+# `ratchet extract`, `ratchet apply`
+EXIT_USER_MODEL = 16  # the user's model (or its inputs function) could not be imported, built or run forward
+
 # the batch's worker process (agent/batch/local.py), read by the batch driver, never by a user
 EXIT_PARENT_GONE = 137  # the batch process that started this worker is gone; the worker stopped at once
 
@@ -74,13 +77,13 @@ class ExitCode:
 # the commands, named as docs/exit-codes.md heads their tables
 EVAL, OPTIMIZE, BATCH, REPORT = "ratchet eval", "ratchet optimize", "ratchet batch", "ratchet report"
 EXPORT, SUITE, WORKSPACE = "ratchet export", "ratchet suite check", "ratchet log / show / best"
-SERVE = "ratchet serve"
+SERVE, EXTRACT = "ratchet serve", "ratchet extract"
 WORKER = "batch worker process"
-COMMANDS = (EVAL, OPTIMIZE, BATCH, REPORT, EXPORT, SUITE, WORKSPACE, SERVE, WORKER)
-ALL = (EVAL, OPTIMIZE, BATCH, REPORT, EXPORT, SUITE, WORKSPACE, SERVE)
+COMMANDS = (EVAL, OPTIMIZE, BATCH, REPORT, EXPORT, SUITE, WORKSPACE, SERVE, EXTRACT, WORKER)
+ALL = (EVAL, OPTIMIZE, BATCH, REPORT, EXPORT, SUITE, WORKSPACE, SERVE, EXTRACT)
 
 TABLE: tuple[ExitCode, ...] = (
-    ExitCode("EXIT_OK", EXIT_OK, (EVAL, BATCH, REPORT, EXPORT, SUITE, WORKSPACE, WORKER),
+    ExitCode("EXIT_OK", EXIT_OK, (EVAL, BATCH, REPORT, EXPORT, SUITE, WORKSPACE, EXTRACT, WORKER),
              "success (eval: verdict ok; batch: every problem has a final result; suite check: nothing flagged)"),
     ExitCode("EXIT_FOUND", EXIT_FOUND, (OPTIMIZE,), "a correct kernel was found in this run"),
     ExitCode("EXIT_INCORRECT", EXIT_INCORRECT, (EVAL,),
@@ -123,6 +126,9 @@ TABLE: tuple[ExitCode, ...] = (
     ExitCode("EXIT_CLUSTER", EXIT_CLUSTER, (BATCH,),
              "--ray: the Ray cluster could not be reached or started, or has no GPU for a GPU run (one line on "
              "stderr names the address); nothing was run and no run directory was written"),
+    ExitCode("EXIT_USER_MODEL", EXIT_USER_MODEL, (EXTRACT,),
+             "the user's model could not be built, or importing its module, its inputs function or its forward "
+             "raised (one line on stderr names the option and the exception)"),
     ExitCode("EXIT_INTERRUPTED", EXIT_INTERRUPTED, ALL + (WORKER,),
              "interrupted (Ctrl-C; SIGTERM for batch); optimize and batch continue with --resume"),
     ExitCode("EXIT_PARENT_GONE", EXIT_PARENT_GONE, (WORKER,),
