@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     device = check_device(args.device)
     from agent.extract.load import ExtractError, ModelFailed, build_model, make_inputs
     from agent.extract.manifest import build
-    from agent.extract.profile import profile_model
+    from agent.extract.profile import PROFILED, profile_model
     from agent.extract.source import NotExtractable
     import torch
 
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(manifest.to_dict(), indent=2))
     else:
-        print(f"{args.model}: {manifest.total_ms:.3f} ms of {manifest.timer} time in one forward on {device}")
+        print(f"{args.model}: {manifest.total_ms:.3f} ms of {manifest.timer} time per forward on {device} (median of {PROFILED})")
         for p in manifest.problems:
             more = f" (+{p.count - 1} identical)" if p.count > 1 else ""
             print(f"  {p.share:6.1%}  {p.file}  {p.modules[0]}{more}")

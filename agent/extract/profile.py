@@ -4,19 +4,21 @@ Constructor arguments are recorded while the model is built (`capture_constructo
 class's `__init__` wrapped meanwhile sees the arguments the class was called with).
 Forward pre-hooks open a `record_function` range named after the module's path and keep the
 first call's arguments; forward hooks close it. The time of an aten op whose innermost enclosing
-range is module M (its direct op) is M's own time: CPU time on the CPU, device time on a GPU
+range is module M (its direct op) is M's own time (the median over PROFILED forwards): CPU time on the CPU, device time on a GPU
 (the kernels the op launched), so a module's time counts ops only, never the hooks' overhead.
 """
 from __future__ import annotations
 
 import contextlib
 import functools
+import statistics
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 LABEL = "ratchet::"
-PROFILED = 3  # forwards profiled, their times summed: one alone is noisy on a CPU
+PASS = "ratchet-pass::"
+PROFILED = 5  # forwards profiled; a module's time is its median over them (one alone is noisy on a CPU)
 
 
 @dataclass
@@ -63,7 +65,8 @@ def capture_constructors() -> Iterator[dict[int, Constructed]]:
         return __init__
 
     saved: list[tuple[type, Any]] = []
-    pending, seen = [torch.nn.Module], set()
+    pending: list[type] = [torch.nn.Module]
+    seen: set[type] = set()
     while pending:
         cls = pending.pop()
         if cls in seen:
@@ -73,12 +76,12 @@ def capture_constructors() -> Iterator[dict[int, Constructed]]:
         if "__init__" in cls.__dict__:
             saved.append((cls, cls.__dict__["__init__"]))
     try:
-        for cls, original in saved:
-            cls.__init__ = wrap(original)  # type: ignore[misc]
+        for klass, original in saved:
+            setattr(klass, "__init__", wrap(original))
         yield records
     finally:
-        for cls, original in saved:
-            cls.__init__ = original  # type: ignore[misc]
+        for klass, original in saved:
+            setattr(klass, "__init__", original)
 
 
 def _clone(value: Any) -> Any:
@@ -95,7 +98,7 @@ def _clone(value: Any) -> Any:
 
 def profile_model(model: Any, inputs: list[Any], device: str,
                   constructed: dict[int, Constructed]) -> dict[str, ModuleTime]:
-    """path -> ModuleTime after one warm-up and PROFILED profiled forwards (eval mode, no grad)."""
+    """path -> ModuleTime after one warm-up and PROFILED profiled forwards (median own times) (eval mode, no grad)."""
     import torch
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile, record_function
@@ -140,23 +143,29 @@ def profile_model(model: Any, inputs: list[Any], device: str,
             if device.startswith("cuda"):
                 torch.cuda.synchronize()
             with profile(activities=activities) as prof:
-                for _ in range(PROFILED):
-                    model(*inputs)
+                for i in range(PROFILED):
+                    with record_function(f"{PASS}{i}"):
+                        model(*inputs)
                 if device.startswith("cuda"):
                     torch.cuda.synchronize()
     finally:
         for h in handles:
             h.remove()
     on_gpu = device.startswith("cuda")
+    per_pass: dict[str, list[float]] = {p: [0.0] * PROFILED for p in times}
     for evt in prof.events():
-        if evt.device_type != DeviceType.CPU or evt.name.startswith(LABEL):
+        if evt.device_type != DeviceType.CPU or evt.name.startswith((LABEL, PASS)):
             continue
         parent = evt.cpu_parent
         if parent is None or not parent.name.startswith(LABEL):
             continue  # outside the model, or inside another op (counted in that op's time)
-        path = parent.name[len(LABEL):]
-        if path in times:
-            times[path].own_us += evt.device_time_total if on_gpu else evt.cpu_time_total
+        path, top = parent.name[len(LABEL):], parent
+        while top is not None and not top.name.startswith(PASS):
+            top = top.cpu_parent
+        if path in times and top is not None:
+            per_pass[path][int(top.name[len(PASS):])] += evt.device_time_total if on_gpu else evt.cpu_time_total
+    for path, values in per_pass.items():
+        times[path].own_us = statistics.median(values)
 
     def total(path: str) -> float:
         t = times[path]

@@ -164,7 +164,9 @@ def problem_source(t: ModuleTime, header: str) -> str:
         raise NotExtractable("forward takes no tensor")
     leading = {a.shape[0] if a.dim() else None for a in tensors}
     batch = "batch_size" if len(leading) == 1 and None not in leading else None
-    params, call, exprs = [], [], []
+    params: list[str] = []
+    call: list[str] = []
+    exprs: list[str] = []
     for a in t.args:
         if isinstance(a, torch.Tensor):
             params.append(f"x{len(params)}")

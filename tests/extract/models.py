@@ -53,7 +53,7 @@ class Block(nn.Module):
 
 
 class BasicBlock(nn.Module):
-    def __init__(self, channels: int = 16):
+    def __init__(self, channels: int = 32):
         super().__init__()
         self.conv1 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
         self.bn1 = nn.BatchNorm2d(channels)
