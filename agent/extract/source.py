@@ -5,8 +5,9 @@ was built: agent/extract/profile.py), never from pickled weights: a kernel is ju
 module's function, and the evaluator initializes reference and candidate alike. A torch.nn class
 is named (`nn.Linear`); a class of the user's is copied in, with the classes, functions, modules
 and constants its source names, so the file imports nothing but torch and the standard library.
-`Model` subclasses it, binding the keyword and non-tensor arguments seen, and calls `self.eval()`
-(extraction is of inference). Every file is checked before it is written (`check`): built from
+`Model` (an nn.Module, as the KernelBench contract and the built-in policy expect) holds the module
+as `self.module`, built with the keyword arguments seen, passes the non-tensor arguments seen to
+it, and calls `self.eval()` (extraction is of inference). Every file is checked before it is written (`check`): built from
 its own `get_init_inputs()`, the module's state dict loaded into it, run on the real inputs, it
 must give the module's outputs, else the module is skipped with the reason.
 """
@@ -22,6 +23,7 @@ from typing import Any
 
 from agent.extract.profile import ModuleTime
 
+ATTRIBUTE = "module"  # Model holds the module as self.module: its state dict keys are the module's, prefixed
 STDLIB = ("math", "typing", "functools", "itertools", "operator", "collections", "dataclasses", "numbers", "enum")
 
 
@@ -180,15 +182,16 @@ def problem_source(t: ModuleTime, header: str) -> str:
     if not name:
         inliner.add(cls)
         name = cls.__name__
-        if name == "Model":
-            raise NotExtractable("its class is named Model, the name the problem file's entry takes")
+        if name in ("Model", "ModelNew"):
+            raise NotExtractable(f"its class is named {name}, a name the problem contract takes")
     lines = ['"""' + header + '"""'] + inliner.imports + [""] + [b.rstrip() + "\n" for b in inliner.blocks]
-    lines += [f"\nclass Model({name}):",
-              f'    """{name}{"(" + ", ".join(inits + [f"{k}={v}" for k, v in init_kws.items()]) + ")"}, in eval mode."""',
-              "", "    def __init__(self, *args):"]
-    kw = "".join(f", {k}={v}" for k, v in init_kws.items())
-    lines += [f"        super().__init__(*args{kw})", "        self.eval()", ""]
-    lines += [f"    def forward(self, {', '.join(params)}):", f"        return super().forward({', '.join(call)})", ""]
+    names = [f"arg{i}" for i in range(len(inits))]
+    described = ", ".join(inits + [f"{k}={v}" for k, v in init_kws.items()])
+    lines += ["\nclass Model(nn.Module):", f'    """{name}({described}) as `self.{ATTRIBUTE}`, in eval mode."""', "",
+              f"    def __init__(self{''.join(', ' + n for n in names)}):", "        super().__init__()",
+              f"        self.{ATTRIBUTE} = {name}({', '.join(names + [f'{k}={v}' for k, v in init_kws.items()])})",
+              "        self.eval()", ""]
+    lines += [f"    def forward(self, {', '.join(params)}):", f"        return self.{ATTRIBUTE}({', '.join(call)})", ""]
     if batch is not None:
         lines += ["", f"batch_size = {next(iter(leading))}"]
     lines += ["", "", "def get_inputs():", f"    return [{', '.join(exprs)}]", "", "",
@@ -205,7 +208,7 @@ def check(source: str, t: ModuleTime, device: str) -> None:
     try:
         exec(compile(source, "<extracted problem>", "exec"), namespace)  # noqa: S102 - the user's own code
         model = namespace["Model"](*namespace["get_init_inputs"]()).to(device)
-        model.load_state_dict(t.module.state_dict())
+        getattr(model, ATTRIBUTE).load_state_dict(t.module.state_dict())
         assert t.args is not None
         with torch.no_grad():
             out = model(*t.args, **t.kwargs)
