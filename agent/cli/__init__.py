@@ -21,7 +21,8 @@ from agent.cli.exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 # Each module defines register(subparsers) -> None, which adds its subcommand(s) and sets
 # `func` on them: func(args) -> int (the exit code).
 COMMAND_MODULES = ("agent.cli.eval", "agent.cli.workspace", "agent.cli.optimize", "agent.cli.batch", "agent.cli.report",
-                   "agent.cli.export", "agent.cli.suite", "agent.cli.serve")
+                   "agent.cli.export", "agent.cli.suite", "agent.cli.serve", "agent.cli.extract",
+                   "agent.cli.apply")
 
 
 class Parser(argparse.ArgumentParser):
