@@ -141,3 +141,13 @@ def evaluates_ok(problem: Path, best: str, tmp_path: Path, capsys: pytest.Captur
     record = json.loads(out)
     assert record["verdict"] == "ok" and record["generalizes"] is not False, record
     return record
+
+
+def declined(rec: Any) -> str:
+    """Why no family drafts a problem, asserting that none does: the families' reason, which the
+    fallback family's summary names when it drafts the problem op by op (agent.builtin.fallback),
+    or the recognition's reason when nothing is drafted (a forward with no elementwise work: kept eager)."""
+    if rec.plan is not None:
+        assert rec.plan.kind == "fallback", (rec.plan.kind, rec.plan.summary)
+        return rec.plan.summary
+    return rec.reason

@@ -16,7 +16,8 @@ RUN_META = "run.json"
 LOGS = "logs"
 # Row statuses. A problem whose latest row has one of FINAL is done; --resume retries the others
 # ("stopped", "model_error", "error", "crashed").
-FINAL = frozenset({"finished", "invalid_problem", "unrecognized"})  # unrecognized: by the built-in policy
+# unrecognized, kept_eager: by the built-in policy (kept_eager: no work a kernel of its own could do)
+FINAL = frozenset({"finished", "invalid_problem", "unrecognized", "kept_eager"})
 
 
 class RunLog:

@@ -113,7 +113,8 @@ def agent_row(spec: dict[str, Any], log: Callable[[str], None], *, problem: Path
     unrecognized = getattr(client, "unrecognized", None)
     if unrecognized:  # the built-in policy has no kernel for it: no attempt, as `ratchet optimize` does
         log(f"batch: {unrecognized}")
-        return {"status": "unrecognized", "verdict": "unrecognized", "error": _one_line(unrecognized),
+        status = "kept_eager" if getattr(client, "kept_eager", False) else "unrecognized"  # nothing for a kernel to do
+        return {"status": status, "verdict": status, "error": _one_line(unrecognized),
                 "correct": False, "attempts": 0, "model": "builtin", "precision": config.precision, "cost_usd": 0.0}
     if resume is None:
         resume = bool(spec.get("resume")) and _has_unfinished_run(problem, config, spec.get("since"))

@@ -111,6 +111,8 @@ def _conv_stage(plan: Plan, nodes: list[Node], keep: list[int], frontier: int) -
     nmap = {old: new for new, old in enumerate(keep)}
     mine = []
     for i in keep:
+        if any(isinstance(a, tuple) and a[0] == "node" and a[1] not in nmap for a in nodes[i].args):
+            raise Unrecognized("a convolution of a computed value (work before it) with reductions after it")
         node = copy.copy(nodes[i])
         node.args = [(a[0], (lmap if a[0] == "leaf" else nmap)[a[1]]) if isinstance(a, tuple) else a
                      for a in node.args]

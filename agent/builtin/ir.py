@@ -25,6 +25,11 @@ class Unrecognized(Exception):
     """The forward holds something the built-in policy has no template for; str() says what."""
 
 
+class KeptEager(Unrecognized):
+    """No family claims the forward and it has no elementwise work either (agent.builtin.fallback):
+    a draft could only call torch, which the evaluator rejects, so the reference stays the answer."""
+
+
 class NoTemplate(Unrecognized):
     """An aten op that no lowering knows (`op`: `aten.sort.default`). The walk goes on past it, so
     that the one line names every such op of the forward, not only the first."""
@@ -120,3 +125,6 @@ class Problem:
     # each submodule of the model: expression on self -> (class name, its plain attributes), so a
     # draft can read a module's settings at run time (a pooling module's kernel size, stride...)
     submodules: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
+    # why a family's plan could not be drafted: then every trace of the problem (at other sizes too)
+    # is the fallback's (agent.builtin.fallback), set by recognition
+    fallback: str | None = None

@@ -53,9 +53,10 @@ def trace(model, inputs):
     for index, value in enumerate(inputs):
         if not isinstance(value, torch.Tensor):
             raise Unrecognized(f"input {index} is not a tensor ({type(value).__name__})")
-        if str(value.dtype) not in LEAF_DTYPES or value.dtype == torch.float64:
-            raise Unrecognized(f"input {index} is {value.dtype}; the built-in kernels handle float32/16, bfloat16 "
-                               f"and bool")
+        if (str(value.dtype) not in LEAF_DTYPES and value.dtype not in (torch.int64, torch.int32)) \
+                or value.dtype == torch.float64:  # integers (class targets): the fallback's torch calls read them
+            raise Unrecognized(f"input {index} is {value.dtype}; the built-in kernels handle float32/16, bfloat16, "
+                               f"bool and (in torch calls) int64/int32")
     state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
     names = list(state)
 

@@ -11,6 +11,7 @@ from typing import Any
 from agent.builtin.aten import lower_op
 from agent.builtin.builder import Builder, Unusable
 from agent.builtin.classify import classify
+from agent.builtin.registry import fallback_plan
 from agent.builtin.ir import FLOAT_DTYPES, LEAF_DTYPES, Leaf, NoTemplate, Plan, Problem, Unrecognized, no_template
 
 # aten glue ops replayed in torch on a leaf (views and copies; see tools.guard.ops.GLUE_OPS)
@@ -42,7 +43,23 @@ def _reads_missing(node, env: dict[Any, Any]) -> bool:
 
 
 def build_plan(traced, problem: Problem) -> Plan:
-    """The plan for a traced forward (what agent.builtin.load.trace returns)."""
+    """The plan for a traced forward (what agent.builtin.load.trace returns): a family's, or the
+    fallback's (agent.builtin.registry.fallback_plan) when none claims it."""
+    if problem.fallback is not None:  # a family's plan that could not be drafted (agent.builtin.recognize)
+        plan = fallback_plan(traced, problem, Unrecognized(problem.fallback))
+        if plan is None:
+            raise Unrecognized(problem.fallback)
+        return plan
+    try:
+        return _family_plan(traced, problem)
+    except Unrecognized as exc:
+        plan = fallback_plan(traced, problem, exc)
+        if plan is None:
+            raise
+        return plan
+
+
+def _family_plan(traced, problem: Problem) -> Plan:
     import torch
 
     from agent.builtin.attention_match import match as match_attention

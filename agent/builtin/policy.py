@@ -8,8 +8,10 @@ their configuration in the reply text; the tool results carry the evaluator's ve
 times), so a resumed run continues the same search. Replies cost no tokens.
 
 The problem comes from the constructor (`ratchet optimize` passes the module path and entry).
-When nothing in the forward is recognized, `unrecognized` says why in one line and the CLI
-ends the run before any attempt; `complete` raises `NothingRecognized` if called anyway.
+What no family claims is drafted by the fallback family (agent.builtin.fallback). When nothing can
+be drafted, `unrecognized` says why in one line and the CLI ends the run before any attempt
+(`kept_eager` when the forward has no work a kernel of its own could do: the reference stays the
+answer); `complete` raises `NothingRecognized` if called anyway.
 """
 from __future__ import annotations
 
@@ -76,7 +78,15 @@ class BuiltinPolicy:
             return None
         return self.describe_failure()
 
+    @property
+    def kept_eager(self) -> bool:
+        """Whether nothing is attempted because the forward has no work for a kernel of its own
+        (agent.builtin.fallback): the reference stays the answer. `unrecognized` says why."""
+        return self.plan is None and self.recognition.kept_eager
+
     def describe_failure(self) -> str:
+        if self.recognition.kept_eager:
+            return f"{self.path.name}: {self.recognition.reason}; nothing attempted"
         return (f"the built-in policy recognizes no pattern it has a kernel for in {self.path.name} "
                 f"({self.recognition.reason}); nothing attempted")
 

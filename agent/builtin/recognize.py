@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.builtin.describe import describe
-from agent.builtin.ir import Plan, Problem, Unrecognized
+from agent.builtin.ir import KeptEager, Plan, Problem, Unrecognized
 from agent.builtin.load import load, trace
 from agent.builtin.lower import build_plan
 from agent.builtin.variants import analyse
@@ -34,6 +34,7 @@ class Recognition:
     plan: Plan | None
     reason: str | None  # why nothing was recognized (one line)
     load_error: bool = False  # the problem itself would not load: the evaluator reports it
+    kept_eager: bool = False  # no family claims it and it has no elementwise work (agent.builtin.fallback)
 
 
 def recognize(path: str | Path, entry: str = "Model") -> Recognition:
@@ -48,9 +49,20 @@ def recognize(path: str | Path, entry: str = "Model") -> Recognition:
                                        f"{' '.join(str(exc).split())[:160]})", load_error=True)
     try:
         problem = describe(path, entry, module, model, inputs)
-        plan = build_plan(trace(model, inputs), problem)
-        problem.variants = analyse(module, entry, model, inputs, problem, plan)
-        _check_draft(plan, problem)
+        traced = trace(model, inputs)
+        plan = build_plan(traced, problem)
+        try:
+            problem.variants = analyse(module, entry, model, inputs, problem, plan)
+            _check_draft(plan, problem)
+        except Unrecognized as exc:
+            if plan.kind == "fallback" or isinstance(exc, KeptEager):
+                raise
+            problem.fallback = f"the {plan.kind} family cannot draft it: {exc}"  # the fallback drafts it instead
+            plan = build_plan(traced, problem)
+            problem.variants = analyse(module, entry, model, inputs, problem, plan)
+            _check_draft(plan, problem)
+    except KeptEager as exc:
+        return Recognition(None, None, str(exc), kept_eager=True)
     except Unrecognized as exc:
         return Recognition(None, None, str(exc))
     except Exception as exc:  # tracing failed (data-dependent control flow, unsupported op...)

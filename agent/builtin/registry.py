@@ -7,6 +7,9 @@ A family module ends with `FAMILY = register(Family(kind=..., render=..., space=
   and a configuration (agent.builtin.general makes it general over what a user varies);
 - `space(plan) -> [config, ...]`: its configurations, the shape-based default first
   (agent.builtin.search chooses among them from the feedback);
+- `from_graph(traced, problem, why) -> Plan`: a family that drafts what no other does (the
+  fallback, agent.builtin.fallback): agent.builtin.lower hands it the traced graph when its own
+  walk or the classifier raises Unrecognized (`why`), through `fallback_plan`;
 - `claims` and `classify`: the IR ops whose presence makes a plan of this kind (a convolution, a
   pooling window, a scan, an arg-reduction), and the classifier that makes it from the traced
   nodes; agent.builtin.classify asks the claiming families in `rank` order before its own
@@ -37,6 +40,7 @@ class Family:
     claims: tuple[str, ...] = ()  # IR ops that make a plan of this kind
     classify: Callable[..., "Plan"] | None = None  # (leaves, nodes, out, out_glue, out_shape, out_dtype) -> Plan
     rank: int = 0  # among claiming families, lower asks first (a convolution before a pooling window)
+    from_graph: Callable[[Any, "Problem", Exception], "Plan"] | None = None  # the fallback: what no family claims
 
 
 _FAMILIES: dict[str, Family] = {}
@@ -48,6 +52,8 @@ def register(family: Family) -> Family:
         raise ValueError(f"two families of kind {family.kind!r}")
     if family.claims and family.classify is None:
         raise ValueError(f"family {family.kind!r} claims ops {family.claims} but has no classify")
+    if family.from_graph is not None and any(f.from_graph is not None and f is not family for f in _FAMILIES.values()):
+        raise ValueError(f"two fallback families (the second: {family.kind!r})")
     _FAMILIES[family.kind] = family
     return family
 
@@ -83,3 +89,10 @@ def classify_claimed(leaves: list["Leaf"], nodes: list["Node"], out: int, out_gl
             assert fam.classify is not None
             return fam.classify(leaves, nodes, out, out_glue, out_shape, out_dtype)
     return None
+
+
+def fallback_plan(traced: Any, problem: "Problem", why: Exception) -> "Plan | None":
+    """The fallback family's plan of a traced forward no family claims (`why`: the reason), or None
+    when no fallback is registered."""
+    fallback = next((f for f in _FAMILIES.values() if f.from_graph is not None), None)
+    return None if fallback is None else fallback.from_graph(traced, problem, why)

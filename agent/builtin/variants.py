@@ -194,7 +194,8 @@ def _followed(base: Plan, other: Plan, value: float, varied: float) -> list[tupl
         for j, (x, y) in enumerate(zip(a.args, b.args)):
             if isinstance(x, tuple) or x == y:
                 continue
-            if a.name in ARITHMETIC and not isinstance(x, bool) and x == value and y == varied:
+            arithmetic = a.name in ARITHMETIC or (a.op == "aten" and type(x) is float)  # the fallback's torch calls
+            if arithmetic and not isinstance(x, bool) and x == value and y == varied:
                 found.append((i, j))
             else:
                 return None

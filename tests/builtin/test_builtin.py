@@ -93,13 +93,18 @@ def test_every_configuration_of_the_looped_rows_is_correct(tmp_path):
 
 
 def test_unrecognized_problems_say_why():
-    for path, words in ((PROBLEMS / "sort_rows.py", "sort"), (HERE / "problems" / "cross_entropy.py", "int64"),
-                        (HERE / "problems" / "clamp_rowmax.py", "2 values")):
+    """What nothing drafts says why in one line: two values returned; and (kept eager) a forward of
+    library ops only, which the fallback family would only call through torch (a sort; a cross
+    entropy of int64 targets)."""
+    for path, words, kept in ((PROBLEMS / "sort_rows.py", "aten.sort", True),
+                              (HERE / "problems" / "cross_entropy.py", "aten.nll_loss_forward", True),
+                              (HERE / "problems" / "clamp_rowmax.py", "2 values", False)):
         rec = recognize(path)
         assert rec.plan is None and words in rec.reason, rec.reason
-        assert "\n" not in rec.reason
+        assert "\n" not in rec.reason and rec.kept_eager is kept
         policy = BuiltinPolicy(path)
-        assert policy.unrecognized and "nothing attempted" in policy.unrecognized
+        assert policy.unrecognized and "nothing attempted" in policy.unrecognized and policy.kept_eager is kept
+        assert ("kept eager" in policy.unrecognized) is kept
         with pytest.raises(NothingRecognized):
             policy.complete([], [])
 

@@ -15,8 +15,8 @@ import torch
 
 from agent.builtin import codegen, search
 from agent.builtin.recognize import recognize
-from helpers_builtin import (builtin_cpu_env, draft_outputs, evaluates_ok, load_module, one_input_problem, optimize_builtin,
-                             resized)
+from helpers_builtin import (builtin_cpu_env, declined, draft_outputs, evaluates_ok, load_module, one_input_problem,
+                             optimize_builtin, resized)
 
 PROBLEMS = Path(__file__).parents[1] / "builtin_problems"
 pytestmark = pytest.mark.timeout(240)
@@ -147,7 +147,7 @@ def test_eval_mode_batch_norm_stays_elementwise(tmp_path):
 ])
 def test_what_is_still_declined_says_why_in_one_line(body, forward, shape, reason, tmp_path):
     rec = recognize(_problem(tmp_path, body, forward, shape))
-    assert rec.plan is None and rec.reason == reason, rec.reason
+    assert f"({reason})" in declined(rec), declined(rec)  # the fallback drafts it, or keeps eager
 
 
 def test_builtin_optimizes_and_the_best_evaluates_at_other_sizes(tmp_path, capsys, monkeypatch):

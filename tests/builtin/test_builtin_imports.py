@@ -15,7 +15,7 @@ from agent.builtin.recognize import recognize
 HERE = Path(__file__).parents[1]
 PROBLEMS = sorted((HERE / "builtin_problems").glob("*.py"))
 TEMPLATES = {"pointwise", "rowwise", "colwise", "matmul", "gemv", "mm_reduce", "twolevel", "pool", "scan", "argreduce",
-             "attention", "conv", "conv_reduce", "batchnorm"}
+             "attention", "conv", "conv_reduce", "batchnorm", "fallback"}
 pytestmark = pytest.mark.timeout(120)
 
 # A reference whose constructor needs module-level names, with an import after a definition,

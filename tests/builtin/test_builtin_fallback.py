@@ -1,0 +1,95 @@
+"""The built-in policy's fallback family (agent.builtin.fallback): a forward no family claims is
+lowered op by op, its library ops called through torch and each stretch of elementwise work fused
+into a kernel of its own. Each problem here is one no family claims (a sort; two matrix products; a
+pooling after a convolution): drafted by the fallback, its kernels launched, correct beside the
+reference at its sizes and at other sizes (held out: the same draft); one end to end through
+`ratchet optimize` and `ratchet eval` (the evaluator's held-out variants included); a forward of
+library ops only is kept eager with its reason; and what a family claims stays that family's."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from agent.builtin import codegen, search
+from agent.builtin.policy import BuiltinPolicy
+from agent.builtin.recognize import recognize
+from helpers_builtin import builtin_cpu_env, draft_outputs, evaluates_ok, optimize_builtin, resized
+
+PROBLEMS = Path(__file__).parents[1] / "builtin_problems"
+pytestmark = pytest.mark.timeout(240)
+
+# problem -> (the families' reason, named in the summary; the library ops; the kernels; other sizes)
+CASES = {
+    "fallback_sort_scale.py": ("aten.sort.default has no built-in template", ["aten.sort"], 2,
+                               {"batch_size": 3, "width": 17}),
+    "fallback_two_linears.py": ("2 matrix products in one forward", ["aten.addmm"], 2,
+                                {"batch_size": 5, "in_features": 9, "hidden": 11, "out_features": 7}),
+    "fallback_conv_pool.py": ("a max_pool2d with the convolution", ["aten.convolution", "aten.max_pool2d_with_indices"],
+                              2, {"batch_size": 3, "out_channels": 4, "height": 9, "width": 11}),
+}
+
+
+@pytest.fixture(autouse=True)
+def interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_what_no_family_claims_is_drafted_op_by_op_and_correct_at_two_sizes(name, tmp_path):
+    reason, library, kernels, other = CASES[name]
+    rec = recognize(PROBLEMS / name)
+    assert rec.plan is not None and rec.plan.kind == "fallback", rec.reason
+    assert f"no family claims it ({reason}" in rec.plan.summary and all(op in rec.plan.summary for op in library)
+    source = codegen.draft(rec.plan, rec.problem, search.space(rec.plan)[0])
+    assert source.count("@triton.jit") == kernels and source.count("_kernel[(triton.cdiv(") == kernels
+    for problem in (PROBLEMS / name, resized(PROBLEMS / name, tmp_path / "other", other)):
+        expected, got = draft_outputs(problem, source, tmp_path)
+        assert got.dtype == expected.dtype and got.shape == expected.shape
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_module_scalar_reaches_the_kernel_at_run_time(tmp_path):
+    """The sort problem's scale is a kernel argument read from the module: another value, the same draft."""
+    rec = recognize(PROBLEMS / "fallback_sort_scale.py")
+    source = codegen.draft(rec.plan, rec.problem, search.space(rec.plan)[-1])
+    assert "float(self.scale)" in source
+    scaled = tmp_path / "fallback_sort_scale.py"
+    scaled.write_text((PROBLEMS / "fallback_sort_scale.py").read_text().replace("[width, 1.5]", "[width, -0.75]"))
+    expected, got = draft_outputs(scaled, source, tmp_path)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_library_ops_alone_are_kept_eager_with_the_reason(tmp_path):
+    """A lower-triangular product has no elementwise work: a draft would only call torch, which the
+    evaluator rejects, so nothing is attempted and the one line says the reference is kept."""
+    problem = tmp_path / "tril_product.py"
+    problem.write_text("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+                       "    def forward(self, a, b):\n        return torch.tril(a @ b)\n\n\n"
+                       "def get_inputs():\n    return [torch.randn(8, 8), torch.randn(8, 8)]\n\n\n"
+                       "def get_init_inputs():\n    return []\n")
+    rec = recognize(problem)
+    assert rec.plan is None and rec.kept_eager, rec.reason
+    assert "aten.tril.default has no built-in template" in rec.reason and "aten.mm, aten.tril" in rec.reason
+    policy = BuiltinPolicy(problem)
+    line = policy.unrecognized
+    assert policy.kept_eager and line is not None and line.startswith("tril_product.py: kept eager") and "\n" not in line
+
+
+@pytest.mark.parametrize("name, kind", [("linear_gelu.py", "matmul"), ("conv2d_bias_relu.py", "conv"),
+                                        ("layernorm.py", "rowwise")])
+def test_what_a_family_claims_stays_that_familys(name, kind):
+    rec = recognize(PROBLEMS / name)
+    assert rec.plan is not None and rec.plan.kind == kind, rec.reason
+
+
+def test_builtin_optimizes_a_fallback_problem_and_the_best_evaluates_at_other_sizes(tmp_path, capsys, monkeypatch):
+    """End to end on the CPU: the real CLI, graph, evaluator (held-out sizes and constructor
+    arguments included, and its check that the candidate's own kernels ran) and workspace."""
+    builtin_cpu_env(monkeypatch)
+    path = PROBLEMS / "fallback_two_linears.py"
+    best, replies = optimize_builtin(path, tmp_path, capsys)
+    assert "fallback template" in replies[0] and "fused_" in best
+    record = evaluates_ok(path, best, tmp_path, capsys, "--trials", "2")
+    assert record["generalizes"] is True  # the held-out variants ran too
