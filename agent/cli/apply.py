@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from agent.cli.checks import UsageError, check_device
-from agent.cli.exit_codes import EXIT_INCORRECT, EXIT_NOT_APPLIED, EXIT_OK, EXIT_USER_MODEL
+from agent.cli.exit_codes import EXIT_INCORRECT, EXIT_NOT_APPLIED, EXIT_OK
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--from {folder}: no manifest.json (a folder written by ratchet extract)")
     device = check_device(args.device)
     from agent.extract.apply import Outcome, check, estimate, init_args, kept_kernels, time_ms
-    from agent.extract.load import ExtractError, ModelFailed, build_model, make_inputs
+    from agent.cli.extract import user_model
     from agent.extract.manifest import read_manifest
     from agent.extract.recipe import Replacement, load_recipe, write_recipe
     from agent.extract.source import literal
@@ -53,15 +53,11 @@ def run(args: argparse.Namespace) -> int:
     device = device or ("cuda:0" if torch.cuda.is_available() else "cpu")
     if not device.startswith("cuda"):
         os.environ.setdefault("TRITON_INTERPRET", "1")  # the kernels on the CPU: Triton's interpreter, as the evaluator's workers
-    try:
-        model, _ = build_model(args.model, args.init_args)
-        model = model.to(device).eval()
-        inputs = make_inputs(args.inputs, args.shape, device)
-    except ExtractError as exc:
-        raise UsageError(str(exc)) from None
-    except ModelFailed as exc:
-        print(f"ratchet apply: {exc}", file=sys.stderr)
-        return EXIT_USER_MODEL
+    loaded = user_model("apply", args, device)
+    if isinstance(loaded, int):
+        return loaded
+    model, _, inputs = loaded
+    model = model.eval()
     kept = kept_kernels(manifest, folder, args.workspace)
     replacements, kernels = [], {}
     for k in kept:

@@ -12,6 +12,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from agent.cli.checks import UsageError, check_device
 from agent.cli.exit_codes import EXIT_OK, EXIT_USER_MODEL
@@ -45,22 +46,16 @@ def run(args: argparse.Namespace) -> int:
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"--out {out}: already there and not an empty directory")
     device = check_device(args.device)
-    from agent.extract.load import ExtractError, ModelFailed, build_model, make_inputs
     from agent.extract.manifest import build
     from agent.extract.profile import PROFILED, profile_model
     from agent.extract.source import NotExtractable
     import torch
 
     device = device or ("cuda:0" if torch.cuda.is_available() else "cpu")
-    try:
-        model, constructed = build_model(args.model, args.init_args)
-        model = model.to(device)
-        inputs = make_inputs(args.inputs, args.shape, device)
-    except ExtractError as exc:
-        raise UsageError(str(exc)) from None
-    except ModelFailed as exc:
-        print(f"ratchet extract: {exc}", file=sys.stderr)
-        return EXIT_USER_MODEL
+    loaded = user_model("extract", args, device)
+    if isinstance(loaded, int):
+        return loaded
+    model, constructed, inputs = loaded
     try:
         times = profile_model(model, inputs, device, constructed)
     except Exception as exc:  # noqa: BLE001 - the user's forward raised: one line
@@ -88,3 +83,21 @@ def run(args: argparse.Namespace) -> int:
             print(f"  skipped {s.module} ({s.cls}, {s.share:.1%}): {s.why}")
     print(f"wrote {out / 'manifest.json'}", file=sys.stderr)
     return EXIT_OK
+
+
+def user_model(command: str, args: argparse.Namespace, device: str) -> "tuple[Any, Any, list[Any]] | int":
+    """The user's MODEL (on `device`) as built, what its modules were constructed with, and its
+    example inputs; or EXIT_USER_MODEL after one line when the model cannot be built. A mistake in
+    what is named is a UsageError. `ratchet extract` and `ratchet apply` load it alike."""
+    from agent.extract.load import ExtractError, ModelFailed, build_model, make_inputs
+
+    try:
+        model, constructed = build_model(args.model, args.init_args)
+        model = model.to(device)
+        inputs = make_inputs(args.inputs, args.shape, device)
+    except ExtractError as exc:
+        raise UsageError(str(exc)) from None
+    except ModelFailed as exc:
+        print(f"ratchet {command}: {exc}", file=sys.stderr)
+        return EXIT_USER_MODEL
+    return model, constructed, inputs
