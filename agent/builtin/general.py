@@ -45,6 +45,9 @@ def draft_general(plan: Plan, problem: Problem, config: dict[str, Any], render: 
 
     def rendered(p: Plan, shapes: list[tuple[int, ...]], free: list[SizeClass], sizes: list[tuple[str, str]],
                  strict: bool = False) -> str:
+        if p.kind != plan.kind:  # another family's plan at those sizes (a GEMV at 10 outputs, a GEMM at more):
+            # the kernel's structure depends on the size, which stays fixed; `config` is not its family's
+            raise Unrecognized(f"at other sizes the problem is a {p.kind} plan, not a {plan.kind} one")
         ctx = Context(guards=guard_lines(problem, variants, shapes, free), i64=i64, general=bool(free),
                       strict=strict, notes=notes(problem, variants, free), sizes=sizes)
         return render(p, problem, config, ctx)

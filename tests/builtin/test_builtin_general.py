@@ -215,6 +215,28 @@ def test_a_square_linear_layer_takes_other_batches_and_out_features(tmp_path):
     _compare(problem, candidate, [24, 40, 1.0], [torch.randn(9, 24)])
 
 
+def test_a_size_that_makes_another_familys_plan_is_fixed_not_a_failed_trace(tmp_path):
+    """Linear(256, 10) at batch 64 is a GEMM; traced with more out_features it is a GEMV plan, whose
+    template reads configuration keys the GEMM's does not have. That size is fixed (refused with the
+    shape), not a failed trace ("KeyError: 'SPLIT_K'", found on a problem `ratchet extract` wrote);
+    the batch stays free."""
+    problem = tmp_path / "linear_to_ten.py"
+    problem.write_text("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+                       "    def __init__(self, arg0, arg1):\n        super().__init__()\n"
+                       "        self.module = nn.Linear(arg0, arg1)\n\n    def forward(self, x0):\n"
+                       "        return self.module(x0)\n\n\ndef get_inputs():\n    return [torch.randn(64, 256)]\n\n\n"
+                       "def get_init_inputs():\n    return [256, 10]\n")
+    source, rec = _draft(problem)
+    assert rec.plan.kind == "matmul"
+    assert {c.name: c.plan.kind for c in rec.problem.variants.classes}["arg1_size"] == "gemv"
+    (tmp_path / "ten_candidate.py").write_text(source)
+    candidate = _import(tmp_path / "ten_candidate.py")
+    torch.manual_seed(5)
+    _compare(problem, candidate, [256, 10], [torch.randn(17, 256)])
+    with pytest.raises(ValueError, match="shape"):
+        candidate.ModelNew(256, 12)(torch.randn(64, 256))
+
+
 def test_module_scalars_are_kernel_parameters_not_literals():
     source, rec = _draft(EXAMPLE)
     assert [s.expr for s in rec.problem.variants.scalars] == ["float(self.scale)"]
