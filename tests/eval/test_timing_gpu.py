@@ -374,14 +374,62 @@ class ModelNew(nn.Module):
 '''
 
 
-def test_reading_a_timed_blocks_later_inputs_ahead_is_not_paid(tmp_path):
+READS_AHEAD_CHECKED = KERNEL + '''
+
+@triton.jit
+def answer(x_ptr, y_ptr, key_ptr, n, BLOCK: tl.constexpr):
+    """The read-ahead answer: nothing to do while the input still starts with the values the
+    work was done for (a run-time check that changes the input in place finds it changed)."""
+    first = tl.arange(0, 4)
+    same = tl.sum((tl.load(x_ptr + first) == tl.load(key_ptr + first)).to(tl.int32), axis=0)
+    if same != 4:
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2.0 + 1.0, mask=mask)
+
+
+class ModelNew(nn.Module):
+    """As READS_AHEAD, with each early result kept next to the first values of the input it was
+    computed from, and checked against them on the GPU when it is used."""
+
+    def __init__(self):
+        super().__init__()
+        self.ahead = {}
+
+    def forward(self, x):
+        done = self.ahead.pop(x.data_ptr(), None)
+        if done is not None:
+            y, key = done
+            answer[(triton.cdiv(x.numel(), 1024),)](x, y, key, x.numel(), BLOCK=1024)
+            return y
+        self.ahead = {}
+        n = x.numel()
+        step = -(-n * x.element_size() // 256) * 256 // x.element_size()
+        room = x.untyped_storage().nbytes() // x.element_size()
+        first = x.storage_offset()
+        out = launch(x)
+        for j in range(1, 10):
+            start = first + j * step
+            if start + n > room:
+                break
+            later = x.as_strided((n,), (1,), start)
+            self.ahead[x.data_ptr() + j * step * x.element_size()] = (launch(later), later[:4].clone())
+        return out
+'''
+
+
+@pytest.mark.parametrize("attack", ["READS_AHEAD", "READS_AHEAD_CHECKED"])
+def test_reading_a_timed_blocks_later_inputs_ahead_is_not_paid(tmp_path, attack):
     """The static rule against results keyed on data pointers (`caching`) is a first filter only,
-    switched off here; the parent's gated clock sees the work wherever it was done."""
+    switched off here; the parent's gated clock sees the work wherever it was done. Reading ahead
+    pads the candidate's one-call pass too (its first call does the pass's work): on an H200 the
+    plain attack passed the gated clock with 0.05 ms of intercept allowance at k = 9, and was
+    refused only by the roofline (2026-11-28); both are the gated clock's now."""
     problem = tmp_path / "scale_add_4m.py"
     problem.write_text(SCALE_ADD_4M)
     with Evaluator(problem, EvalOptions(device="cuda:0", disabled_rules=frozenset({"caching"}))) as ev:
         honest = ev.evaluate(HONEST)
-        ahead = ev.evaluate(READS_AHEAD)
+        ahead = ev.evaluate(globals()[attack])
     assert honest.verdict is Verdict.OK, honest.message
     assert ahead.verdict is Verdict.REJECTED, (ahead.verdict, ahead.message)
     assert any(c.name == "timing:two-clocks" and not c.passed for c in ahead.checks), ahead.checks
