@@ -18,7 +18,10 @@ float64 as a multiple of eager float32's own: tools/judge/exact.py), `library_sh
 (GPU time in library kernels the reference does not use: tools/timing/library.py); 8 adds
 `eager_quiet` (eager timed on a quiet device, before any candidate: the speedup is taken against the
 lower of it and the eager arm timed beside the candidate, which `eager_time` then is,
-tools/timing/quiet.py). `Result.from_dict`
+tools/timing/quiet.py); 9 lets `precision` be "bf16" or "fp16" too (the problem's floating
+parameters, buffers and inputs cast to that type in both workers, its outputs judged against
+float64 with eager's own error in that type as the yardstick: a reader of 8 would take such a
+record's times and errors for float32 ones). `Result.from_dict`
 reads every version (an older record simply lacks the newer fields, and is written back without
 them). The exit code of each verdict: agent/cli/exit_codes.py.
 """
@@ -30,8 +33,8 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-SCHEMA_VERSION = 8
-READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)  # from_dict reads these; workspaces hold records of every one
+SCHEMA_VERSION = 9
+READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9)  # from_dict reads these; workspaces hold records of every one
 # fields an older record does not have (written back without them); "a.b" is field b of the record's a
 ADDED_IN = {"distributions": 3, "dropped": 3, "generalizes": 4, "heldout": 4, "roofline.bound": 5, "precision": 6,
             "errors.float64": 7, "errors.float64_norm_ratio": 7, "errors.float64_max_ratio": 7,
@@ -132,7 +135,7 @@ class Result:
     torch_ops: list[str] = field(default_factory=list)  # aten ops the candidate left to torch
     phases: dict[str, float] = field(default_factory=dict)  # seconds per phase
     environment: dict[str, Any] = field(default_factory=dict)
-    precision: str | None = None  # "fp32" | "tf32" (tools/precision.py); None: a record from before version 6
+    precision: str | None = None  # "fp32" | "tf32" | "bf16" | "fp16" (tools/precision.py); None: before version 6
 
     @property
     def ok(self) -> bool:

@@ -13,9 +13,11 @@ from agent.builtin.ir import LEAF_DTYPES, Unrecognized
 _LOADED = itertools.count()
 
 
-def load(path: Path, entry: str):
+def load(path: Path, entry: str, dtype=None):
     """(module, model, inputs): the problem's module, its `entry` class built on the meta device
-    from get_init_inputs(), and get_inputs() (meta tensors)."""
+    from get_init_inputs(), and get_inputs() (meta tensors); under a half precision (`dtype`) the
+    model's floating parameters and buffers and the floating inputs cast to it, as the evaluator's
+    workers cast them (tools/worker/precision.py)."""
     import torch
 
     name = f"_ratchet_builtin_problem_{next(_LOADED)}"
@@ -41,6 +43,9 @@ def load(path: Path, entry: str):
             inputs = call_factory(module.get_inputs, "get_inputs", None)
     except InputError as exc:
         raise Unrecognized(f"{path.name}: {exc}") from None
+    if dtype is not None:
+        model = model.to(dtype)
+        inputs = [x.to(dtype) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
     return module, model, inputs
 
 

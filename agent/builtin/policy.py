@@ -52,12 +52,13 @@ class BuiltinPolicy:
     answers_at_once = True  # no server to wait on: its attempts come back to back (agent/model.py)
 
     def __init__(self, problem: str | Path, entry: str = "Model", precision: str = "fp32") -> None:
-        """`precision`: the run's (tools/precision.py); it decides which dots a float32 product may use."""
+        """`precision`: the run's (tools/precision.py); it decides which dots a float32 product may
+        use, and under bf16 or fp16 the problem is drafted as the evaluator runs it, cast."""
         from tools.precision import check
 
         self.path = Path(problem)
         self.entry = entry
-        self.recognition: Recognition = recognize(self.path, entry)
+        self.recognition: Recognition = recognize(self.path, entry, check(precision))
         if self.recognition.plan is not None:
             self.recognition.plan.precision = check(precision)
         self._proposed: dict[str, dict[str, Any]] = {}  # config key -> config, this session

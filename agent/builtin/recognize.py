@@ -37,11 +37,15 @@ class Recognition:
     kept_eager: bool = False  # no family claims it and it has no elementwise work (agent.builtin.fallback)
 
 
-def recognize(path: str | Path, entry: str = "Model") -> Recognition:
-    """Trace and classify; never raises for an unrecognized or broken problem."""
+def recognize(path: str | Path, entry: str = "Model", precision: str = "fp32") -> Recognition:
+    """Trace and classify (under a half `precision`, the problem cast to it); never raises for an
+    unrecognized or broken problem."""
+    from tools.worker.precision import half_dtype
+
     path = Path(path)
+    cast = half_dtype(precision)
     try:
-        module, model, inputs = load(path, entry)
+        module, model, inputs = load(path, entry, cast)
     except Unrecognized as exc:
         return Recognition(None, None, str(exc), load_error=True)
     except Exception as exc:  # the user's file failed to import or build: the evaluator says why
@@ -52,14 +56,14 @@ def recognize(path: str | Path, entry: str = "Model") -> Recognition:
         traced = trace(model, inputs)
         plan = build_plan(traced, problem)
         try:
-            problem.variants = analyse(module, entry, model, inputs, problem, plan)
+            problem.variants = analyse(module, entry, model, inputs, problem, plan, cast)
             _check_draft(plan, problem)
         except Unrecognized as exc:
             if plan.kind == "fallback" or isinstance(exc, KeptEager):
                 raise
             problem.fallback = f"the {plan.kind} family cannot draft it: {exc}"  # the fallback drafts it instead
             plan = build_plan(traced, problem)
-            problem.variants = analyse(module, entry, model, inputs, problem, plan)
+            problem.variants = analyse(module, entry, model, inputs, problem, plan, cast)
             _check_draft(plan, problem)
     except KeptEager as exc:
         return Recognition(None, None, str(exc), kept_eager=True)

@@ -84,9 +84,9 @@ class Variants:
     joint: Callable[[tuple[SizeClass, ...]], tuple[Plan, list[tuple[int, ...]]] | None]
 
 
-def analyse(module, entry: str, model, inputs: list, problem: Problem, plan: Plan) -> Variants:
+def analyse(module, entry: str, model, inputs: list, problem: Problem, plan: Plan, cast=None) -> Variants:
     """Trace again with each float attribute and each size class changed; turns the plan's module
-    scalars into `Runtime` values in place."""
+    scalars into `Runtime` values in place. `cast`: the half dtype the run casts models to, or None."""
     import torch
 
     cls = getattr(module, entry)
@@ -102,7 +102,7 @@ def analyse(module, entry: str, model, inputs: list, problem: Problem, plan: Pla
             warnings.simplefilter("ignore", UserWarning)
             with torch.device("meta"):
                 torch.manual_seed(0)
-                other = cls(*new_init)
+                other = cls(*new_init) if cast is None else cls(*new_init).to(cast)
                 xs = [torch.empty(s, dtype=d) for s, d in zip(new_shapes, dtypes)]
             if patch is not None:
                 patch(other)

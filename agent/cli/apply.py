@@ -17,6 +17,7 @@ from pathlib import Path
 
 from agent.cli.checks import UsageError, check_device
 from agent.cli.exit_codes import EXIT_INCORRECT, EXIT_NOT_APPLIED, EXIT_OK
+from tools.precision import PRECISIONS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -30,6 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--workspace", metavar="DIR", help="workspace root (default $RATCHET_WORKSPACE, else ./workspaces)")
     p.add_argument("--out", metavar="DIR", help="where the recipe goes (default DIR/applied)")
     p.add_argument("--device", default=None, help="cuda:N or cpu (default: cuda:0 if there is a GPU)")
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                   help="as the batch was run: the model cast to bf16/fp16, or its float32 arithmetic (docs/precision.md)")
     p.add_argument("--json", action="store_true", help="print the outcome as JSON on stdout")
     p.set_defaults(func=run)
 
@@ -57,8 +60,15 @@ def run(args: argparse.Namespace) -> int:
     if isinstance(loaded, int):
         return loaded
     model, _, inputs = loaded
+    from tools.worker.precision import apply as apply_precision, half_dtype
+
+    apply_precision(args.precision)  # the arithmetic the kernels were judged and timed with
+    half = half_dtype(args.precision)
+    if half is not None:  # the model and its inputs in the half type, as the evaluator's workers cast them
+        model = model.to(half)
+        inputs = [x.to(half) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
     model = model.eval()
-    kept = kept_kernels(manifest, folder, args.workspace)
+    kept = kept_kernels(manifest, folder, args.workspace, args.precision)
     replacements, kernels = [], {}
     for k in kept:
         if k.kernel:
@@ -72,12 +82,14 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--out {out}: cannot write: {exc.strerror or exc}") from None
     try:
         patched = load_recipe(recipe)(copy.deepcopy(model)).eval()
+        if half is not None:  # the kernels' own parameters, built in float32 and loaded from the model's
+            patched = patched.to(half)
         ratio = check(model, patched, inputs)
     except Exception as exc:  # noqa: BLE001 - a kept kernel that cannot go into the model: one line
         print(f"ratchet apply: the recipe {recipe} failed on the model: {type(exc).__name__}: "
               f"{str(exc).splitlines()[0] if str(exc) else ''}", file=sys.stderr)
         return EXIT_NOT_APPLIED
-    outcome = Outcome(kept, ratio <= 1.0, ratio, estimate=estimate(kept))
+    outcome = Outcome(kept, ratio <= 1.0, ratio, estimate=estimate(kept), precision=args.precision)
     if device.startswith("cuda") and replacements:
         outcome.eager_ms, outcome.patched_ms = time_ms(model, inputs, device), time_ms(patched, inputs, device)
         try:
@@ -91,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     text = summary(outcome, args.model, folder)
     (out / "summary.md").write_text(text + "\n")
     if args.json:
-        print(json.dumps({"recipe": str(recipe), "correct": outcome.correct, "error_ratio": outcome.error_ratio,
+        print(json.dumps({"recipe": str(recipe), "precision": outcome.precision, "correct": outcome.correct, "error_ratio": outcome.error_ratio,
                           "eager_ms": outcome.eager_ms, "patched_ms": outcome.patched_ms, "compile_ms": outcome.compile_ms,
                           "speedup": outcome.speedup, "estimate": outcome.estimate, "notes": outcome.notes,
                           "applied": [{"file": k.problem.file, "modules": k.problem.modules, "attempt": k.attempt,
@@ -107,7 +119,8 @@ def summary(outcome: object, model: str, folder: Path) -> str:
     from agent.extract.apply import Outcome
 
     assert isinstance(outcome, Outcome)
-    lines = [f"# ratchet apply: {model} with the kept kernels of {folder}"]
+    lines = [f"# ratchet apply: {model} with the kept kernels of {folder}"
+             + (f" (precision {outcome.precision})" if outcome.precision != "fp32" else "")]
     for k in outcome.kept:
         where = ", ".join(k.problem.modules)
         if k.kernel:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from agent.cli.checks import UsageError, check_device
 from agent.cli.exit_codes import EXIT_OK
+from tools.precision import PRECISIONS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -50,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     harbor.add_argument("--image", metavar="IMAGE", help="the tasks' base image (a CUDA PyTorch image with a toolkit)")
     harbor.add_argument("--sandbox", choices=("required", "best-effort"), default="required",
                         help="the verifier's sandbox mode (best-effort: where the container allows no user namespaces)")
-    harbor.add_argument("--precision", choices=("fp32", "tf32"), default="fp32", help="the baselines' float32 arithmetic")
+    harbor.add_argument("--precision", choices=PRECISIONS, default="fp32", help="the baselines' float32 arithmetic, or the half type the problem is cast to")
     p.set_defaults(func=run)
 
 

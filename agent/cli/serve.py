@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 
 from agent.cli.checks import UsageError, check_device
 from agent.cli.exit_codes import EXIT_BAD_PROBLEM, EXIT_INTERRUPTED, EXIT_SANDBOX
+from tools.precision import PRECISIONS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -29,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--idle-timeout", type=float, default=600.0, metavar="S",
                    help="close a session that sends nothing for S seconds (default 600)")
     p.add_argument("--device", help="evaluation device (default: cuda:0 when there is a GPU, else cpu)")
-    p.add_argument("--precision", choices=("fp32", "tf32"), default="fp32", help="the baselines' float32 arithmetic")
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32", help="the baselines' float32 arithmetic, or the half type the problem is cast to")
     p.add_argument("--sandbox", choices=("required", "best-effort"), default="required", help="the candidates' sandbox")
     p.set_defaults(func=run)
 

@@ -3,8 +3,10 @@ patched model checked against the original with the float64-judged bound, both t
 end-to-end speedup set next to the manifest's estimate.
 
 The check: the original model evaluated in float64 on the same inputs is the truth; the patched
-model's error against it (norm of the difference, per output) may be at most 8x eager float32's
-own plus 4 float32 ulps of the output's norm, the evaluator's norm rule (docs/precision.md).
+model's error against it (norm of the difference, per output) may be at most 8x eager's own (in
+the run's precision: float32, or the half type of --precision bf16|fp16) plus 4 float32 ulps of
+the output's norm, the evaluator's norm rule (docs/precision.md). Only kernels judged under the
+same precision are applied.
 """
 from __future__ import annotations
 
@@ -37,20 +39,22 @@ class Kept:
 class Outcome:
     kept: list[Kept]
     correct: bool
-    error_ratio: float  # the patched model's float64 error / eager float32's (worst output)
+    error_ratio: float  # the patched model's float64 error / the bound (worst output)
     eager_ms: float | None = None
     patched_ms: float | None = None
     compile_ms: float | None = None
     estimate: float | None = None  # from the manifest's shares and the kept speedups
     notes: list[str] = field(default_factory=list)
+    precision: str = "fp32"
 
     @property
     def speedup(self) -> float | None:
         return self.eager_ms / self.patched_ms if self.eager_ms and self.patched_ms else None
 
 
-def kept_kernels(manifest: Manifest, folder: Path, workspace: str | None) -> list[Kept]:
-    """Each problem's best attempt in its workspace (found by the problem file, as `ratchet best`)."""
+def kept_kernels(manifest: Manifest, folder: Path, workspace: str | None, precision: str = "fp32") -> list[Kept]:
+    """Each problem's best attempt in its workspace (found by the problem file, as `ratchet best`),
+    when it was judged under `precision` (a bfloat16 model takes no kernel judged in float32)."""
     from agent.loop.kept_eager import kept_eager
     from agent.workspace.repo import WorkspaceError
     from agent.workspace.root import Workspace, resolve_root
@@ -67,6 +71,9 @@ def kept_kernels(manifest: Manifest, folder: Path, workspace: str | None) -> lis
                     kept.why = "no correct attempt"
                     continue
                 record = repo.record(attempt)
+                if attempt.precision and attempt.precision != precision:
+                    kept.why = f"attempt {attempt.number} was judged under {attempt.precision}, not {precision}"
+                    continue
                 if kept_eager(attempt, record):
                     kept.why = f"kept eager: attempt {attempt.number} is not faster than PyTorch"
                     continue
@@ -112,6 +119,8 @@ def check(original: Any, patched: Any, inputs: list[Any]) -> float:
     (<= 1: correct)."""
     import torch
 
+    from tools.judge.exact import floor_eps
+
     exact = copy.deepcopy(original).double()
     cast = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
     with torch.no_grad():
@@ -124,7 +133,7 @@ def check(original: Any, patched: Any, inputs: list[Any]) -> float:
             worst = max(worst, 0.0 if torch.equal(m.to(t.dtype), t) else float("inf"))
             continue
         scale = float(t.norm())
-        bound = NORM_MULTIPLE * float((e.double() - t).norm()) + ULPS * torch.finfo(e.dtype).eps * scale
+        bound = NORM_MULTIPLE * float((e.double() - t).norm()) + ULPS * floor_eps(e.dtype) * scale
         err = float((m.double() - t).norm())
         worst = max(worst, err / bound if bound > 0 else (0.0 if err == 0 else float("inf")))
     return worst

@@ -257,5 +257,9 @@ def test_the_policy_follows_the_runs_precision():
     reply = tf32.complete(messages, [])
     assert parse_config(reply.content)["precision"] == "tf32"
     assert 'input_precision="tf32"' in json.loads(reply.tool_calls[0].arguments)["source"]
-    with pytest.raises(ValueError, match="'bf16' is not built yet"):
-        BuiltinPolicy(PROBLEMS / "linear_gelu.py", precision="bf16")
+    for half in ("bf16", "fp16"):  # the problem drafted as the evaluator runs it, cast: native half dots
+        reply = BuiltinPolicy(PROBLEMS / "linear_gelu.py", precision=half).complete(messages, [])
+        assert parse_config(reply.content).get("precision") is None
+        assert "input_precision" not in json.loads(reply.tool_calls[0].arguments)["source"]
+    with pytest.raises(ValueError, match="'fp8' is not one of"):
+        BuiltinPolicy(PROBLEMS / "linear_gelu.py", precision="fp8")

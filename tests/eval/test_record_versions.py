@@ -36,7 +36,7 @@ SCHEMA_1 = {
 
 
 def test_schema_1_records_are_still_read():
-    assert SCHEMA_VERSION == 8 and READABLE_VERSIONS == (1, 2, 3, 4, 5, 6, 7, 8)
+    assert SCHEMA_VERSION == 9 and READABLE_VERSIONS == (1, 2, 3, 4, 5, 6, 7, 8, 9)
     result = Result.from_dict(json.loads(json.dumps(SCHEMA_1)))
     assert result.verdict is Verdict.INCORRECT and result.schema_version == 1  # it says what wrote it
     assert result.errors.max_abs == 1.0 and result.checks[2].name == "trial-1" and result.roofline.bytes_moved == 8192
@@ -49,8 +49,10 @@ def test_schema_1_records_are_still_read():
     assert "float64" not in result.to_dict()["errors"]  # schema 7's, nested
     assert "eager_quiet" not in result.to_dict()  # schema 8's
     latest = Result(verdict=Verdict.ERROR, message="the evaluator failed", precision="tf32").to_dict()
-    assert latest["schema_version"] == 8 and latest["errors"]["float64"] is None and latest["eager_quiet"]["measured"] is False
+    assert latest["schema_version"] == 9 and latest["errors"]["float64"] is None and latest["eager_quiet"]["measured"] is False
     assert Result.from_dict(latest).to_dict() == latest
+    schema_8 = {**latest, "schema_version": 8}  # 9 added no field, only the half precisions' names
+    assert Result.from_dict(schema_8).to_dict() == schema_8
     schema_7 = {**{k: v for k, v in latest.items() if k != "eager_quiet"}, "schema_version": 7}
     assert Result.from_dict(schema_7).to_dict() == schema_7  # a schema 7 record is written back as it was
     current = {**{k: v for k, v in schema_7.items() if k not in ("library", "library_share")}, "schema_version": 6,
@@ -66,7 +68,7 @@ def test_schema_1_records_are_still_read():
     schema_3 = {**schema_4, "schema_version": 3}
     del schema_3["generalizes"], schema_3["heldout"]
     assert Result.from_dict(schema_3).to_dict() == schema_3  # a schema 3 record is written back as it was
-    for version in (None, 0, 9, "2"):
+    for version in (None, 0, 10, "2"):
         with pytest.raises(ValueError, match="schema_version"):
             Result.from_dict({**SCHEMA_1, "schema_version": version})
 

@@ -1,6 +1,7 @@
 """extract -> batch (the built-in policy) -> apply, on the CPU: the MLP's GELU modules (three,
 one problem) optimized in a batch of one attempt, put back into the model by `ratchet apply`,
-whose recipe patches a model instance whose state dict still loads."""
+whose recipe patches a model instance whose state dict still loads; the same in bfloat16
+(--precision bf16), where only a kernel judged under bf16 is put in."""
 from __future__ import annotations
 
 import contextlib
@@ -61,6 +62,27 @@ def test_extract_batch_apply_end_to_end(tmp_path):
     x = mlp_inputs()[0]
     with torch.no_grad():
         torch.testing.assert_close(patched(x), original(x), rtol=1e-4, atol=1e-4)
+
+    # the model in bfloat16: the kernel judged in float32 is not put in; one judged under bf16 is
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["apply", MODEL, "--inputs", INPUTS, "--from", str(extracted), "--workspace", str(workspace),
+                     "--device", "cpu", "--precision", "bf16", "--out", str(tmp_path / "not-applied")])
+    assert code == EXIT_OK and "attempt 1 was judged under fp32, not bf16" in out.getvalue(), out.getvalue()
+    half = tmp_path / "ws-bf16"
+    batch = subprocess.run([sys.executable, "-m", "agent.cli", "batch", str(extracted), "--model", "builtin",
+                            "--max-attempts", "1", "--filter", "GELU", "--out", str(tmp_path / "run-bf16"),
+                            "--workspace", str(half), "--precision", "bf16"], cwd=ROOT, capture_output=True, text=True,
+                           timeout=240)
+    assert batch.returncode == EXIT_OK, batch.stderr
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["apply", MODEL, "--inputs", INPUTS, "--from", str(extracted), "--workspace", str(half),
+                     "--device", "cpu", "--precision", "bf16", "--out", str(tmp_path / "applied-bf16")])
+    text = out.getvalue()
+    assert code == EXIT_OK, text
+    assert "(precision bf16)" in text and f"+ 1, 3, 5: ModelNew of {gelu['file']}" in text
+    assert "check: within the float64-judged bound" in text
 
 
 def test_apply_without_an_extraction_is_a_usage_error(tmp_path, capsys):

@@ -202,8 +202,8 @@ def test_what_raises_is_the_callers_mistake():
         KernelReward(RewardConfig(device="tpu"))
     with pytest.raises(TypeError, match="no_such_option"):
         KernelReward(RewardConfig(device="cpu", eval_options={"no_such_option": 1}))
-    with pytest.raises(ValueError, match="'bf16' is not built yet"):
-        RewardConfig(precision="bf16")
+    with pytest.raises(ValueError, match="'fp8' is not one of"):
+        RewardConfig(precision="fp8")
 
 
 @pytest.mark.parametrize("completion", [

@@ -24,6 +24,9 @@ from tools.processes.reference import Reference
 from tools.problem import ProblemInfo
 from tools.record import TimeStats
 
+# problem dtypes judged against float64, and how many times their bytes the float64 copies take
+WIDENED = {"float32": 2, "complex64": 2, "bfloat16": 4, "float16": 4}
+
 
 @dataclass
 class Bench:
@@ -87,13 +90,14 @@ class Bench:
     @property
     def exact_refused(self) -> str | None:
         """Why outputs are not judged against float64, or None: the bound switched off
-        (`EvalOptions.float64_bound`), not a float32 problem, or float64 copies of the inputs,
-        outputs and parameters over `EvalOptions.float64_max_mb`."""
+        (`EvalOptions.float64_bound`), not a float32 (or, cast by --precision bf16|fp16, a half)
+        problem, or float64 copies of the inputs, outputs and parameters over
+        `EvalOptions.float64_max_mb`."""
         if self.options.float64_bound is None:
             return "switched off"
-        if self.problem.dtype not in ("float32", "complex64"):
+        if self.problem.dtype not in WIDENED:
             return f"a {self.problem.dtype} problem"
-        need = 2 * (self.problem.input_bytes + self.problem.output_bytes + self.problem.param_bytes)
+        need = WIDENED[self.problem.dtype] * (self.problem.input_bytes + self.problem.output_bytes + self.problem.param_bytes)
         if need > self.options.float64_max_mb << 20:
             return (f"its float64 evaluation needs {need / 2**30:.1f} GiB for float64 inputs, outputs and "
                     f"parameters, over float64_max_mb ({self.options.float64_max_mb} MiB)")
@@ -104,8 +108,7 @@ class Bench:
         """Whether outputs are judged against float64 on rows of the batch drawn after the candidate
         answers (tools/judge/exact_rows.py): a float32 problem whose whole float64 evaluation is over
         `EvalOptions.float64_max_mb`."""
-        return (self.options.float64_bound is not None and self.problem.dtype in ("float32", "complex64")
-                and not self.exact)
+        return self.options.float64_bound is not None and self.problem.dtype in WIDENED and not self.exact
 
     def reference_outputs(self, seed: int, dist: str, borrow: bool = False) -> Any:
         """[outputs, inputs after forward] of the reference (tools/processes/reference.py); with

@@ -6,7 +6,8 @@ floor of a few units in the last place of the output's scale.
     max |c - r64|    <= max_multiple  * max |r32 - r64|    + ulps * eps * max |r64|
 
 r32 is eager's output in the run's precision (IEEE float32 under `fp32`, TF32 under `tf32`), so the
-yardstick is the arithmetic the baselines are timed with; eps is the output dtype's machine epsilon.
+yardstick is the arithmetic the baselines are timed with; eps is the output dtype's machine epsilon
+(float32's for the half types of --precision bf16|fp16: `floor_eps`).
 Only the finite elements of r64 count (the NaN/Inf pattern is checked against r32 by compare.py).
 The multiples are calibrated on a GPU by benchmarks/precision_calibration.py: every honest
 reordering of sums measured (IEEE and 3xTF32 dots with other tilings, split-K with atomics, online
@@ -29,7 +30,8 @@ if TYPE_CHECKING:  # torch is imported where errors are computed
 
 CHUNK = 1 << 25
 POOL_BELOW = 4096  # finite elements: an output with fewer is judged on its errors pooled over trials
-EXACT_DTYPES = ("torch.float32", "torch.complex64")  # outputs judged against float64 (the half types: not yet)
+# outputs judged against float64; a half type's yardstick is eager's error in that type (--precision bf16|fp16)
+EXACT_DTYPES = ("torch.float32", "torch.bfloat16", "torch.float16", "torch.complex64")
 STRESS = "stress"  # the pool key of the stress trial: its small outputs are not pooled (one trial is too few)
 
 
@@ -127,8 +129,17 @@ def exact_errors(r64: torch.Tensor, r32: torch.Tensor, cand: torch.Tensor) -> Ex
         acc[5] = torch.maximum(acc[5], rs.abs().max())
         acc[6] += finite.sum()
     cand_sq, eager_sq, ref_sq, cand_max, eager_max, ref_max, count = torch.stack(acc).tolist()
-    return ExactErrors(cand_sq, eager_sq, ref_sq, cand_max, eager_max, ref_max, int(count),
-                       torch.finfo(r32.dtype).eps)
+    return ExactErrors(cand_sq, eager_sq, ref_sq, cand_max, eager_max, ref_max, int(count), floor_eps(r32.dtype))
+
+
+def floor_eps(dtype: "torch.dtype") -> float:
+    """The epsilon of the bound's floor for outputs of `dtype`: its own, except for the half types,
+    whose floor is float32's. A half-precision output's rounding is in eager's own error already
+    (eager computes in float32 inside and rounds once), and four of its own ulps (2^-6 of the
+    output's scale for bfloat16) would admit about fourteen times that rounding: an fp8 product."""
+    import torch
+
+    return torch.finfo(torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype).eps
 
 
 def tree_tensors(tree: Any, path: str = "output") -> list[tuple[str, Any]]:

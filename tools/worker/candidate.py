@@ -77,7 +77,7 @@ class CandidateWorker(Worker):
             inspect.signature(cls).bind(*init_inputs)
         except TypeError as exc:
             raise Failure("compile_error", f"{cls.__name__}(*get_init_inputs()) does not fit its constructor: {exc}") from None
-        self.model = construct(cls, init_inputs, self.config["init_seed"], self.device)  # public seed: weights match
+        self.model = construct(cls, init_inputs, self.config["init_seed"], self.device, self.dtype)  # public seed: weights match
         self.cls = cls
         return {"op": "built", "seconds": time.monotonic() - start, "cuda": cuda}, b""
 
@@ -91,7 +91,7 @@ class CandidateWorker(Worker):
             raise Failure("runtime_error", "no model was built")
         self.variant_model = None
         init_inputs = decode(msg["init"], payload)
-        self.variant_model = construct(self.cls, init_inputs, self.config["init_seed"], self.device)
+        self.variant_model = construct(self.cls, init_inputs, self.config["init_seed"], self.device, self.dtype)
         return {"op": "built", "seconds": 0.0}, b""
 
     def _import(self, source: str):

@@ -2,9 +2,10 @@
 Model): a float64 copy of the model, built once per model, run on the trial's inputs cast to
 float64. The parent judges a float32 candidate's error against it (tools/judge/exact.py).
 
-Only float32 and complex64 tensors are widened (to float64 and complex128); integer, bool and
-half-precision tensors are left as they are (a half-precision problem is not judged so). The copy
-holds the same parameter values as the model, widened exactly. When the float64 evaluation cannot
+Float32, bfloat16 and float16 tensors are widened to float64, complex64 to complex128 (a
+half-precision run, tools/worker/precision.py, is judged against float64 as float32 is); integer
+and bool tensors are left as they are. The copy holds the same parameter values as the model,
+widened exactly. When the float64 evaluation cannot
 be made (out of memory, an op without a float64 kernel), the trial says why and the parent keeps to
 the float32 tolerance for that trial, recorded in `errors.float64`.
 """
@@ -13,7 +14,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-WIDE = {"torch.float32": "float64", "torch.complex64": "complex128"}
+WIDE = {"torch.float32": "float64", "torch.bfloat16": "float64", "torch.float16": "float64",
+        "torch.complex64": "complex128"}
 
 
 def widen(tree: Any) -> Any:

@@ -64,11 +64,15 @@ def _allowed(item: Any) -> bool:
     return False
 
 
-def generate(get_inputs, seed: int, distribution: str, device: torch.device) -> list[Any]:
-    """The inputs of one trial. Deterministic in (problem, seed, distribution, device)."""
+def generate(get_inputs, seed: int, distribution: str, device: torch.device, dtype: torch.dtype | None = None) -> list[Any]:
+    """The inputs of one trial. Deterministic in (problem, seed, distribution, device). Under a
+    half precision (`dtype`), every floating tensor is cast to it as get_inputs() made it, before
+    the distribution is applied (tools/worker/precision.py)."""
     kind, leaves = parse_distribution(distribution)
     torch.manual_seed(seed)
     inputs = [_to_device(x, device) for x in call_factory(get_inputs, "get_inputs", device)]
+    if dtype is not None:
+        inputs = [_map_leaves(x, lambda t: t.to(dtype) if t.is_floating_point() else t) for x in inputs]
     if kind == "shifted":
         gen = torch.Generator(device=device)
         gen.manual_seed(seed ^ 0x5EED)

@@ -58,8 +58,8 @@ class ReferenceWorker(Worker):
 
         if dist.startswith("variant:"):
             with applied(self.problem, self.variants[int(dist.split(":")[1])]):
-                return generate(self.get_inputs, seed, "problem", self.device)
-        return generate(self.get_inputs, seed, dist, self.device)
+                return generate(self.get_inputs, seed, "problem", self.device, self.dtype)
+        return generate(self.get_inputs, seed, dist, self.device, self.dtype)
 
     def model_for(self, dist: str) -> Any:
         return self.variant_models[int(dist.split(":")[1])] if dist.startswith("variant:") else self.model
@@ -79,7 +79,7 @@ class ReferenceWorker(Worker):
             inspect.signature(cls).bind(*init_inputs)
         except TypeError as exc:
             raise Failure("compile_error", f"{cls.__name__}(*get_init_inputs()) does not fit its constructor: {exc}") from None
-        self.model = construct(cls, init_inputs, self.config["init_seed"], self.device)
+        self.model = construct(cls, init_inputs, self.config["init_seed"], self.device, self.dtype)
         from tools.wire.transport import encode
 
         init_tree, init_payload = encode(init_inputs)
@@ -221,11 +221,11 @@ class ReferenceWorker(Worker):
 
             init = self._variant_init(variant)
             with v.applied(self.problem, variant):
-                inputs = generate(self.get_inputs, self.config["probe_seed"], "problem", self.device)
+                inputs = generate(self.get_inputs, self.config["probe_seed"], "problem", self.device, self.dtype)
             # built and run as a candidate is, from the constructor's arguments and the inputs
             # alone: a Model or forward that reads the module's sizes itself makes a variant no
             # candidate could follow, so the reference failing here drops it
-            model = construct(cls, init, self.config["init_seed"], self.device)
+            model = construct(cls, init, self.config["init_seed"], self.device, self.dtype)
             with torch.no_grad():
                 outputs = model(*inputs)
             built[id(variant)] = (model, vb.footprint(model, inputs, outputs))

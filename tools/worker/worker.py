@@ -16,17 +16,19 @@ from typing import Any, Callable
 Reply = tuple[dict[str, Any], bytes]
 
 
-def construct(cls: Any, init_inputs: list[Any], seed: int, device: Any) -> Any:
+def construct(cls: Any, init_inputs: list[Any], seed: int, device: Any, dtype: Any = None) -> Any:
     """`cls(*init_inputs)` after torch.manual_seed(seed), its tensors made on `device` from the
-    start. Both workers build their model so, so the weights match. Made on the CPU and then copied,
-    a Linear(32768, 32768)'s initialization took 8.5 s on an H100 machine's CPUs (KernelBench's
-    L2_59, every evaluation), against 0.02 s on the card (docs/evaluator.md)."""
+    start, and its floating parameters and buffers cast to `dtype` when given (a half-precision
+    run, tools/worker/precision.py). Both workers build their model so, so the weights match. Made
+    on the CPU and then copied, a Linear(32768, 32768)'s initialization took 8.5 s on an H100
+    machine's CPUs (KernelBench's L2_59, every evaluation), against 0.02 s on the card
+    (docs/evaluator.md)."""
     import torch
 
     torch.manual_seed(seed)
     with torch.device(device):
         model = cls(*init_inputs)
-    return model.to(device)
+    return model.to(device) if dtype is None else model.to(device=device, dtype=dtype)
 
 
 class Worker:
@@ -51,9 +53,10 @@ class Worker:
             torch.empty(1, device=self.device)  # create the context now, not inside a trial
             if config.get("gpu_memory_fraction"):
                 torch.cuda.set_per_process_memory_fraction(config["gpu_memory_fraction"], self.device)
-        from tools.worker.precision import apply
+        from tools.worker.precision import apply, half_dtype
 
         apply(config.get("precision", "fp32"))  # before any model exists (the candidate's tripwires read it)
+        self.dtype = half_dtype(config.get("precision", "fp32"))  # models and inputs cast to it, or None
         boot["context"] = time.monotonic()
         self.launches = LaunchCounter()
         self.launches.install_triton()
