@@ -68,6 +68,25 @@ def trace(model, inputs):
     def run(params, *args):
         return functional_call(model, params, args)
 
-    with torch.no_grad():
+    with torch.no_grad(), _numbers_on_the_cpu():
         graph = make_fx(run)(state, *inputs)
     return graph, names, len(inputs)
+
+
+def _numbers_on_the_cpu():
+    """A mode in which `torch.tensor(number, device=x.device)` in a forward makes its tensor on the
+    CPU: traced with meta inputs it would be a meta constant whose value is lost (KernelBench's
+    L2 83 and 93, `torch.min(x, torch.tensor(v, device=x.device))`); a one-number CPU tensor mixes
+    with tensors of any device, and the trace keeps its value."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    class NumbersOnTheCpu(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = dict(kwargs or {})
+            if func is torch.tensor and args and isinstance(args[0], (bool, int, float)):
+                kwargs["device"] = "cpu"
+            return func(*args, **kwargs)
+
+    return NumbersOnTheCpu()
+

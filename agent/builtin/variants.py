@@ -114,11 +114,20 @@ def analyse(module, entry: str, model, inputs: list, problem: Problem, plan: Pla
     classes += _constructor_sizes(cls, model, init, classes)
     _vary(classes, shapes, init)
     for c in classes:
-        new_init, new_shapes = _changed(init, shapes, [c])
-        try:
-            c.plan, c.shapes = _substitute(retrace(new_init, new_shapes), substitutions), new_shapes
-        except RETRACE_ERRORS as exc:
-            c.reason = f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
+        odd = c.varied
+        for varied in (odd, c.value + c.value // 2):  # a size that must divide by another (groups, heads): 1.5x
+            c.varied = varied
+            new_init, new_shapes = _changed(init, shapes, [c])
+            try:
+                c.plan, c.shapes = _substitute(retrace(new_init, new_shapes), substitutions), new_shapes
+            except RETRACE_ERRORS as exc:
+                if varied == odd:
+                    c.reason = f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
+                continue
+            c.reason = ""
+            break
+        else:
+            c.varied = odd
     traced = {c.value for c in classes if c.plan is not None}
     for name in _forward_attributes(problem.source, entry):
         if name == "training":  # nn.Module's own mode flag, which .eval() sets
@@ -128,6 +137,8 @@ def analyse(module, entry: str, model, inputs: list, problem: Problem, plan: Pla
         if items and all(type(v) in (int, bool, str) for v in items) and not any(
                 type(v) is int and v in traced for v in items):  # a mode, a dim, a flag: not a size
             fixed.append(Fixed(f"self.{name}", value))
+    if plan.kind == "fallback":  # its library calls carry the traced ints: a submodule's other settings are baked
+        fixed += _submodule_ints(model, traced)
     cache: dict[tuple[str, ...], tuple[Plan, list[tuple[int, ...]]] | None] = {}
 
     def joint(group: tuple[SizeClass, ...]) -> tuple[Plan, list[tuple[int, ...]]] | None:
@@ -142,6 +153,24 @@ def analyse(module, entry: str, model, inputs: list, problem: Problem, plan: Pla
 
     return Variants(shapes=shapes, contiguous=[bool(t.is_contiguous()) for t in inputs], dtypes=[str(d) for d in dtypes],
                     scalars=scalars, fixed=fixed, classes=classes, joint=joint)
+
+
+def _submodule_ints(model, traced: set[int]) -> list[Fixed]:
+    """A submodule's int settings (or tuples of them) that no traced size class follows, such as
+    GroupNorm's num_groups: the fallback's torch calls pass them as traced, so forward refuses
+    other values (a GroupNorm of 3 groups built with 1 gave wrong outputs, not a refusal)."""
+    out = []
+    for prefix, sub in model.named_modules():
+        if not prefix:
+            continue
+        for name, value in sorted(vars(sub).items()):
+            items = value if isinstance(value, tuple) else (value,)
+            if name.startswith("_") or not items or not all(type(v) is int for v in items):
+                continue
+            if all(v <= 1 for v in items) or any(v in traced for v in items):
+                continue
+            out.append(Fixed(_attr_expr(f"{prefix}.{name}"), value))
+    return out
 
 
 # --- scalars ---------------------------------------------------------------------------------------

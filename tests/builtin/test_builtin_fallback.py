@@ -1,7 +1,7 @@
 """The built-in policy's fallback family (agent.builtin.fallback): a forward no family claims is
 lowered op by op, its library ops called through torch and each stretch of elementwise work fused
 into a kernel of its own. Each problem here is one no family claims (a sort; two matrix products; a
-pooling after a convolution): drafted by the fallback, its kernels launched, correct beside the
+pooling after a convolution; a group norm with a number made a tensor in forward): drafted by the fallback, its kernels launched, correct beside the
 reference at its sizes and at other sizes (held out: the same draft); one end to end through
 `ratchet optimize` and `ratchet eval` (the evaluator's held-out variants included); a forward of
 library ops only is kept eager with its reason; and what a family claims stays that family's."""
@@ -28,6 +28,10 @@ CASES = {
                                 {"batch_size": 5, "in_features": 9, "hidden": 11, "out_features": 7}),
     "fallback_conv_pool.py": ("a max_pool2d with the convolution", ["aten.convolution", "aten.max_pool2d_with_indices"],
                               2, {"batch_size": 3, "out_channels": 4, "height": 9, "width": 11}),
+    # a number made a tensor on the input's device inside forward (KernelBench L2 83 and 93 were
+    # unrecognized for it: traced on the meta device, its value was lost)
+    "fallback_group_norm_floor.py": ("graph node get_attr _tensor_constant0", ["aten.native_group_norm"], 1,
+                                     {"batch_size": 3, "channels": 12, "length": 10}),
 }
 
 
@@ -48,6 +52,17 @@ def test_what_no_family_claims_is_drafted_op_by_op_and_correct_at_two_sizes(name
         expected, got = draft_outputs(problem, source, tmp_path)
         assert got.dtype == expected.dtype and got.shape == expected.shape
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_submodules_setting_the_draft_bakes_is_refused_not_miscomputed(tmp_path):
+    """GroupNorm's num_groups reaches the fallback's torch call as traced: another value is refused
+    with one line (it computed wrong outputs before)."""
+    rec = recognize(PROBLEMS / "fallback_group_norm_floor.py")
+    source = codegen.draft(rec.plan, rec.problem, search.space(rec.plan)[0])
+    namespace: dict = {"__name__": "fallback_group_norm_floor_draft"}
+    exec(compile(source, "draft.py", "exec"), namespace)  # noqa: S102 - the policy's own draft
+    with pytest.raises(ValueError, match="self.norm.num_groups is 2; this drafted kernel computes with 3 only"):
+        namespace["ModelNew"](6, 2, -0.5)(torch.randn(2, 6, 24))
 
 
 def test_a_module_scalar_reaches_the_kernel_at_run_time(tmp_path):

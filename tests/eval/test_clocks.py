@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from tools.timing.clocks import (BURST_MAX, GAP_ALLOWANCE_MS, INTERCEPT_ALLOWANCE_MS, MORE_REPS, MORE_TIME, PASS_MS, RATIO, REPS, Passes,
-                          burst_size, settle)
+from tools.record import TimeStats
+from tools.timing.clocks import (BURST_MAX, GAP_ALLOWANCE_MS, INTERCEPT_ALLOWANCE_MS, MORE_REPS, MORE_TIME, NOISE_MAX_FRACTION,
+                                 NOISE_MAX_MS, PASS_MS, RATIO, REPS, Passes, burst_size, settle)
+from tools.timing.paid import paid_time
 
 
 def walls(overhead: float, per_call: float, k: int, reps: int = 3) -> tuple[list[float], list[float]]:
@@ -67,8 +69,8 @@ def test_a_forged_factor_of_one_point_two_is_caught_on_a_fifty_microsecond_kerne
     cand_k, cand_one = walls(0.29, true_ms, 32)
     p = Passes(cand_k, cand_one, eager_one, eager_k)
     parent, _ = p.per_call(32, 0.08)
-    assert parent > RATIO * reported + GAP_ALLOWANCE_MS + p.noise(32)
-    assert parent <= RATIO * true_ms + GAP_ALLOWANCE_MS + p.noise(32)  # the honest report passes
+    assert parent > RATIO * reported + GAP_ALLOWANCE_MS + p.noise(32, 0.08)
+    assert parent <= RATIO * true_ms + GAP_ALLOWANCE_MS + p.noise(32, 0.08)  # the honest report passes
 
 
 def rounds_of(passes: Passes, walls_per_round: list[tuple[float, float, float, float]]):
@@ -127,7 +129,7 @@ def test_the_added_rounds_never_widen_the_allowance():
     measure, asked, clock = rounds_of(passes, rounds)
     parent, allowed, _, _ = settle(passes, 2, 0.1836, 0.35, measure, clock=clock)
     assert len(asked) == REPS + MORE_REPS and parent > allowed
-    assert passes.noise(2) == pytest.approx((0.99 - 0.98) / 2)
+    assert passes.noise(2, 0.35) == pytest.approx((0.99 - 0.98) / 2)
     assert allowed == pytest.approx(RATIO * 0.1836 + GAP_ALLOWANCE_MS + (0.99 - 0.98) / 2)
 
 
@@ -187,3 +189,27 @@ def test_the_record_says_where_each_pass_went_besides_its_copies():
     text = passes.describe()
     assert text.endswith("gate to done@busy-wait: 4.21@1.25, 4.3@2.5 host on clock")
     assert Passes([], [], [], []).describe().endswith("busy-wait: -")
+
+
+def test_slowing_the_references_passes_buys_no_room():
+    """An attacker's passes on an H200 (stop 48): a 1024^2 matmul (0.0617 ms per call, k = 16) whose
+    worker reported a third of it, with a 30 ms spin queued behind one round's reference passes.
+    The spread of those passes (2.2 ms) would have been 0.14 ms of noise per call: the forgery
+    passed. Capped, the noise is about 2% of eager's time per call."""
+    k, eager_ms = 16, 0.0625
+    eager_one, eager_k = [0.355, 0.355, 0.356], [1.35, 3.6, 1.351]
+    cand_k, cand_one = walls(0.29, 0.0617, k)
+    p = Passes(cand_k, cand_one, eager_one, eager_k)
+    assert p.noise(k, eager_ms) == pytest.approx(NOISE_MAX_MS + NOISE_MAX_FRACTION * eager_ms)
+    parent, allowed, _ = p.judge(k, 0.0617 / 3, eager_ms)
+    assert parent > allowed
+    honest_parent, honest_allowed, _ = p.judge(k, 0.0617, eager_ms)
+    assert honest_parent <= honest_allowed
+
+
+def test_a_median_below_the_parents_clock_is_paid_at_the_parents_clock():
+    reported = TimeStats(measured=True, median_ms=0.0028, ci_low_ms=0.0027, ci_high_ms=0.0030, samples=70, note="n")
+    paid = paid_time(reported, 0.0072)
+    assert paid.median_ms == 0.0072 and paid.samples == 70
+    assert paid.ci_low_ms == pytest.approx(0.0071) and paid.ci_high_ms == pytest.approx(0.0074)
+    assert "0.0072 ms per call" in paid.note and "0.0028" in paid.note

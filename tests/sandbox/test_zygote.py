@@ -152,14 +152,16 @@ def test_nothing_outlives_a_killed_evaluator(tmp_path):
 
 def fake_bwrap(tmp_path: Path) -> Path:
     """A 'bwrap' that builds nothing: it runs its command in our own namespaces, as bwrap's child,
-    and reports that child as the sandbox's first process."""
+    and reports that child as the sandbox's first process, closing the info descriptor as bwrap
+    does (left open, the reader waited its whole 60 s timeout for the end of it)."""
     fake = tmp_path / "bwrap"
     fake.write_text(
         "#!/bin/bash\n"
         "info=$2\n"
         "while [ \"$1\" != -- ]; do shift; done; shift\n"
-        "\"$@\" <&0 &\n"
+        "\"$@\" <&0 {info}>&- &\n"
         "echo \"{\\\"child-pid\\\": $!}\" >&$info\n"
+        "exec {info}>&-\n"
         "wait\n")
     fake.chmod(0o755)
     return fake

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tools.processes.builds import NO_FILES, Files
-from tools.record import Result
+from tools.record import Result, TimeStats
 
 if TYPE_CHECKING:
     from tools.guard.scan import Scan
@@ -34,6 +34,9 @@ class Evaluation:
     launched: int | None = None  # the fewest own-kernel launches in any forward (trials, held-out)
     torch_ops: set[str] = field(default_factory=set)  # compute ops left to torch in any forward
     plan: "TimingPlan | None" = None  # the timing protocol's input pool and blocks
+    # the worker's own timing, where the parent's clock read more and the record carries that instead
+    # (tools/timing/clocks.py `paid_time`); the roofline judges what the candidate's process reported
+    reported_time: TimeStats | None = None
     gaps: dict[str, list[float]] = field(default_factory=dict)  # per arm: sync time minus end event, per call
     exact: "ExactJudge | None" = None  # the float64-judged bound's state (tools/judge/exact.py), float32 problems
 

@@ -1,0 +1,35 @@
+"""The second clock against what an attacker helper found on an H200 (stop 48), on a GPU: a worker
+median forged 3x on a 1024^2 matmul, with a 30 ms spin queued behind one of the parent's passes
+so that the reference's passes of that round run slow and widen the rule's noise term (0.14 ms
+per call: the forgery passed, paid 3x). The noise term is capped now (tools/timing/clocks.py
+`Passes.noise`), and a median below the parent's clock is not paid (`paid_time`).
+
+    python -m pytest -m gpu tests/eval/test_clocks_gpu.py
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from helpers_eval import assert_ok, describe, source
+from tools.evaluate import EvalOptions, Evaluator
+from tools.record import Verdict
+from tools.reward.score import score_record
+
+pytestmark = pytest.mark.gpu
+MATMUL = Path(__file__).parents[1] / "gpu_problems" / "matmul_fp32.py"
+
+
+def test_a_forged_median_cannot_buy_room_by_slowing_the_references_passes():
+    options = EvalOptions(device="cuda:0", disabled_rules=frozenset({"import"}))  # the forgery reaches the timer
+    with Evaluator(MATMUL, options) as ev:
+        honest = ev.evaluate(source("mm_ieee_tiles_ok"))
+        forged = ev.evaluate(source("noise_forge_mm"))
+    assert_ok(honest)
+    if forged.verdict is Verdict.REJECTED:
+        assert any(c.name == "timing:two-clocks" and not c.passed for c in forged.checks), describe(forged)
+        assert score_record(forged).reward == 0.0
+        return
+    assert forged.verdict is Verdict.OK, describe(forged)  # paid at the parent's clock: no more than honest
+    assert forged.speedup_vs_eager <= 1.1 * honest.speedup_vs_eager, (forged.speedup_vs_eager, honest.speedup_vs_eager)
