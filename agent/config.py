@@ -54,7 +54,7 @@ class AgentConfig:
     language: str = "triton"  # triton | cuda
     device: str | None = None  # None: cuda:0 when there is a GPU, else cpu (Triton interpreter)
     trials: int = 5
-    precision: str = "fp32"  # fp32 | tf32: the float32 arithmetic of the baselines, the workers and the built-in policy's dots
+    precision: str = "fp32"  # fp32 | tf32 | bf16 | fp16 (tools/precision.py): the baselines', workers' and policy's arithmetic
     sandbox: str = "required"  # required | best-effort: how candidates' workers are confined (tools/sandbox/)
     workspace: str | None = None  # the root; None: $RATCHET_WORKSPACE (read below), else ./workspaces
     gpu: str | None = None  # the target named in the system prompt; None: ask the device

@@ -35,7 +35,7 @@ class EvalOptions:
     device: str | None = None  # None: cuda:0 when there is a GPU, else cpu (Triton interpreter)
     trials: int = 5
     timing: bool = True
-    precision: str = "fp32"  # float32 arithmetic of the baselines and both workers: fp32 | tf32 (tools/precision.py)
+    precision: str = "fp32"  # fp32 | tf32 | bf16 | fp16: the arithmetic of the baselines and both workers (tools/precision.py)
     disabled_rules: frozenset[str] = frozenset()  # guard rules switched off (see docs/evaluator.md)
     tolerances: dict[str, Tolerance] | None = None  # per dtype name, overriding compare.TOLERANCES
     # float32 outputs judged against the reference in float64 (tools/judge/exact.py); None: off

@@ -50,7 +50,7 @@ class RewardConfig:
     device: str | None = None  # None: cuda:0 when there is a GPU, else cpu (Triton interpreter)
     trials: int = 5
     timing: bool = True
-    precision: str = "fp32"  # float32 arithmetic of the baselines and the workers: fp32 | tf32 (tools/precision.py)
+    precision: str = "fp32"  # fp32 | tf32 | bf16 | fp16: the baselines' and workers' arithmetic (tools/precision.py)
     spares: int = 2  # warm candidate workers per problem; also the concurrency per problem
     max_workers: int | None = None  # threads over all problems (None: spares x problems in the batch, at most 32)
     exclusive_timing: bool = True  # on a GPU with timing on: one evaluation per device at a time
