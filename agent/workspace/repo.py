@@ -28,6 +28,7 @@ from typing import Any
 import git
 
 from agent.workspace.attempt import Attempt, beats, parse_trailers, precision_conflict
+from agent.workspace.errors import DirtyWorkspace, ForeignRepository, UnknownProblem, WorkspaceBusy, WorkspaceError
 from agent.workspace.lock import FileLock, LockTimeout, atomic_write, fsync_dir, wait_gone, write_durable
 from agent.workspace.review import review_lines
 from agent.workspace.trajectories import (LEGACY_FILE, TRAJECTORIES, SavedTrajectory, check_run_id, save, saved_trajectories,
@@ -46,26 +47,6 @@ _GIT_ENV = {
     "GIT_COMMITTER_NAME": "ratchet", "GIT_COMMITTER_EMAIL": "ratchet@localhost",
     "GIT_OPTIONAL_LOCKS": "0", "GIT_TERMINAL_PROMPT": "0",
 }
-
-
-class WorkspaceError(Exception):
-    """A workspace that ratchet will not use or cannot find; the message is one line."""
-
-
-class ForeignRepository(WorkspaceError):
-    """The directory exists but ratchet did not create it."""
-
-
-class DirtyWorkspace(WorkspaceError):
-    """The repository has changes that ratchet did not make (user edits)."""
-
-
-class WorkspaceBusy(WorkspaceError):
-    """Another writer held the repository's lock past the timeout."""
-
-
-class UnknownProblem(WorkspaceError):
-    """No workspace matches the problem file or name."""
 
 
 def _crash_point(name: str) -> None:
