@@ -68,3 +68,14 @@ class Unusable:
 
     def __init__(self, what: str) -> None:
         self.what = what
+
+
+def returned(output: Any) -> Any:
+    """The one fx node a traced forward's output node returns; Unrecognized for any other number."""
+    import torch
+
+    outs = output.args[0]
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    if len(outs) != 1 or not isinstance(outs[0], torch.fx.Node):
+        raise Unrecognized(f"forward returns {len(outs)} values; the built-in kernels write one tensor")
+    return outs[0]

@@ -33,7 +33,7 @@ import operator
 from typing import Any
 
 from agent.builtin.aten import lower_op
-from agent.builtin.builder import Builder
+from agent.builtin.builder import Builder, returned
 from agent.builtin.configs import unique
 from agent.builtin.expressions import expression, literal
 from agent.builtin.ir import FLOAT_DTYPES, KeptEager, Leaf, Node, Plan, Problem, Runtime, Unrecognized
@@ -110,11 +110,7 @@ def from_graph(traced: Any, problem: Problem, why: Unrecognized) -> Plan:
         if node.op == "placeholder":
             continue
         if node.op == "output":
-            outs = node.args[0]
-            outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
-            if len(outs) != 1 or not isinstance(outs[0], torch.fx.Node):
-                raise Unrecognized(f"forward returns {len(outs)} values; the built-in kernels write one tensor")
-            out_ref = ref(outs[0])
+            out_ref = ref(returned(node))
             continue
         if node.op == "get_attr":  # a constant the forward made (torch.tensor(self.value)): made again in forward
             c = _constant(graph, node.target)

@@ -44,8 +44,10 @@ def load(path: Path, entry: str, dtype=None):
     except InputError as exc:
         raise Unrecognized(f"{path.name}: {exc}") from None
     if dtype is not None:
+        from tools.worker.precision import cast_floating
+
         model = model.to(dtype)
-        inputs = [x.to(dtype) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+        inputs = [cast_floating(x, dtype) for x in inputs]
     return module, model, inputs
 
 

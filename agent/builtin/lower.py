@@ -9,7 +9,7 @@ import operator
 from typing import Any
 
 from agent.builtin.aten import lower_op
-from agent.builtin.builder import Builder, Unusable
+from agent.builtin.builder import Builder, Unusable, returned
 from agent.builtin.classify import classify
 from agent.builtin.registry import fallback_plan
 from agent.builtin.ir import FLOAT_DTYPES, LEAF_DTYPES, Leaf, NoTemplate, Plan, Problem, Unrecognized, no_template
@@ -119,11 +119,7 @@ def _family_plan(traced, problem: Problem) -> Plan:
         if node.op in ("placeholder",):
             continue
         if node.op == "output":
-            outs = node.args[0]
-            outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
-            if len(outs) != 1 or not isinstance(outs[0], torch.fx.Node):
-                raise Unrecognized(f"forward returns {len(outs)} values; the built-in kernels write one tensor")
-            value = env[outs[0]]
+            value = env[returned(node)]
             if isinstance(value, _Missing):
                 continue
             if isinstance(value, tuple) and value and value[0] == "view":

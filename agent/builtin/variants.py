@@ -114,20 +114,7 @@ def analyse(module, entry: str, model, inputs: list, problem: Problem, plan: Pla
     classes += _constructor_sizes(cls, model, init, classes)
     _vary(classes, shapes, init)
     for c in classes:
-        odd = c.varied
-        for varied in (odd, c.value + c.value // 2):  # a size that must divide by another (groups, heads): 1.5x
-            c.varied = varied
-            new_init, new_shapes = _changed(init, shapes, [c])
-            try:
-                c.plan, c.shapes = _substitute(retrace(new_init, new_shapes), substitutions), new_shapes
-            except RETRACE_ERRORS as exc:
-                if varied == odd:
-                    c.reason = f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
-                continue
-            c.reason = ""
-            break
-        else:
-            c.varied = odd
+        c.reason = _trace_changed(c, init, shapes, retrace, substitutions)
     traced = {c.value for c in classes if c.plan is not None}
     for name in _forward_attributes(problem.source, entry):
         if name == "training":  # nn.Module's own mode flag, which .eval() sets
@@ -153,6 +140,24 @@ def analyse(module, entry: str, model, inputs: list, problem: Problem, plan: Pla
 
     return Variants(shapes=shapes, contiguous=[bool(t.is_contiguous()) for t in inputs], dtypes=[str(d) for d in dtypes],
                     scalars=scalars, fixed=fixed, classes=classes, joint=joint)
+
+
+def _trace_changed(c: SizeClass, init: list, shapes: list[tuple[int, ...]], retrace: Retrace,
+                   substitutions: dict[tuple[int, int], Runtime]) -> str:
+    """Trace the problem with class `c` at its varied value, then, where that does not trace (a size
+    that must divide by another: groups, heads), at 1.5x its value: c.plan and c.shapes set, and
+    "" returned; or why its varied value does not trace (c.varied left as it was)."""
+    odd, why = c.varied, ""
+    for varied in (odd, c.value + c.value // 2):
+        c.varied = varied
+        new_init, new_shapes = _changed(init, shapes, [c])
+        try:
+            c.plan, c.shapes = _substitute(retrace(new_init, new_shapes), substitutions), new_shapes
+            return ""
+        except RETRACE_ERRORS as exc:
+            why = why or f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
+    c.varied = odd
+    return why
 
 
 def _submodule_ints(model, traced: set[int]) -> list[Fixed]:

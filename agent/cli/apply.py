@@ -60,13 +60,13 @@ def run(args: argparse.Namespace) -> int:
     if isinstance(loaded, int):
         return loaded
     model, _, inputs = loaded
-    from tools.worker.precision import apply as apply_precision, half_dtype
+    from tools.worker.precision import apply as apply_precision, cast_floating, half_dtype
 
     apply_precision(args.precision)  # the arithmetic the kernels were judged and timed with
     half = half_dtype(args.precision)
     if half is not None:  # the model and its inputs in the half type, as the evaluator's workers cast them
         model = model.to(half)
-        inputs = [x.to(half) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+        inputs = [cast_floating(x, half) for x in inputs]
     model = model.eval()
     kept = kept_kernels(manifest, folder, args.workspace, args.precision)
     replacements, kernels = [], {}

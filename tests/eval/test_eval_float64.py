@@ -122,18 +122,24 @@ def test_rows_that_depend_on_the_rest_of_the_batch_are_not_judged_on_a_sample(tm
     assert "not independent of the rest of the batch" in (result.errors.float64 or ""), result.errors
 
 
-def test_sampled_rows_of_a_square_product_cut_the_first_operand_alone(tmp_path):
-    """Both operands lead with the batch's size: cutting both (the first plan) makes the reference
-    fail, and the rows were left unjudged, so a TF32 product passed (an attacker helper, stop 45).
-    The next plan cuts the first operand alone; the TF32 product is rejected, the IEEE one accepted."""
-    ev = evaluator("square_matmul", tmp_path, float64_max_mb=0)
+def assert_sampled_rows_judge(problem: str, tmp_path, source_of) -> None:
+    """With no room for a whole float64 evaluation, sampled rows judge the product: the IEEE one
+    accepted, the TF32 one rejected against float64."""
+    ev = evaluator(problem, tmp_path, float64_max_mb=0)
     try:
-        honest, tf32 = ev.evaluate(deep_source("deep_matmul_ieee_ok")), ev.evaluate(deep_source("deep_matmul_tf32"))
+        honest, tf32 = ev.evaluate(source_of("deep_matmul_ieee_ok")), ev.evaluate(source_of("deep_matmul_tf32"))
     finally:
         ev.close()
     assert_ok(honest)
     assert "sampled rows" in (honest.errors.float64 or "") and "not judged" not in honest.errors.float64, honest.errors
     assert_verdict(tf32, Verdict.INCORRECT, "float64-bound", "float64 evaluation of the reference")
+
+
+def test_sampled_rows_of_a_square_product_cut_the_first_operand_alone(tmp_path):
+    """Both operands lead with the batch's size: cutting both (the first plan) makes the reference
+    fail, and the rows were left unjudged, so a TF32 product passed (an attacker helper, stop 45).
+    The next plan cuts the first operand alone; the TF32 product is rejected, the IEEE one accepted."""
+    assert_sampled_rows_judge("square_matmul", tmp_path, deep_source)
 
 
 def test_sampled_rows_of_a_transposed_product_cut_the_first_operand_along_its_columns(tmp_path):
@@ -144,12 +150,5 @@ def test_sampled_rows_of_a_transposed_product_cut_the_first_operand_along_its_co
         text = deep_source(name)
         assert "        a, b = a.contiguous(), b.contiguous()" in text
         return text.replace("        a, b = a.contiguous(), b.contiguous()", "        a, b = a.t().contiguous(), b.contiguous()")
-    ev = evaluator("transposed_matmul", tmp_path, float64_max_mb=0)
-    try:
-        honest, tf32 = ev.evaluate(transposed("deep_matmul_ieee_ok")), ev.evaluate(transposed("deep_matmul_tf32"))
-    finally:
-        ev.close()
-    assert_ok(honest)
-    assert "sampled rows" in (honest.errors.float64 or "") and "not judged" not in honest.errors.float64, honest.errors
-    assert_verdict(tf32, Verdict.INCORRECT, "float64-bound", "float64 evaluation of the reference")
+    assert_sampled_rows_judge("transposed_matmul", tmp_path, transposed)
 

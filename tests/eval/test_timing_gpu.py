@@ -165,25 +165,7 @@ class ModelNew(nn.Module):
 
 # ... and it answers the back-to-back passes before its GPU work is done: no synchronization left
 SLOW_EARLY = SLOW_FORGED.replace("timing._elapsed = lambda", "timing.synchronize = lambda device: None\n        timing._elapsed = lambda")
-
-SCALE_ADD_4M = '''
-import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def forward(self, x):
-        return x * 2.0 + 1.0
-
-
-def get_inputs():
-    return [torch.randn(1 << 22)]
-
-
-def get_init_inputs():
-    return []
-'''
-
+SCALE_ADD_4M = HERE / "scale_add_4m.py"
 
 @pytest.fixture(scope="module")
 def scale_add():
@@ -310,12 +292,10 @@ def test_cuda_build_runs_ahead_on_cpu_cores_and_is_reported_separately(tmp_path)
     assert "cuda_load" in r.phases  # the GPU worker loaded what the build worker made
 
 
-def test_a_forged_time_is_caught_by_the_parents_clock(tmp_path):
+def test_a_forged_time_is_caught_by_the_parents_clock():
     """The candidate's worker reports every time divided by 1.5 (the static rule that would refuse
     its import is off: native code needs no import). Only the parent's clock stands in its way."""
-    problem = tmp_path / "scale_add_4m.py"
-    problem.write_text(SCALE_ADD_4M)
-    with Evaluator(problem, EvalOptions(device="cuda:0", disabled_rules=frozenset({"import"}))) as ev:
+    with Evaluator(SCALE_ADD_4M, EvalOptions(device="cuda:0", disabled_rules=frozenset({"import"}))) as ev:
         honest = ev.evaluate(SLOW_HONEST)
         forged = ev.evaluate(SLOW_FORGED)
     assert honest.verdict is Verdict.OK, honest.message
@@ -324,13 +304,11 @@ def test_a_forged_time_is_caught_by_the_parents_clock(tmp_path):
     assert any(c.name == "timing:two-clocks" and not c.passed for c in forged.checks), forged.checks
 
 
-def test_answering_before_the_work_is_done_gains_nothing(tmp_path):
+def test_answering_before_the_work_is_done_gains_nothing():
     """Forged times, and a worker whose synchronizations are gone, so it answers while its kernels
     still run: the parent copies the outputs the moment the reply comes and stops its clock after
     that copy, so the work is either inside the clock or missing from the outputs checked."""
-    problem = tmp_path / "scale_add_4m.py"
-    problem.write_text(SCALE_ADD_4M)
-    with Evaluator(problem, EvalOptions(device="cuda:0", disabled_rules=frozenset({"import"}))) as ev:
+    with Evaluator(SCALE_ADD_4M, EvalOptions(device="cuda:0", disabled_rules=frozenset({"import"}))) as ev:
         early = ev.evaluate(SLOW_EARLY)
     assert "timing.synchronize = lambda device: None" in SLOW_EARLY
     assert early.verdict in (Verdict.REJECTED, Verdict.INCORRECT), early.message
@@ -339,7 +317,21 @@ def test_answering_before_the_work_is_done_gains_nothing(tmp_path):
 # reads a timed block's later input sets from its input's storage (the block's sets lie one after
 # another in the input arena), computes them all in the block's first call and answers the others
 # from that work with a one-element kernel: every output right, the median of calls the pad's
-READS_AHEAD = KERNEL + '''
+AHEAD = KERNEL + '''
+
+def later_inputs(x):
+    """(data pointer, view) of each later input set lying after x in its storage (a block's or
+    a pass's sets lie one after another, 256-byte aligned), up to nine."""
+    n = x.numel()
+    step = -(-n * x.element_size() // 256) * 256 // x.element_size()
+    room = x.untyped_storage().nbytes() // x.element_size()
+    for j in range(1, 10):
+        start = x.storage_offset() + j * step
+        if start + n > room:
+            break
+        yield x.data_ptr() + j * step * x.element_size(), x.as_strided((n,), (1,), start)
+'''
+READS_AHEAD = AHEAD + '''
 
 @triton.jit
 def touch(y_ptr):
@@ -359,22 +351,13 @@ class ModelNew(nn.Module):
         if done is not None:
             touch[(1,)](done)
             return done
-        self.ahead = {}
-        n = x.numel()
-        step = -(-n * x.element_size() // 256) * 256 // x.element_size()
-        room = x.untyped_storage().nbytes() // x.element_size()
-        first = x.storage_offset()
         out = launch(x)
-        for j in range(1, 10):
-            start = first + j * step
-            if start + n > room:
-                break
-            self.ahead[x.data_ptr() + j * step * x.element_size()] = launch(x.as_strided((n,), (1,), start))
+        self.ahead = {ptr: launch(later) for ptr, later in later_inputs(x)}
         return out
 '''
 
 
-READS_AHEAD_CHECKED = KERNEL + '''
+READS_AHEAD_CHECKED = AHEAD + '''
 
 @triton.jit
 def answer(x_ptr, y_ptr, key_ptr, n, BLOCK: tl.constexpr):
@@ -402,32 +385,20 @@ class ModelNew(nn.Module):
             y, key = done
             answer[(triton.cdiv(x.numel(), 1024),)](x, y, key, x.numel(), BLOCK=1024)
             return y
-        self.ahead = {}
-        n = x.numel()
-        step = -(-n * x.element_size() // 256) * 256 // x.element_size()
-        room = x.untyped_storage().nbytes() // x.element_size()
-        first = x.storage_offset()
         out = launch(x)
-        for j in range(1, 10):
-            start = first + j * step
-            if start + n > room:
-                break
-            later = x.as_strided((n,), (1,), start)
-            self.ahead[x.data_ptr() + j * step * x.element_size()] = (launch(later), later[:4].clone())
+        self.ahead = {ptr: (launch(later), later[:4].clone()) for ptr, later in later_inputs(x)}
         return out
 '''
 
 
 @pytest.mark.parametrize("attack", ["READS_AHEAD", "READS_AHEAD_CHECKED"])
-def test_reading_a_timed_blocks_later_inputs_ahead_is_not_paid(tmp_path, attack):
+def test_reading_a_timed_blocks_later_inputs_ahead_is_not_paid(attack):
     """The static rule against results keyed on data pointers (`caching`) is a first filter only,
     switched off here; the parent's gated clock sees the work wherever it was done. Reading ahead
     pads the candidate's one-call pass too (its first call does the pass's work): on an H200 the
     plain attack passed the gated clock with 0.05 ms of intercept allowance at k = 9, and was
     refused only by the roofline (2026-11-28); both are the gated clock's now."""
-    problem = tmp_path / "scale_add_4m.py"
-    problem.write_text(SCALE_ADD_4M)
-    with Evaluator(problem, EvalOptions(device="cuda:0", disabled_rules=frozenset({"caching"}))) as ev:
+    with Evaluator(SCALE_ADD_4M, EvalOptions(device="cuda:0", disabled_rules=frozenset({"caching"}))) as ev:
         honest = ev.evaluate(HONEST)
         ahead = ev.evaluate(globals()[attack])
     assert honest.verdict is Verdict.OK, honest.message

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.judge.distributions import Distributions
+from tools.judge.exact import WIDENING
 from tools.options import EvalOptions
 from tools.processes.builds import Builds
 from tools.processes.feed import Set, feed
@@ -23,9 +24,6 @@ from tools.processes.process import WorkerProcess
 from tools.processes.reference import Reference
 from tools.problem import ProblemInfo
 from tools.record import TimeStats
-
-# problem dtypes judged against float64, and how many times their bytes the float64 copies take
-WIDENED = {"float32": 2, "complex64": 2, "bfloat16": 4, "float16": 4}
 
 
 @dataclass
@@ -95,9 +93,10 @@ class Bench:
         `EvalOptions.float64_max_mb`."""
         if self.options.float64_bound is None:
             return "switched off"
-        if self.problem.dtype not in WIDENED:
+        widening = WIDENING.get(f"torch.{self.problem.dtype}")
+        if widening is None:
             return f"a {self.problem.dtype} problem"
-        need = WIDENED[self.problem.dtype] * (self.problem.input_bytes + self.problem.output_bytes + self.problem.param_bytes)
+        need = widening * (self.problem.input_bytes + self.problem.output_bytes + self.problem.param_bytes)
         if need > self.options.float64_max_mb << 20:
             return (f"its float64 evaluation needs {need / 2**30:.1f} GiB for float64 inputs, outputs and "
                     f"parameters, over float64_max_mb ({self.options.float64_max_mb} MiB)")
@@ -108,7 +107,7 @@ class Bench:
         """Whether outputs are judged against float64 on rows of the batch drawn after the candidate
         answers (tools/judge/exact_rows.py): a float32 problem whose whole float64 evaluation is over
         `EvalOptions.float64_max_mb`."""
-        return self.options.float64_bound is not None and self.problem.dtype in WIDENED and not self.exact
+        return self.options.float64_bound is not None and f"torch.{self.problem.dtype}" in WIDENING and not self.exact
 
     def reference_outputs(self, seed: int, dist: str, borrow: bool = False) -> Any:
         """[outputs, inputs after forward] of the reference (tools/processes/reference.py); with

@@ -30,8 +30,10 @@ if TYPE_CHECKING:  # torch is imported where errors are computed
 
 CHUNK = 1 << 25
 POOL_BELOW = 4096  # finite elements: an output with fewer is judged on its errors pooled over trials
-# outputs judged against float64; a half type's yardstick is eager's error in that type (--precision bf16|fp16)
-EXACT_DTYPES = ("torch.float32", "torch.bfloat16", "torch.float16", "torch.complex64")
+# dtypes judged against float64 (a half type's yardstick is eager's error in that type, --precision
+# bf16|fp16), and how many times their bytes the float64 copies take
+WIDENING = {"torch.float32": 2, "torch.bfloat16": 4, "torch.float16": 4, "torch.complex64": 2}
+EXACT_DTYPES = tuple(WIDENING)
 STRESS = "stress"  # the pool key of the stress trial: its small outputs are not pooled (one trial is too few)
 
 

@@ -32,6 +32,8 @@ from typing import Any
 
 import torch
 
+from tools.worker.precision import cast_floating
+
 DISTRIBUTIONS = ("problem", "shifted", "signed", "stress")
 STRESS_SHIFT = 16.0  # standard deviations
 CATEGORICAL_MAX_VALUES = 16
@@ -72,7 +74,7 @@ def generate(get_inputs, seed: int, distribution: str, device: torch.device, dty
     torch.manual_seed(seed)
     inputs = [_to_device(x, device) for x in call_factory(get_inputs, "get_inputs", device)]
     if dtype is not None:
-        inputs = [_map_leaves(x, lambda t: t.to(dtype) if t.is_floating_point() else t) for x in inputs]
+        inputs = [_map_leaves(x, lambda t: cast_floating(t, dtype)) for x in inputs]
     if kind == "shifted":
         gen = torch.Generator(device=device)
         gen.manual_seed(seed ^ 0x5EED)

@@ -18,6 +18,13 @@ def half_dtype(precision: str) -> Any:
     return getattr(torch, HALF[precision]) if precision in HALF else None
 
 
+def cast_floating(value: Any, dtype: Any) -> Any:
+    """`value` in `dtype` when it is a floating tensor, else as it is (an input under a half precision)."""
+    import torch
+
+    return value.to(dtype) if isinstance(value, torch.Tensor) and value.is_floating_point() else value
+
+
 def apply(precision: str) -> None:
     """Set this process's float32 product and convolution arithmetic for `precision`.
 
