@@ -2,7 +2,9 @@
 median forged 3x on a 1024^2 matmul, with a 30 ms spin queued behind one of the parent's passes
 so that the reference's passes of that round run slow and widen the rule's noise term (0.14 ms
 per call: the forgery passed, paid 3x). The noise term is capped now (tools/timing/clocks.py
-`Passes.noise`), and a median below the parent's clock is not paid (`paid_time`).
+`Passes.noise`), and a median well below the parent's clock is not paid (tools/timing/paid.py):
+a 1.2x forgery on a kernel of some 25 us passes the rule inside its 5 us allowance, and is paid
+at the parent's clock.
 
     python -m pytest -m gpu tests/eval/test_clocks_gpu.py
 """
@@ -19,6 +21,15 @@ from tools.reward.score import score_record
 
 pytestmark = pytest.mark.gpu
 MATMUL = Path(__file__).parents[1] / "gpu_problems" / "matmul_fp32.py"
+ELEMENTWISE = Path(__file__).parents[1] / "gpu_problems" / "elementwise_8m.py"
+# what native code owning the process can do, in Python: every time its worker reads divided by 1.2
+FORGE = """
+import sys
+
+_timing = sys.modules["tools.worker.timing"]
+_real = _timing._elapsed
+_timing._elapsed = lambda a, b: _real(a, b) / 1.2
+"""
 
 
 def test_a_forged_median_cannot_buy_room_by_slowing_the_references_passes():
@@ -32,4 +43,18 @@ def test_a_forged_median_cannot_buy_room_by_slowing_the_references_passes():
         assert score_record(forged).reward == 0.0
         return
     assert forged.verdict is Verdict.OK, describe(forged)  # paid at the parent's clock: no more than honest
+    assert forged.speedup_vs_eager <= 1.1 * honest.speedup_vs_eager, (forged.speedup_vs_eager, honest.speedup_vs_eager)
+
+
+def test_a_forged_median_inside_the_allowance_is_paid_at_the_parents_clock():
+    options = EvalOptions(device="cuda:0", disabled_rules=frozenset({"import"}))
+    with Evaluator(ELEMENTWISE, options) as ev:
+        honest = ev.evaluate(source("elementwise_ok"))
+        forged = ev.evaluate(source("elementwise_ok") + FORGE)
+    assert_ok(honest)
+    if forged.verdict is Verdict.REJECTED:  # outside the allowance after all: refused, paid nothing
+        assert any(c.name == "timing:two-clocks" and not c.passed for c in forged.checks), describe(forged)
+        return
+    assert forged.verdict is Verdict.OK, describe(forged)
+    assert "the parent's clock" in forged.candidate_time.note, forged.candidate_time
     assert forged.speedup_vs_eager <= 1.1 * honest.speedup_vs_eager, (forged.speedup_vs_eager, honest.speedup_vs_eager)
