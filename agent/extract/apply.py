@@ -80,7 +80,7 @@ def kept_kernels(manifest: Manifest, folder: Path, workspace: str | None, precis
                 kept.source, kept.attempt, kept.speedup = repo.source(attempt), attempt.number, attempt.speedup_vs_eager
                 kept.kernel = problem.file
         except WorkspaceError as exc:
-            kept.why = f"no workspace ({exc})"
+            kept.why = str(exc)  # "no workspace for <problem> under <root>", or what is wrong with it
     return found
 
 
