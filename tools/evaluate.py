@@ -13,7 +13,6 @@ the processes, their lifecycle, and the faults that are ratchet's own (verdict `
 """
 from __future__ import annotations
 
-import collections
 import random
 import secrets
 import shutil
@@ -34,6 +33,7 @@ from tools.judge.verdict import Failure, decide, fault, passed, pending
 from tools.options import EvalOptions, resolved
 from tools.problem import ProblemError, ProblemInfo, read_problem
 from tools.processes import builds
+from tools.processes.spares import Spares
 from tools.processes.process import WorkerGone, WorkerProcess
 from tools.processes.reference import Reference, ReferenceLost
 from tools.processes.spawner import Spawner
@@ -67,7 +67,7 @@ class Evaluator:
         run_seed = self.options.seed if self.options.seed is not None else secrets.randbits(62)
         rng = random.Random(run_seed)
         self.seeds = [rng.getrandbits(62) for _ in range(max(1, self.options.trials))]
-        self._spares: collections.deque[WorkerProcess] = collections.deque()
+        self._spares = Spares(self._candidate_worker)
         self._scratches: list[Path] = []  # with a pool: the scratch directories of the workers this evaluator used
         self._baseline: dict[str, Any] | None = None
         self._in_flight = 0  # evaluations running now (threads): the device is quiet only with none
@@ -78,8 +78,7 @@ class Evaluator:
                                     spawn=lambda: self._spawn("candidate", "build"), reply_cap=self._reply_cap)
         try:
             self.reference = Reference(self.problem, self._reference_worker, self._start, self.options.build_timeout)
-            for _ in range(self.options.spares):  # they start while the reference loads
-                self._spares.append(self._candidate_worker())
+            self._spares.add(self.options.spares)  # they start while the reference loads
             self.reference.build()
             # the second clock's copy charge (tools/timing/clocks.py), measured before any candidate runs
             timed = self.options.timing and self.device.startswith("cuda")
@@ -107,7 +106,7 @@ class Evaluator:
         self.close()
 
     def close(self) -> None:
-        spares, self._spares = list(self._spares), collections.deque()
+        spares = self._spares.drain()
         if self.pool is not None:  # never handed a candidate: the next problem's evaluator may take them
             kept = self.pool.give_back(spares)
             spares = [proc for proc in spares if proc not in kept]
@@ -200,12 +199,11 @@ class Evaluator:
 
     def _take_worker(self) -> WorkerProcess:
         """A started candidate worker for one evaluation; the next one starts now (ahead of need)."""
-        with self._lock:
-            worker = self._spares.popleft() if self._spares else self._candidate_worker()
-            if self.options.warm and self.options.spares > 0:
-                self._spares.append(self._candidate_worker())
-            worker.max_reply_bytes = self._reply_cap()
-            return worker
+        worker = self._spares.take() or self._candidate_worker()
+        if self.options.warm and self.options.spares > 0:
+            self._spares.replenish()  # in a thread: its start is not on this evaluation's clock
+        worker.max_reply_bytes = self._reply_cap()
+        return worker
 
     def _reply_cap(self) -> int:
         return reply_cap(self.problem, self.spawner.artifacts.namespace_cap_bytes)
@@ -282,11 +280,7 @@ class Evaluator:
         """Time eager on a quiet device: no candidate of this evaluator running (a used worker is
         killed before its evaluate() returns), its spare workers started (a start's GPU work is done)."""
         with self._lock:
-            for spare in self._spares:
-                try:
-                    spare.settle(self.options.start_timeout)
-                except WorkerGone:
-                    pass  # a spare that did not start: the evaluation that takes it says so
+            self._spares.settle(self.options.start_timeout)
             quiet.measure(self.bench)
 
     def _evaluate_once(self, source: str) -> Result:
