@@ -19,6 +19,7 @@ from tools.reward.score import RewardConfig, score_record
 
 pytestmark = pytest.mark.gpu
 PROBLEM = Path(__file__).parents[1] / "gpu_problems" / "elementwise_8m.py"
+TRANSIENT = Path(__file__).parents[1] / "gpu_problems" / "transient_workspace.py"
 OFF = frozenset({"import", "private-api"})  # the attacks' weakref and torch.cuda private calls reach the run
 
 
@@ -45,6 +46,18 @@ def test_filling_device_memory_after_answering_is_the_candidates_fault(ev):
     assert outcome.reward <= RewardConfig().compiled and not outcome.evaluator_fault
     assert ev.dropped == dropped  # the distributions were decided before any candidate, and stay
     assert_ok(ev.evaluate(source("elementwise_ok")))  # the evaluator serves the next candidate
+
+
+def test_the_reference_gives_back_a_transient_workspace_before_the_candidate_runs(tmp_path):
+    """The reference's forward needs 60% of the card while it runs, the candidate's 45% (returned
+    before it answers): both fit one after the other, so the honest candidate is `ok`. Kept cached by
+    the reference worker's allocator, the 60% left the candidate too little (its out-of-memory: a
+    ResNet BasicBlock's candidates on an H200, whose workers could not even start)."""
+    options = EvalOptions(device="cuda:0", timing_budget_s=1.0, trial_timeout=60.0, disabled_rules=OFF,
+                          cache_dir=tmp_path / "ratchet-cache")
+    with Evaluator(TRANSIENT, options) as evaluator:
+        result = evaluator.evaluate(source("transient_workspace_ok"))
+    assert_ok(result)
 
 
 def test_gpu_work_queued_after_the_last_sync_does_not_raise_the_speedup(ev):

@@ -14,6 +14,7 @@ from tools.worker.worker import Reply, Worker, construct
 
 
 POOL_KEEP_BYTES = 1 << 30  # timing-pool sets kept while a trial makes a fresh set of its own
+CACHE_SLACK_BYTES = 1 << 30  # cached by torch's allocator beyond what is held, at most, once a request is answered
 
 
 class ReferenceWorker(Worker):
@@ -35,9 +36,36 @@ class ReferenceWorker(Worker):
             prewarm(self.device)  # the evaluator's own kernels, compiled by trusted code
 
     def handlers(self):
-        return {"load": self.load, "build": self.build, "trial": self.trial, "inputs": self.inputs, "time": self.time,
-                "ceilings": self.ceilings, "variant_init": self.variant_init, "wide": self.wide,
-                "profile": self.profile, "gate": self.make_gate}
+        # torch's cache is trimmed before and after every request but "gate" (a gated pass's calls wait
+        # on the parent's gate until after the answer, and freeing cached memory synchronizes the
+        # device; its cache goes at the next request, which the parent sends before each candidate
+        # pass: the staged inputs) and "ceilings" (at open, before any candidate)
+        trimmed = {"load": self.load, "build": self.build, "trial": self.trial, "inputs": self.inputs, "time": self.time,
+                   "variant_init": self.variant_init, "wide": self.wide, "profile": self.profile}
+        return {**{op: self._trimmed(handler) for op, handler in trimmed.items()},
+                "ceilings": self.ceilings, "gate": self.make_gate}
+
+    def _trimmed(self, handler: Any) -> Any:
+        def serve(msg: dict[str, Any], payload: bytes) -> Reply:
+            self._trim()
+            try:
+                return handler(msg, payload)
+            finally:
+                self._trim()
+        return serve
+
+    def _trim(self) -> None:
+        """Give back to the device what torch's allocator keeps cached beyond CACHE_SLACK_BYTES of
+        what this process holds: memory a request needed only while it ran (a library's workspace).
+        Kept, it is memory the candidate's worker lacks: on an H200, the reference worker of a ResNet
+        BasicBlock (fp32, 64 x 128 x 28 x 28) went from 18 to 140 GiB during an evaluation, and the
+        next candidate workers could not make their CUDA context (the evaluator said `error`)."""
+        if self.device.type != "cuda":
+            return
+        import torch
+
+        if torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device) > CACHE_SLACK_BYTES:
+            torch.cuda.empty_cache()
 
     def load(self, msg: dict[str, Any], payload: bytes) -> Reply:
         """Import the problem's file (the first request: a worker is started before its problem is
