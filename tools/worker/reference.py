@@ -14,7 +14,10 @@ from tools.worker.worker import Reply, Worker, construct
 
 
 POOL_KEEP_BYTES = 1 << 30  # timing-pool sets kept while a trial makes a fresh set of its own
-CACHE_SLACK_BYTES = 1 << 30  # cached by torch's allocator beyond what is held, at most, once a request is answered
+# cached by torch's allocator beyond what is held, at most, around a judging request: this, or this many
+# times the problem's own inputs, outputs and parameters
+CACHE_SLACK_BYTES = 1 << 30
+CACHE_SLACK_TIMES = 4
 
 
 class ReferenceWorker(Worker):
@@ -29,6 +32,7 @@ class ReferenceWorker(Worker):
         self.compiled: Any = None
         self.variants: list[Any] = []  # held-out variants the reference accepted (tools/worker/variants.py)
         self.variant_models: dict[int, Any] = {}
+        self.own_bytes = 0  # the problem's inputs, outputs and parameters (set by build)
         self.wide_models: dict[int, Any] = {}  # id(model) -> its float64 twin (tools/worker/float64.py)
         if self.device.type == "cuda":
             from tools.worker.worker import prewarm
@@ -36,10 +40,11 @@ class ReferenceWorker(Worker):
             prewarm(self.device)  # the evaluator's own kernels, compiled by trusted code
 
     def handlers(self):
-        # torch's cache is trimmed before and after every request but "gate" (a gated pass's calls wait
-        # on the parent's gate until after the answer, and freeing cached memory synchronizes the
-        # device; its cache goes at the next request, which the parent sends before each candidate
-        # pass: the staged inputs) and "ceilings" (at open, before any candidate)
+        # torch's cache is trimmed before and after every request but "gate" (a gated pass's calls wait on
+        # the parent's gate until after the answer, and freeing cached memory synchronizes the device) and
+        # "ceilings" (at open). Only what exceeds the slack goes: with 1 GiB alone, a 1 GiB problem's
+        # eager outputs were freed before every timed block, and honest candidates failed the second
+        # clock on an H200 (its eager passes then read no pass overhead)
         trimmed = {"load": self.load, "build": self.build, "trial": self.trial, "inputs": self.inputs, "time": self.time,
                    "variant_init": self.variant_init, "wide": self.wide, "profile": self.profile}
         return {**{op: self._trimmed(handler) for op, handler in trimmed.items()},
@@ -55,8 +60,9 @@ class ReferenceWorker(Worker):
         return serve
 
     def _trim(self) -> None:
-        """Give back to the device what torch's allocator keeps cached beyond CACHE_SLACK_BYTES of
-        what this process holds: memory a request needed only while it ran (a library's workspace).
+        """Give back to the device what torch's allocator keeps cached beyond the slack (CACHE_SLACK_BYTES,
+        or CACHE_SLACK_TIMES the problem's own bytes) over what this process holds: memory a request
+        needed only while it ran (a library's workspace).
         Kept, it is memory the candidate's worker lacks: on an H200, the reference worker of a ResNet
         BasicBlock (fp32, 64 x 128 x 28 x 28) went from 18 to 140 GiB during an evaluation, and the
         next candidate workers could not make their CUDA context (the evaluator said `error`)."""
@@ -64,7 +70,8 @@ class ReferenceWorker(Worker):
             return
         import torch
 
-        if torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device) > CACHE_SLACK_BYTES:
+        slack = max(CACHE_SLACK_BYTES, CACHE_SLACK_TIMES * self.own_bytes)  # a forward's own intermediates stay
+        if torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device) > slack:
             torch.cuda.empty_cache()
 
     def load(self, msg: dict[str, Any], payload: bytes) -> Reply:
@@ -115,7 +122,7 @@ class ReferenceWorker(Worker):
         # the largest reply of the problem's own sizes is a trial's (its outputs and its inputs):
         # the first arena is made that large (a second, larger one would be held beside it)
         self.arena_floor = described["input_bytes"] + described["output_bytes"] + (1 << 20)
-        own_bytes = described["input_bytes"] + described["output_bytes"] + described["param_bytes"]
+        own_bytes = self.own_bytes = described["input_bytes"] + described["output_bytes"] + described["param_bytes"]
         described["variants"], described["variants_dropped"] = self._choose_variants(cls, init_inputs, own_bytes)
         reply = {"op": "built", "seconds": time.monotonic() - start, "problem": described, "init": init_tree}
         self._release()
