@@ -112,9 +112,14 @@ def guard_lines(problem: Problem, variants: Variants, shapes: list[tuple[int, ..
     """forward's first lines: each input's rank and dtype, the free sizes read from the inputs,
     each input's shape (its numbers become the free sizes' names where they are free) and layout,
     the baked attributes."""
-    names = problem.input_names
-    lines = []
-    for name, shape, dtype in zip(names, shapes, variants.dtypes):
+    numbers = {problem.input_names[i] for i in variants.numbers}
+    names = [name for name in problem.input_names if name not in numbers]
+    tensors = [i for i, name in enumerate(problem.input_names) if name not in numbers]
+    shapes = [shapes[i] for i in tensors]
+    lines = [line for name in problem.input_names if name in numbers for line in (
+        f"if type({name}) not in (int, float, bool):",
+        f'    raise ValueError(f"{name} is a {{type({name}).__name__}}; this drafted kernel takes a number")')]
+    for name, shape, dtype in zip(names, shapes, [variants.dtypes[i] for i in tensors]):
         lines += [f"if {name}.dim() != {len(shape)}:",
                   f'    raise ValueError(f"{name} has {{{name}.dim()}} dims; this drafted kernel takes {len(shape)}")',
                   f"if {name}.dtype != {dtype}:",
@@ -127,7 +132,7 @@ def guard_lines(problem: Problem, variants: Variants, shapes: list[tuple[int, ..
                   f"if tuple({name}.shape) != {expected}:",
                   f'    raise ValueError(f"{name} has shape {{tuple({name}.shape)}}; this drafted kernel handles '
                   f'{{{expected}}} (other sizes are fixed by the draft)")']
-    for name, contiguous in zip(names, variants.contiguous):
+    for name, contiguous in zip(names, [variants.contiguous[i] for i in tensors]):
         if contiguous:  # the kernel indexes it as traced: a transposed or sliced input is copied first
             lines.append(f"{name} = {name}.contiguous()")
     for fixed in variants.fixed:
@@ -142,7 +147,7 @@ def notes(problem: Problem, variants: Variants, free: list[SizeClass]) -> list[s
     sizes = ", ".join(c.source for c in free) or "none"
     scalars = ", ".join(s.expr for s in variants.scalars) or "none"
     out = [f"Sizes read at run time: {sizes}; other sizes are checked against the draft's.",
-           f"Module scalars passed to the kernel at run time: {scalars}."]
+           f"Scalars (the module's, and numbers given to forward) passed to the kernel at run time: {scalars}."]
     if variants.fixed:
         out.append(f"Baked in (forward refuses other values): {', '.join(f.expr for f in variants.fixed)}.")
     return out

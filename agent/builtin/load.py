@@ -11,6 +11,7 @@ from pathlib import Path
 from agent.builtin.ir import LEAF_DTYPES, Unrecognized
 
 _LOADED = itertools.count()
+SCALARS = (float, int, bool)  # forward inputs that are plain numbers (KernelBench L1 5: `A * s`)
 
 
 def load(path: Path, entry: str, dtype=None):
@@ -58,8 +59,10 @@ def trace(model, inputs):
     from torch.func import functional_call
 
     for index, value in enumerate(inputs):
+        if type(value) in SCALARS:  # a number given to forward: traced as a constant (agent.builtin.variants
+            continue  # finds where it goes and passes it to the kernel at run time, or refuses other values)
         if not isinstance(value, torch.Tensor):
-            raise Unrecognized(f"input {index} is not a tensor ({type(value).__name__})")
+            raise Unrecognized(f"input {index} is not a tensor or a number ({type(value).__name__})")
         if (str(value.dtype) not in LEAF_DTYPES and value.dtype not in (torch.int64, torch.int32)) \
                 or value.dtype == torch.float64:  # integers (class targets): the fallback's torch calls read them
             raise Unrecognized(f"input {index} is {value.dtype}; the built-in kernels handle float32/16, bfloat16, "

@@ -6,12 +6,13 @@ Recognition traces the forward at the problem's shapes and constructor arguments
 and every scalar in the IR is a number. This module traces it again with one thing changed at a
 time, on the meta device (nothing is allocated):
 
-- scalars: every float attribute of the module and its submodules (`self.scale`, `self.norm.eps`)
-  is changed alone; the IR scalars that follow it exactly become `Runtime` values (kernel
-  parameters, passed as `float(self.scale)`). One whose effect is anything else (it changes the
+- scalars: every float attribute of the module and its submodules (`self.scale`, `self.norm.eps`),
+  and every number given to forward (`forward(self, A, s)`), is changed alone; the IR scalars
+  that follow it exactly become `Runtime` values (kernel parameters, passed as `float(self.scale)`,
+  `float(s)`). One whose effect is anything else (it changes the
   graph, an op's mode, a derived value) is `Fixed`: forward refuses other values with a ValueError.
   So is an int, bool or str attribute (or a tuple of them) the forward reads that holds no size
-  (`self.dim`, `self.mode`);
+  (`self.dim`, `self.mode`), and an int or bool given to forward;
 - sizes: the dims of the forward's inputs, grouped by value (a `SizeClass`: every input dim and
   int constructor argument of that value; a dim that traces changed alone is a class of its own,
   so sizes equal by coincidence stay apart), are changed one class at a time to a smaller odd value.
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.builtin.ir import Plan, Problem, Runtime, Unrecognized
-from agent.builtin.load import trace
+from agent.builtin.load import SCALARS, trace
 from agent.builtin.lower import build_plan
 
 # what tracing the user's module at other sizes may raise (its own checks, torch's, ours): that
@@ -82,6 +83,7 @@ class Variants:
     classes: list[SizeClass]
     # the problem traced with several classes changed at once: (plan, shapes), or None
     joint: Callable[[tuple[SizeClass, ...]], tuple[Plan, list[tuple[int, ...]]] | None]
+    numbers: list[int] = field(default_factory=list)  # the forward inputs that are numbers, not tensors
 
 
 def analyse(module, entry: str, model, inputs: list, problem: Problem, plan: Plan, cast=None) -> Variants:
@@ -92,10 +94,12 @@ def analyse(module, entry: str, model, inputs: list, problem: Problem, plan: Pla
     cls = getattr(module, entry)
     with torch.device("meta"):
         init = list(getattr(module, "get_init_inputs", lambda: [])())
-    shapes = [tuple(int(s) for s in t.shape) for t in inputs]
-    dtypes = [t.dtype for t in inputs]
+    numbers = {i: x for i, x in enumerate(inputs) if type(x) in SCALARS}
+    shapes = [() if i in numbers else tuple(int(s) for s in t.shape) for i, t in enumerate(inputs)]
+    dtypes = [None if i in numbers else t.dtype for i, t in enumerate(inputs)]
 
-    def retrace(new_init: list, new_shapes: list[tuple[int, ...]], patch: Callable[[Any], None] | None = None) -> Plan:
+    def retrace(new_init: list, new_shapes: list[tuple[int, ...]], patch: Callable[[Any], None] | None = None,
+                values: dict[int, Any] | None = None) -> Plan:
         # sizes changed one class at a time may not fit together (a loss's inputs of two shapes): what
         # torch warns about then is this probe's business, not the user's
         with warnings.catch_warnings():
@@ -103,12 +107,15 @@ def analyse(module, entry: str, model, inputs: list, problem: Problem, plan: Pla
             with torch.device("meta"):
                 torch.manual_seed(0)
                 other = cls(*new_init) if cast is None else cls(*new_init).to(cast)
-                xs = [torch.empty(s, dtype=d) for s, d in zip(new_shapes, dtypes)]
+                given = {**numbers, **(values or {})}
+                xs = [given[i] if i in given else torch.empty(s, dtype=d)
+                      for i, (s, d) in enumerate(zip(new_shapes, dtypes))]
             if patch is not None:
                 patch(other)
             return build_plan(trace(other, xs), problem)
 
     scalars, fixed, substitutions = _scalars(model, plan, init, shapes, retrace)
+    _input_numbers(numbers, problem.input_names, plan, init, shapes, retrace, scalars, fixed, substitutions)
     _substitute(plan, substitutions)
     classes = _split(_classes(shapes, init, problem.input_names), init, shapes, problem.input_names, retrace)
     classes += _constructor_sizes(cls, model, init, classes)
@@ -138,8 +145,9 @@ def analyse(module, entry: str, model, inputs: list, problem: Problem, plan: Pla
                 cache[k] = None  # the draft then treats every size as fixed
         return cache[k]
 
-    return Variants(shapes=shapes, contiguous=[bool(t.is_contiguous()) for t in inputs], dtypes=[str(d) for d in dtypes],
-                    scalars=scalars, fixed=fixed, classes=classes, joint=joint)
+    return Variants(shapes=shapes, contiguous=[i not in numbers and bool(t.is_contiguous()) for i, t in enumerate(inputs)],
+                    dtypes=[str(d) for d in dtypes], scalars=scalars, fixed=fixed, classes=classes, joint=joint,
+                    numbers=sorted(numbers))
 
 
 def _trace_changed(c: SizeClass, init: list, shapes: list[tuple[int, ...]], retrace: Retrace,
@@ -207,6 +215,28 @@ def _scalars(model, plan: Plan, init: list, shapes: list[tuple[int, ...]], retra
                 scalars.append(arg)
                 substitutions.update({position: Runtime(value, arg.name) for position in found})
     return scalars, fixed, substitutions
+
+
+def _input_numbers(numbers: dict[int, Any], names: list[str], plan: Plan, init: list, shapes: list[tuple[int, ...]],
+                   retrace: Retrace, scalars: list[ScalarArg], fixed: list[Fixed],
+                   substitutions: dict[tuple[int, int], Runtime]) -> None:
+    """The numbers given to forward, as the module's float attributes are: a float the IR follows
+    exactly is passed to the kernel at run time (`float(s)`); any other number (an int, a bool, a
+    float that changes the graph) is fixed, and forward refuses other values."""
+    for i, value in numbers.items():
+        found = None
+        if type(value) is float:
+            varied = value * 0.75 if value != 0 else 0.5
+            try:
+                found = _followed(plan, retrace(init, shapes, None, {i: varied}), value, varied)
+            except RETRACE_ERRORS:
+                found = None
+        if not found:  # None: structural; []: it reaches no kernel operand (it is checked all the same)
+            fixed.append(Fixed(names[i], value))
+            continue
+        arg = ScalarArg(f"scalar_{len(scalars)}", f"float({names[i]})")
+        scalars.append(arg)
+        substitutions.update({position: Runtime(value, arg.name) for position in found})
 
 
 def _skeleton(plan: Plan) -> tuple:

@@ -254,8 +254,34 @@ def test_the_draft_holds_no_literal_of_the_input_shapes_or_element_counts(name):
     config = search.space(rec.plan)[0]
     numbers = {int(t.string) for t in tokenize.generate_tokens(io.StringIO(source).readline)
                if t.type == tokenize.NUMBER and t.string.isdigit()}
-    for shape in rec.problem.variants.shapes:
+    for i, shape in enumerate(rec.problem.variants.shapes):
+        if i in rec.problem.variants.numbers:  # a number given to forward has no shape
+            continue
         if len(shape) > 1:
             assert ", ".join(map(str, shape)) not in source, (name, shape)
         count = math.prod(shape)
         assert count not in numbers - {v for v in config.values() if type(v) is int}, (name, count)
+
+
+def test_a_number_given_to_forward_is_read_at_run_time_or_refused(tmp_path):
+    """KernelBench's L1 5 gives forward a tensor and a Python float: the draft passes the float to
+    its kernel at run time, so another value computes the reference's function; an int exponent the
+    kernel bakes in is refused in one line; a tensor in a number's place too."""
+    for name in ("scalar_input_mul.py", "scalar_input_softmax.py"):
+        source, rec = _draft(PROBLEMS / name)
+        (tmp_path / name).write_text(source)
+        candidate = _import(tmp_path / name)
+        torch.manual_seed(6)
+        if name == "scalar_input_mul.py":
+            assert [s.expr for s in rec.problem.variants.scalars] == ["float(s)"]
+            for s in (3.14, -0.5, 2):
+                _compare(PROBLEMS / name, candidate, [], [torch.rand(9, 33), s])
+            with pytest.raises(ValueError, match="s is a Tensor; this drafted kernel takes a number"):
+                candidate.ModelNew()(torch.rand(4, 4), torch.tensor(2.0))
+        else:
+            assert [s.expr for s in rec.problem.variants.scalars] == ["float(temperature)"]
+            assert [(f.expr, f.value) for f in rec.problem.variants.fixed] == [("power", 2)]
+            for t in (0.7, 1.9):
+                _compare(PROBLEMS / name, candidate, [], [torch.randn(5, 96), t, 2])
+            with pytest.raises(ValueError, match="power is 3; this drafted kernel computes with 2 only"):
+                candidate.ModelNew()(torch.randn(5, 96), 0.7, 3)
