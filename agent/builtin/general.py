@@ -11,7 +11,7 @@ one class of sizes changed, with the same configuration:
   (`x_dim0 = x.shape[0]`); in the kernel it becomes a parameter (`size_0`) forward passes;
 - every other size is *fixed* (the kernel's structure depends on it): forward checks each input's
   and parameter's shape against what the kernel was drafted for and raises a ValueError naming
-  the shape, and so do the module's attributes the kernel bakes in (agent.builtin.variants.Fixed),
+  the shape, and so do the module's attributes the kernel bakes in (agent.builtin.scalars.Fixed),
   and a template's own limits (a row wider than a one-tile kernel's tile);
 - last, the plan traced with all free classes changed at once must render to the same code with
   the numbers those expressions give there; otherwise every size is fixed.
@@ -112,13 +112,13 @@ def guard_lines(problem: Problem, variants: Variants, shapes: list[tuple[int, ..
     """forward's first lines: each input's rank and dtype, the free sizes read from the inputs,
     each input's shape (its numbers become the free sizes' names where they are free) and layout,
     the baked attributes."""
-    numbers = {problem.input_names[i] for i in variants.numbers}
-    names = [name for name in problem.input_names if name not in numbers]
-    tensors = [i for i, name in enumerate(problem.input_names) if name not in numbers]
+    tensors = [i for i in range(len(problem.input_names)) if i not in variants.numbers]
+    names = [problem.input_names[i] for i in tensors]
     shapes = [shapes[i] for i in tensors]
-    lines = [line for name in problem.input_names if name in numbers for line in (
-        f"if type({name}) not in (int, float, bool):",
-        f'    raise ValueError(f"{name} is a {{type({name}).__name__}}; this drafted kernel takes a number")')]
+    lines = []
+    for name in (problem.input_names[i] for i in variants.numbers):  # numbers given to forward
+        lines += [f"if type({name}) not in (int, float, bool):",
+                  f'    raise ValueError(f"{name} is a {{type({name}).__name__}}; this drafted kernel takes a number")']
     for name, shape, dtype in zip(names, shapes, [variants.dtypes[i] for i in tensors]):
         lines += [f"if {name}.dim() != {len(shape)}:",
                   f'    raise ValueError(f"{name} has {{{name}.dim()}} dims; this drafted kernel takes {len(shape)}")',

@@ -6,13 +6,10 @@ Recognition traces the forward at the problem's shapes and constructor arguments
 and every scalar in the IR is a number. This module traces it again with one thing changed at a
 time, on the meta device (nothing is allocated):
 
-- scalars: every float attribute of the module and its submodules (`self.scale`, `self.norm.eps`),
-  and every number given to forward (`forward(self, A, s)`), is changed alone; the IR scalars
-  that follow it exactly become `Runtime` values (kernel parameters, passed as `float(self.scale)`,
-  `float(s)`). One whose effect is anything else (it changes the
-  graph, an op's mode, a derived value) is `Fixed`: forward refuses other values with a ValueError.
-  So is an int, bool or str attribute (or a tuple of them) the forward reads that holds no size
-  (`self.dim`, `self.mode`), and an int or bool given to forward;
+- scalars (agent.builtin.scalars): every float attribute of the module and its submodules, and every
+  number given to forward, changed alone: read at run time as a kernel parameter, or `Fixed`. So
+  is an int, bool or str attribute (or a tuple of them) the forward reads that holds no size
+  (`self.dim`, `self.mode`);
 - sizes: the dims of the forward's inputs, grouped by value (a `SizeClass`: every input dim and
   int constructor argument of that value; a dim that traces changed alone is a class of its own,
   so sizes equal by coincidence stay apart), are changed one class at a time to a smaller odd value.
@@ -27,34 +24,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.builtin.ir import Plan, Problem, Runtime, Unrecognized
+from agent.builtin.ir import Plan, Problem
 from agent.builtin.load import SCALARS, trace
 from agent.builtin.lower import build_plan
-
-# what tracing the user's module at other sizes may raise (its own checks, torch's, ours): that
-# variation is then not followed, and the draft bakes in or checks the value instead
-RETRACE_ERRORS = (Exception,)
-# ops whose scalar operand may be a kernel parameter (an arithmetic operand, not a mode or exponent)
-ARITHMETIC = {"add", "sub", "mul", "div", "maximum", "minimum", "gt", "lt", "ge", "le", "eq", "ne", "where"}
-
-
-Retrace = Callable[..., Plan]  # (constructor arguments, input shapes[, patch]) -> the plan traced there
-
-
-@dataclass
-class ScalarArg:
-    """A scalar of the module passed to the kernel at run time."""
-
-    name: str  # the kernel parameter
-    expr: str  # what forward passes for it
-
-
-@dataclass
-class Fixed:
-    """An attribute of the module the draft bakes in: forward refuses any other value."""
-
-    expr: str  # self.dim
-    value: Any
+from agent.builtin.scalars import (RETRACE_ERRORS, Fixed, Retrace, ScalarArg, Substitutions, attr_expr, input_numbers,
+                                    module_scalars, substitute)
 
 
 @dataclass
@@ -114,9 +88,9 @@ def analyse(module, entry: str, model, inputs: list, problem: Problem, plan: Pla
                 patch(other)
             return build_plan(trace(other, xs), problem)
 
-    scalars, fixed, substitutions = _scalars(model, plan, init, shapes, retrace)
-    _input_numbers(numbers, problem.input_names, plan, init, shapes, retrace, scalars, fixed, substitutions)
-    _substitute(plan, substitutions)
+    scalars, fixed, substitutions = module_scalars(model, plan, init, shapes, retrace)
+    input_numbers(numbers, problem.input_names, plan, init, shapes, retrace, scalars, fixed, substitutions)
+    substitute(plan, substitutions)
     classes = _split(_classes(shapes, init, problem.input_names), init, shapes, problem.input_names, retrace)
     classes += _constructor_sizes(cls, model, init, classes)
     _vary(classes, shapes, init)
@@ -140,7 +114,7 @@ def analyse(module, entry: str, model, inputs: list, problem: Problem, plan: Pla
         if k not in cache:
             new_init, new_shapes = _changed(init, shapes, list(group))
             try:
-                cache[k] = (_substitute(retrace(new_init, new_shapes), substitutions), new_shapes)
+                cache[k] = (substitute(retrace(new_init, new_shapes), substitutions), new_shapes)
             except RETRACE_ERRORS:
                 cache[k] = None  # the draft then treats every size as fixed
         return cache[k]
@@ -151,7 +125,7 @@ def analyse(module, entry: str, model, inputs: list, problem: Problem, plan: Pla
 
 
 def _trace_changed(c: SizeClass, init: list, shapes: list[tuple[int, ...]], retrace: Retrace,
-                   substitutions: dict[tuple[int, int], Runtime]) -> str:
+                   substitutions: Substitutions) -> str:
     """Trace the problem with class `c` at its varied value, then, where that does not trace (a size
     that must divide by another: groups, heads), at 1.5x its value: c.plan and c.shapes set, and
     "" returned; or why its varied value does not trace (c.varied left as it was)."""
@@ -160,7 +134,7 @@ def _trace_changed(c: SizeClass, init: list, shapes: list[tuple[int, ...]], retr
         c.varied = varied
         new_init, new_shapes = _changed(init, shapes, [c])
         try:
-            c.plan, c.shapes = _substitute(retrace(new_init, new_shapes), substitutions), new_shapes
+            c.plan, c.shapes = substitute(retrace(new_init, new_shapes), substitutions), new_shapes
             return ""
         except RETRACE_ERRORS as exc:
             why = why or f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
@@ -182,104 +156,8 @@ def _submodule_ints(model, traced: set[int]) -> list[Fixed]:
                 continue
             if all(v <= 1 for v in items) or any(v in traced for v in items):
                 continue
-            out.append(Fixed(_attr_expr(f"{prefix}.{name}"), value))
+            out.append(Fixed(attr_expr(f"{prefix}.{name}"), value))
     return out
-
-
-# --- scalars ---------------------------------------------------------------------------------------
-
-
-def _scalars(model, plan: Plan, init: list, shapes: list[tuple[int, ...]], retrace: Retrace
-             ) -> tuple[list[ScalarArg], list[Fixed], dict[tuple[int, int], Runtime]]:
-    scalars: list[ScalarArg] = []
-    fixed: list[Fixed] = []
-    substitutions: dict[tuple[int, int], Runtime] = {}
-    for prefix, sub in model.named_modules():
-        for name, value in list(vars(sub).items()):
-            if name.startswith("_") or type(value) is not float:
-                continue
-            expr = _attr_expr(f"{prefix}.{name}" if prefix else name)
-            varied = value * 0.75 if value != 0 else 0.5
-
-            def patch(other, prefix=prefix, name=name, varied=varied):
-                setattr(other.get_submodule(prefix), name, varied)
-
-            try:
-                found = _followed(plan, retrace(init, shapes, patch), value, varied)
-            except RETRACE_ERRORS:
-                found = None  # another value does not even trace: it is structural
-            if found is None:
-                fixed.append(Fixed(expr, value))
-            elif found:
-                arg = ScalarArg(f"scalar_{len(scalars)}", f"float({expr})")
-                scalars.append(arg)
-                substitutions.update({position: Runtime(value, arg.name) for position in found})
-    return scalars, fixed, substitutions
-
-
-def _input_numbers(numbers: dict[int, Any], names: list[str], plan: Plan, init: list, shapes: list[tuple[int, ...]],
-                   retrace: Retrace, scalars: list[ScalarArg], fixed: list[Fixed],
-                   substitutions: dict[tuple[int, int], Runtime]) -> None:
-    """The numbers given to forward, as the module's float attributes are: a float the IR follows
-    exactly is passed to the kernel at run time (`float(s)`); any other number (an int, a bool, a
-    float that changes the graph) is fixed, and forward refuses other values."""
-    for i, value in numbers.items():
-        found = None
-        if type(value) is float:
-            varied = value * 0.75 if value != 0 else 0.5
-            try:
-                found = _followed(plan, retrace(init, shapes, None, {i: varied}), value, varied)
-            except RETRACE_ERRORS:
-                found = None
-        if not found:  # None: structural; []: it reaches no kernel operand (it is checked all the same)
-            fixed.append(Fixed(names[i], value))
-            continue
-        arg = ScalarArg(f"scalar_{len(scalars)}", f"float({names[i]})")
-        scalars.append(arg)
-        substitutions.update({position: Runtime(value, arg.name) for position in found})
-
-
-def _skeleton(plan: Plan) -> tuple:
-    """Everything of a plan but its nodes' scalar operands."""
-    leaves = [(l.kind, l.ref, repr(l.glue), l.shape, l.strides, l.dtype) for l in plan.leaves]
-    nodes = [(n.op, n.name, n.shape, n.dtype, repr(n.attrs), [a if isinstance(a, tuple) else type(a) for a in n.args])
-             for n in plan.nodes]
-    return (plan.kind, leaves, nodes, plan.out, repr(plan.out_glue), plan.out_shape, plan.out_dtype, plan.full_shape,
-            plan.red_dims)
-
-
-def _followed(base: Plan, other: Plan, value: float, varied: float) -> list[tuple[int, int]] | None:
-    """The (node, operand) positions whose scalar is the attribute itself, or None when the
-    attribute changes anything else."""
-    if _skeleton(base) != _skeleton(other):
-        return None
-    found = []
-    for i, (a, b) in enumerate(zip(base.nodes, other.nodes)):
-        for j, (x, y) in enumerate(zip(a.args, b.args)):
-            if isinstance(x, tuple) or x == y:
-                continue
-            arithmetic = a.name in ARITHMETIC or (a.op == "aten" and type(x) is float)  # the fallback's torch calls
-            if arithmetic and not isinstance(x, bool) and x == value and y == varied:
-                found.append((i, j))
-            else:
-                return None
-    return found
-
-
-def _substitute(plan: Plan, substitutions: dict[tuple[int, int], Runtime]) -> Plan:
-    for (i, j), scalar in substitutions.items():
-        if i >= len(plan.nodes) or j >= len(plan.nodes[i].args) or isinstance(plan.nodes[i].args[j], tuple) \
-                or plan.nodes[i].args[j] != float(scalar):
-            raise Unrecognized(f"the module's scalar {scalar.name} is no longer where it was")
-        plan.nodes[i].args[j] = scalar
-    return plan
-
-
-def _attr_expr(dotted: str) -> str:
-    expr = "self"
-    for part in dotted.split("."):
-        expr += f"[{part}]" if part.isdigit() else f".{part}"
-    return expr
 
 
 def _forward_attributes(source: str, entry: str) -> list[str]:
@@ -337,7 +215,7 @@ def _constructor_sizes(cls, model, init: list, classes: list[SizeClass]) -> list
         except (RuntimeError, ValueError, TypeError, IndexError):
             continue
         other_state = {**dict(other.named_parameters()), **dict(other.named_buffers())}
-        source = next((f"{_attr_expr(name)}.shape[{d}]" for name, t in state.items() if name in other_state
+        source = next((f"{attr_expr(name)}.shape[{d}]" for name, t in state.items() if name in other_state
                        for d, size in enumerate(t.shape)
                        if size == value and d < other_state[name].dim() and other_state[name].shape[d] == changed[k]),
                       None)

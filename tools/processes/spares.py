@@ -75,10 +75,7 @@ class Spares:
 
     def settle(self, timeout: float) -> None:
         """Every spare started and done with its start's GPU work (a quiet device for a baseline)."""
-        self.wait_started()
-        with self._lock:
-            ready = list(self._ready)
-        for proc in ready:
+        for proc in self.workers():
             try:
                 proc.settle(timeout)
             except WorkerGone:

@@ -40,15 +40,16 @@ class ReferenceWorker(Worker):
             prewarm(self.device)  # the evaluator's own kernels, compiled by trusted code
 
     def handlers(self):
-        # torch's cache is trimmed before and after every request but "gate" (a gated pass's calls wait on
-        # the parent's gate until after the answer, and freeing cached memory synchronizes the device) and
-        # "ceilings" (at open). Only what exceeds the slack goes: with 1 GiB alone, a 1 GiB problem's
-        # eager outputs were freed before every timed block, and honest candidates failed the second
-        # clock on an H200 (its eager passes then read no pass overhead)
-        trimmed = {"load": self.load, "build": self.build, "trial": self.trial, "inputs": self.inputs, "time": self.time,
-                   "variant_init": self.variant_init, "wide": self.wide, "profile": self.profile}
+        # torch's cache is trimmed before and after every request that runs the model but "gate" (a gated
+        # pass's calls wait on the parent's gate until after the answer, and freeing cached memory
+        # synchronizes the device); "build" gives back all of it when done (`_release`), "load" and
+        # "ceilings" come before any candidate. Only what exceeds the slack goes: with 1 GiB alone, a
+        # 1 GiB problem's eager outputs were freed before every timed block, and honest candidates
+        # failed the second clock on an H200 (its eager passes then read no pass overhead)
+        trimmed = {"trial": self.trial, "inputs": self.inputs, "time": self.time, "variant_init": self.variant_init,
+                   "wide": self.wide, "profile": self.profile}
         return {**{op: self._trimmed(handler) for op, handler in trimmed.items()},
-                "ceilings": self.ceilings, "gate": self.make_gate}
+                "load": self.load, "build": self.build, "ceilings": self.ceilings, "gate": self.make_gate}
 
     def _trimmed(self, handler: Any) -> Any:
         def serve(msg: dict[str, Any], payload: bytes) -> Reply:
