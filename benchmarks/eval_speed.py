@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 import time
@@ -152,10 +153,20 @@ def run_ratchet(name: str, device: str, evals: int, spares: int) -> dict:
                          "ci": [result.candidate_time.ci_low_ms, result.candidate_time.ci_high_ms],
                          "samples": result.candidate_time.samples, "speedup_eager": result.speedup_vs_eager,
                          "speedup_compile": result.speedup_vs_compile,
-                         "roofline": result.roofline.achieved_fraction, "trials": result.trials})
+                         "roofline": result.roofline.achieved_fraction, "trials": result.trials,
+                         "clock_rounds": clock_rounds(result)})
     finally:
         ev.close()
     return {"setup": setup, "runs": runs}
+
+
+def clock_rounds(result) -> int | None:
+    """Rounds of gated passes the second clock measured (3 unless it was in doubt), from its check."""
+    for check in result.checks:
+        if check.name == "timing:two-clocks":
+            found = re.search(r"; (\d+) rounds,", check.detail or "")
+            return int(found.group(1)) if found else 3
+    return None
 
 
 def main() -> None:
@@ -235,6 +246,8 @@ def compare_baseline(args: argparse.Namespace) -> None:
         print(f"{name}: baseline per evaluation " + "; ".join(", ".join(f"{k} {v:.3f}" for k, v in r["phases"].items()) for r in base["runs"]), flush=True)
         # as each problem ends, not only in the table: a run cut short by a time limit keeps its figures
         print(f"{name}: steady state this {per[0]:.3f} s, baseline {per[1]:.3f} s, ratio {per[0] / per[1]:.2f}x", flush=True)
+        print(f"{name}: second-clock rounds per evaluation this {[r.get('clock_rounds') for r in ours['runs']]}, "
+              f"baseline {[r.get('clock_rounds') for r in base['runs']]}", flush=True)
         if args.json:
             args.json.write_text(json.dumps(report, indent=2, default=str))
     starts = {}

@@ -50,11 +50,13 @@ class Evaluation:
         return self.exact
 
     @contextlib.contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        """Add the seconds of the block to `result.phases[name]` (when it ends without raising)."""
+    def phase(self, *names: str) -> Iterator[None]:
+        """Add the seconds of the block to `result.phases[name]` for each name (a phase and, say, the
+        step of it: "timing", "timing_clocks"), when it ends without raising."""
         t0 = time.monotonic()
         yield
-        self.result.phases[name] = round(self.result.phases.get(name, 0.0) + time.monotonic() - t0, 4)
+        for name in names:
+            self.result.phases[name] = round(self.result.phases.get(name, 0.0) + time.monotonic() - t0, 4)
 
     def saw_launches(self, count: int) -> None:
         self.launched = count if self.launched is None else min(self.launched, count)

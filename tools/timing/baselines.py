@@ -41,7 +41,7 @@ def speedups(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
         return None
     assert evaluation.plan is not None, "the blocks step runs first"
     result = evaluation.result
-    with evaluation.phase("timing"):
+    with evaluation.phase("timing", "timing_baselines"):
         result.eager_time = eager_for_speedup(bench, result)  # never slower than a quiet device's (quiet.py)
         result.speedup_vs_eager = speedup(result.eager_time, result.candidate_time)
         result.compile_time = compile_baseline(bench, evaluation.plan)

@@ -54,7 +54,7 @@ def blocks(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
     if not bench.device.startswith("cuda"):
         unavailable(evaluation.result, "unavailable: no GPU (CPU runs use Triton's interpreter; times would mean nothing)")
         return None
-    with evaluation.phase("timing"):
+    with evaluation.phase("timing", "timing_blocks"):
         return _blocks(bench, evaluation)
 
 

@@ -149,7 +149,7 @@ def two_clocks(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
     from tools.wire.cuda_vmm import VmmError
 
     try:
-        with evaluation.phase("timing"):
+        with evaluation.phase("timing", "timing_clocks"):
             return _check(bench, evaluation.worker, evaluation.plan, evaluation)
     except VmmError as exc:  # the parent's own driver calls (tools/wire/stream_ops.py): this machine's fault
         return Failure(Verdict.ERROR, "timing:two-clocks", f"the parent's GPU clock is unavailable here: {exc}")
