@@ -89,6 +89,7 @@ class Evaluator:
                                environment=environment(self.device), cache_dir=self.spawner.cache_dir,
                                copy_ms_per_byte=copy_ms_per_byte, take_worker=self._take_worker)
             self.bench.decide_distributions()  # before any candidate (tools/judge/bench.py)
+            self.bench.decide_float64()  # ... and where the float64 evaluation fits
             if self.bench.timed:
                 self._quiet()  # eager on a quiet device, before any candidate (tools/timing/quiet.py)
         except (WorkerGone, ReferenceLost) as exc:

@@ -44,7 +44,7 @@ def without_candidate(bench: "Bench") -> str | None:
                     return f"the reference's float64 evaluation: {why}"
             elif bench.exact_sampled:  # rows of it, as tools/judge/exact_rows.py asks
                 header, _ = bench.reference.checked(
-                    {"op": "wide", "seed": seed, "distribution": "problem", "rows": [0], "batch": _batch(bench),
+                    {"op": "wide", "seed": seed, "distribution": "problem", "rows": [0], "batch": bench.output_batch,
                      "arena_cap": bench.arena_cap(1, outputs_only=True)}, bench.options.trial_timeout)
                 if header.get("float64_skipped") and "does not fit" in str(header["float64_skipped"]):
                     return f"the reference's float64 rows: {header['float64_skipped']}"
@@ -65,10 +65,3 @@ def without_candidate(bench: "Bench") -> str | None:
         return describe_exception(exc)
     return None
 
-
-def _batch(bench: "Bench") -> int:
-    """The leading size of the problem's first output (the batch rows are drawn from)."""
-    from tools.problem import leaves
-
-    shapes = [o["shape"] for o in leaves(bench.problem.outputs) if o.get("kind") == "tensor" and o.get("shape")]
-    return int(shapes[0][0]) if shapes else 1

@@ -20,6 +20,7 @@ from tools.reward.score import RewardConfig, score_record
 pytestmark = pytest.mark.gpu
 PROBLEM = Path(__file__).parents[1] / "gpu_problems" / "elementwise_8m.py"
 TRANSIENT = Path(__file__).parents[1] / "gpu_problems" / "transient_workspace.py"
+FLOAT64_WORKSPACE = Path(__file__).parents[1] / "gpu_problems" / "float64_workspace.py"
 OFF = frozenset({"import", "private-api"})  # the attacks' weakref and torch.cuda private calls reach the run
 
 
@@ -58,6 +59,28 @@ def test_the_reference_gives_back_a_transient_workspace_before_the_candidate_run
     with Evaluator(TRANSIENT, options) as evaluator:
         result = evaluator.evaluate(source("transient_workspace_ok"))
     assert_ok(result)
+
+
+def test_a_float64_evaluation_starved_of_memory_by_the_candidate_is_its_fault_not_skipped(tmp_path):
+    """The reference's float64 evaluation fit when the evaluator opened (tried there, before any
+    candidate); a candidate holding the card down to 15% free makes it run out of memory. Recorded
+    as "does not fit", that set would be judged by the float32 tolerance alone, and the answer,
+    cached per seed, would leave the next candidates unjudged too (attack50 H1): instead the
+    candidate is charged (rule resource, or its own out-of-memory), and the next one is judged in
+    float64 on every set."""
+    options = EvalOptions(device="cuda:0", timing_budget_s=1.0, trial_timeout=60.0, disabled_rules=OFF,
+                          cache_dir=tmp_path / "ratchet-cache")
+    with Evaluator(FLOAT64_WORKSPACE, options) as evaluator:
+        hog = evaluator.evaluate(source("float64_workspace_hog"))
+        honest = evaluator.evaluate(source("float64_workspace_ok"))
+    assert "does not fit" not in (hog.errors.float64 or ""), describe(hog)
+    assert hog.verdict in (Verdict.REJECTED, Verdict.RUNTIME_ERROR), describe(hog)
+    if hog.verdict is Verdict.REJECTED:
+        assert any(c.name == "resource" and not c.passed for c in hog.checks), describe(hog)
+        assert "float64" in hog.message, describe(hog)
+    assert not score_record(hog).evaluator_fault
+    assert_ok(honest)
+    assert (honest.errors.float64 or "").startswith("judged (") and "does not fit" not in honest.errors.float64, honest.errors
 
 
 def test_gpu_work_queued_after_the_last_sync_does_not_raise_the_speedup(ev):

@@ -66,6 +66,35 @@ class Bench:
         for i in range(len(ROTATION)):
             self.distribution(i, self.seeds[i % len(self.seeds)])
 
+    def decide_float64(self) -> None:
+        """Try the reference's float64 evaluation at every size it will be asked for (the problem's,
+        already tried by decide_distributions(); each held-out variant's; or sampled rows of the
+        batch), before any candidate runs: where it fits now, an out-of-memory later is not the
+        problem's size but the device's memory taken, a fault the evaluator retries and charges
+        (tools/processes/reference.py, Float64Lost). Where it does not fit now, it is recorded as
+        not fitting, as before."""
+        if self.exact:
+            for k in range(len(self.problem.variants)):
+                self.reference_outputs(self.seeds[k % len(self.seeds)], f"variant:{k}", borrow=True)
+        elif self.exact_sampled:
+            from tools.judge.exact_rows import RowSample
+
+            batch = self.output_batch
+            rows = list(range(RowSample(self, {}).rows(batch)))
+            with self.lock:
+                self.reference.checked({"op": "wide", "seed": self.seeds[0], "distribution": "problem", "rows": rows,
+                                        "batch": batch,
+                                        "arena_cap": self.arena_cap(1, outputs_only=True) + 2 * self.problem.output_bytes},
+                                       self.options.trial_timeout)
+
+    @property
+    def output_batch(self) -> int:
+        """The leading size of the problem's first output (the batch that rows are drawn from)."""
+        from tools.problem import leaves
+
+        shapes = [o["shape"] for o in leaves(self.problem.outputs) if o.get("kind") == "tensor" and o.get("shape")]
+        return int(shapes[0][0]) if shapes else 1
+
     def distribution(self, i: int, seed: int) -> str:
         """The input distribution of trial i (chosen on first use: tools/judge/distributions.py)."""
         with self.lock:

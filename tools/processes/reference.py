@@ -21,6 +21,14 @@ class ReferenceLost(Exception):
     """The reference worker died or stopped answering during a request."""
 
 
+class Float64Lost(RuntimeError):
+    """The reference's float64 evaluation ran out of device memory at sizes where it had fit: not the
+    problem's size, the device's memory taken (by a candidate's worker, which the evaluator retries
+    without and then charges under rule `resource`, tools/evaluate.py). Left as "does not fit", the
+    set would be judged by the float32 tolerance alone, where a TF32 product passes (attack50, H1),
+    and the answer, cached per seed, would do the same for every later candidate."""
+
+
 class Reference:
     """The reference worker and what it has computed. Not thread-safe: the evaluator's lock
     guards it."""
@@ -38,6 +46,9 @@ class Reference:
         self.wide: dict[tuple[int, str], tuple[Any, str | None]] = {}
         self.init: tuple[dict[str, Any], bytes] = ({"t": "list", "items": []}, b"")  # get_init_inputs(), encoded
         self.variant_inits: dict[int, tuple[dict[str, Any], bytes]] = {}  # the same, per held-out variant
+        # the sizes ("problem", "variant:K", "rows") whose float64 evaluation has fit on this device;
+        # each tried when the evaluator opens, before any candidate (Bench.decide_float64)
+        self.float64_fit: set[str] = set()
 
     # the worker -----------------------------------------------------------------------
     def build(self) -> None:
@@ -99,10 +110,18 @@ class Reference:
             raise ReferenceLost(f"the reference worker ({self.problem.path.name}) is gone: {exc}") from None
 
     def checked(self, msg: dict[str, Any], timeout: float) -> tuple[dict[str, Any], bytes]:
-        """A request whose error reply is the problem's fault: a ProblemError naming the file."""
+        """A request whose error reply is the problem's fault: a ProblemError naming the file. A
+        float64 evaluation out of device memory at sizes where one has fit raises Float64Lost."""
         header, payload = self.request(msg, timeout)
         if header.get("op") == "error":
             raise ProblemError(f"{self.problem.path.name}: {one_line(header.get('message') or 'the reference failed')}")
+        if msg.get("float64") or msg.get("op") == "wide":
+            sizes = float64_sizes(msg)
+            if header.get("float64_oom") and sizes in self.float64_fit:
+                raise Float64Lost(f"the reference's float64 evaluation ran out of device memory at the {sizes} sizes, "
+                                  "where it had fit")
+            if not header.get("float64_skipped"):
+                self.float64_fit.add(sizes)
         return header, payload
 
     def outputs(self, header: dict[str, Any], payload: bytes) -> Any:
@@ -152,6 +171,15 @@ class Reference:
         """(the float64 outputs, None) of the last outputs_for(seed, dist, float64=True), or (None,
         why not); a borrowed set's are views into the worker's arena, as its outputs are."""
         return self.wide.get((seed, dist), (None, "the reference's float64 outputs were not asked for"))
+
+
+def float64_sizes(msg: dict[str, Any]) -> str:
+    """Which sizes a float64 request is at: "rows" (sampled rows of the batch), "variant:K" (a
+    held-out variant's), or "problem" (a trial's or a timing-pool set's)."""
+    if msg.get("rows") is not None:
+        return "rows"
+    dist = str(msg.get("distribution") or "")
+    return dist if dist.startswith("variant:") else "problem"
 
 
 def one_line(message: str) -> str:

@@ -49,6 +49,17 @@ def wide_model(model: Any) -> Any:
     return twin
 
 
+OUT_OF_MEMORY = "the float64 evaluation does not fit in the device's memory"
+
+
+def skipped(why: str | None) -> dict[str, Any]:
+    """A reply's fields for a float64 evaluation not made: why, and whether the device's memory ran
+    out (the parent tells a problem too large from a candidate's pressure: tools/processes/reference.py)."""
+    if not why:
+        return {}
+    return {"float64_skipped": why, **({"float64_oom": True} if why == OUT_OF_MEMORY else {})}
+
+
 def forward64(twins: dict[int, Any], model: Any, inputs: list[Any], device: Any) -> tuple[Any, str | None]:
     """(outputs in float64, None), or (None, why) when the float64 evaluation cannot be made here.
     `twins` keeps each model's float64 copy (by id) for the worker's later trials."""
@@ -65,7 +76,7 @@ def forward64(twins: dict[int, Any], model: Any, inputs: list[Any], device: Any)
         return out, None
     except torch.OutOfMemoryError:
         torch.cuda.empty_cache()
-        return None, "the float64 evaluation does not fit in the device's memory"
+        return None, OUT_OF_MEMORY
     except (RuntimeError, TypeError, NotImplementedError) as exc:  # an op with no float64 kernel
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return None, f"the reference does not run in float64 ({type(exc).__name__}: {first[:160]})"

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tools.worker.errors import Failure, load_module
+from tools.worker.float64 import skipped
 from tools.worker.worker import Reply, Worker, construct
 
 
@@ -142,7 +143,7 @@ class ReferenceWorker(Worker):
             wide, why = forward64(self.wide_models, model, inputs, self.device)
         outputs, seconds = self.forward(inputs, poison=False, model=model)
         value = [outputs, inputs, wide] if msg.get("float64") else [outputs, inputs]
-        reply = {"op": "outputs", "seconds": seconds, **({"float64_skipped": why} if why else {})}
+        reply = {"op": "outputs", "seconds": seconds, **skipped(why)}
         return self.reply_with(reply, value, int(msg.get("arena_cap") or 0))
 
     def wide(self, msg: dict[str, Any], payload: bytes) -> Reply:
@@ -162,7 +163,7 @@ class ReferenceWorker(Worker):
         rows = msg.get("rows")
         if rows is None:
             wide, why = forward64(self.wide_models, model, inputs, self.device)
-            return self.reply_with({"op": "wide", **({"float64_skipped": why} if why else {})}, [wide],
+            return self.reply_with({"op": "wide", **skipped(why)}, [wide],
                                    int(msg.get("arena_cap") or 0))
         sliced, why = batch_rows(inputs, rows, int(msg["batch"]), msg.get("cut"))
         del inputs
@@ -171,7 +172,7 @@ class ReferenceWorker(Worker):
             wide, why = forward64({}, model, sliced, self.device)
             if wide is not None:
                 narrow, _ = self.forward(sliced, poison=False, model=model)
-        return self.reply_with({"op": "wide", **({"float64_skipped": why} if why else {})}, [wide, narrow],
+        return self.reply_with({"op": "wide", **skipped(why)}, [wide, narrow],
                                int(msg.get("arena_cap") or 0))
 
     def profile(self, msg: dict[str, Any], payload: bytes) -> Reply:
