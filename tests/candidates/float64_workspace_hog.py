@@ -1,6 +1,6 @@
 """Attack (tests/gpu_problems/float64_workspace.py): an honest kernel whose worker holds the card's
-memory down to 15% free from its constructor on, so that the reference's float64 evaluation (30% of
-the card) runs out of memory while the float32 work fits. Left as "does not fit", the sets would be
+memory down to 15% free from its constructor on, so that the reference's float64 evaluation (50% of
+the card, a quarter kept reserved) runs out of memory while the float32 work fits. Left as "does not fit", the sets would be
 judged by the float32 tolerance alone (where a TF32 product passes) for this candidate and, cached
 per seed, for the next ones (attack50, H1). Sound: rule `resource` (or its own out-of-memory)."""
 import torch

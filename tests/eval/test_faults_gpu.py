@@ -21,6 +21,7 @@ pytestmark = pytest.mark.gpu
 PROBLEM = Path(__file__).parents[1] / "gpu_problems" / "elementwise_8m.py"
 TRANSIENT = Path(__file__).parents[1] / "gpu_problems" / "transient_workspace.py"
 FLOAT64_WORKSPACE = Path(__file__).parents[1] / "gpu_problems" / "float64_workspace.py"
+REFERENCE_WORKSPACE = Path(__file__).parents[1] / "gpu_problems" / "reference_workspace.py"
 OFF = frozenset({"import", "private-api"})  # the attacks' weakref and torch.cuda private calls reach the run
 
 
@@ -61,9 +62,22 @@ def test_the_reference_gives_back_a_transient_workspace_before_the_candidate_run
     assert_ok(result)
 
 
+def test_the_reference_keeps_what_its_trials_need_while_a_greedy_candidate_holds_the_card(tmp_path):
+    """The reference's forward needs a transient 20% of the card; the candidate holds all but 8% from
+    its constructor on and computes honestly. The reference reserved its need at the evaluator's
+    open (tools/worker/memory.py), so its trials run and the honest kernel is `ok`: without the
+    reservation the reference ran out of memory and the candidate was charged (rule resource)."""
+    options = EvalOptions(device="cuda:0", timing_budget_s=1.0, trial_timeout=60.0, disabled_rules=OFF,
+                          cache_dir=tmp_path / "ratchet-cache")
+    with Evaluator(REFERENCE_WORKSPACE, options) as evaluator:
+        result = evaluator.evaluate(source("greedy_hold_ok"))
+    assert_ok(result)
+
+
 def test_a_float64_evaluation_starved_of_memory_by_the_candidate_is_its_fault_not_skipped(tmp_path):
-    """The reference's float64 evaluation fit when the evaluator opened (tried there, before any
-    candidate); a candidate holding the card down to 15% free makes it run out of memory. Recorded
+    """The reference's float64 evaluation (a transient half of the card, of which the reference keeps a
+    quarter reserved) fit when the evaluator opened (tried there, before any candidate); a candidate
+    holding the card down to 15% free makes it run out of memory. Recorded
     as "does not fit", that set would be judged by the float32 tolerance alone, and the answer,
     cached per seed, would leave the next candidates unjudged too (attack50 H1): instead the
     candidate is charged (rule resource, or its own out-of-memory), and the next one is judged in

@@ -11,15 +11,11 @@ from typing import Any
 
 from tools.worker.errors import Failure, load_module
 from tools.worker.float64 import skipped
+from tools.worker.memory import DeviceKeep
 from tools.worker.worker import Reply, Worker, construct
 
 
 POOL_KEEP_BYTES = 1 << 30  # timing-pool sets kept while a trial makes a fresh set of its own
-# cached by torch's allocator beyond what is held, at most, around a judging request: this, or this many
-# times the problem's own inputs, outputs and parameters
-CACHE_SLACK_BYTES = 1 << 30
-CACHE_SLACK_TIMES = 4
-
 
 class ReferenceWorker(Worker):
     role = "reference"
@@ -35,18 +31,18 @@ class ReferenceWorker(Worker):
         self.variant_models: dict[int, Any] = {}
         self.own_bytes = 0  # the problem's inputs, outputs and parameters (set by build)
         self.wide_models: dict[int, Any] = {}  # id(model) -> its float64 twin (tools/worker/float64.py)
+        self.memory = DeviceKeep(self.device)  # what it keeps of the device between requests
         if self.device.type == "cuda":
             from tools.worker.worker import prewarm
 
             prewarm(self.device)  # the evaluator's own kernels, compiled by trusted code
 
     def handlers(self):
-        # torch's cache is trimmed before and after every request that runs the model but "gate" (a gated
-        # pass's calls wait on the parent's gate until after the answer, and freeing cached memory
-        # synchronizes the device); "build" gives back all of it when done (`_release`), "load" and
-        # "ceilings" come before any candidate. Only what exceeds the slack goes: with 1 GiB alone, a
-        # 1 GiB problem's eager outputs were freed before every timed block, and honest candidates
-        # failed the second clock on an H200 (its eager passes then read no pass overhead)
+        # around every request that runs the model but "gate", the device memory is settled
+        # (tools/worker/memory.py: what the requests need is kept reserved, at most a quarter of the card,
+        # and what is cached beyond it and the slack given back); not around a gated pass (its calls wait
+        # on the parent's gate until after the answer, and freeing cached memory synchronizes the device);
+        # "build" gives back all of it when done (`_release`); "load" and "ceilings" come before any candidate
         trimmed = {"trial": self.trial, "inputs": self.inputs, "time": self.time, "variant_init": self.variant_init,
                    "wide": self.wide, "profile": self.profile}
         return {**{op: self._trimmed(handler) for op, handler in trimmed.items()},
@@ -54,27 +50,12 @@ class ReferenceWorker(Worker):
 
     def _trimmed(self, handler: Any) -> Any:
         def serve(msg: dict[str, Any], payload: bytes) -> Reply:
-            self._trim()
+            self.memory.before()
             try:
                 return handler(msg, payload)
             finally:
-                self._trim()
+                self.memory.after()
         return serve
-
-    def _trim(self) -> None:
-        """Give back to the device what torch's allocator keeps cached beyond the slack (CACHE_SLACK_BYTES,
-        or CACHE_SLACK_TIMES the problem's own bytes) over what this process holds: memory a request
-        needed only while it ran (a library's workspace).
-        Kept, it is memory the candidate's worker lacks: on an H200, the reference worker of a ResNet
-        BasicBlock (fp32, 64 x 128 x 28 x 28) went from 18 to 140 GiB during an evaluation, and the
-        next candidate workers could not make their CUDA context (the evaluator said `error`)."""
-        if self.device.type != "cuda":
-            return
-        import torch
-
-        slack = max(CACHE_SLACK_BYTES, CACHE_SLACK_TIMES * self.own_bytes)  # a forward's own intermediates stay
-        if torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device) > slack:
-            torch.cuda.empty_cache()
 
     def load(self, msg: dict[str, Any], payload: bytes) -> Reply:
         """Import the problem's file (the first request: a worker is started before its problem is
@@ -105,8 +86,6 @@ class ReferenceWorker(Worker):
     def build(self, msg: dict[str, Any], payload: bytes) -> Reply:
         """Build the problem's Model; describe the problem; hand over the constructor's arguments
         (a candidate never runs the problem's file)."""
-        import torch
-
         from tools.worker.inputs import call_factory
 
         start = time.monotonic()
@@ -125,6 +104,7 @@ class ReferenceWorker(Worker):
         # the first arena is made that large (a second, larger one would be held beside it)
         self.arena_floor = described["input_bytes"] + described["output_bytes"] + (1 << 20)
         own_bytes = self.own_bytes = described["input_bytes"] + described["output_bytes"] + described["param_bytes"]
+        self.memory.own_bytes = own_bytes
         described["variants"], described["variants_dropped"] = self._choose_variants(cls, init_inputs, own_bytes)
         reply = {"op": "built", "seconds": time.monotonic() - start, "problem": described, "init": init_tree}
         self._release()
