@@ -23,7 +23,7 @@ from passthrough import passthrough  # noqa: E402
 
 MODELS = {  # name -> (MODEL, input options)
     "mlp": (f"{HERE}/models.py:make_mlp", ["--inputs", f"{HERE}/models.py:mlp_inputs", "--min-share", "0"]),
-    "block": (f"{HERE}/models.py:Block", ["--shape", "4x128x64", "--min-share", "0"]),
+    "block": (f"{HERE}/models.py:Block", ["--shape", "2x512x64", "--min-share", "0"]),  # long rows: the attention core is most of attn
     "resnet": (f"{HERE}/models.py:BasicBlock", ["--shape", "4x32x16x16:float32", "--min-share", "0"]),
 }
 

@@ -119,6 +119,7 @@ def test_called_the_way_grpo_trainer_calls_it(reward):
         CHEAT_GUARD,
     ]
     n = len(completions)
+    reward(prompts=[prompt], completions=[FAST], problem=[str(PROBLEM)])  # scored once before, whatever ran first
     rewards = reward(prompts=[prompt] * n, completions=completions, completion_ids=[[1, 2, 3]] * n,
                      problem=[str(PROBLEM)] * n, level=[1] * n, trainer_state=None)
     assert isinstance(rewards, list) and len(rewards) == n and all(isinstance(r, float) for r in rewards)
