@@ -90,6 +90,7 @@ class Evaluator:
                                environment=environment(self.device), cache_dir=self.spawner.cache_dir,
                                copy_ms_per_byte=copy_ms_per_byte, take_worker=self._take_worker)
             self._decide_allowed()  # before any candidate
+            self.reference.float64_strict = True  # from now on a candidate may hold the device's memory
             if self.bench.timed:
                 self._quiet()  # eager on a quiet device, before any candidate (tools/timing/quiet.py)
         except (WorkerGone, ReferenceLost) as exc:
