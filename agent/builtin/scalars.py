@@ -92,6 +92,42 @@ def _follow(plan: Plan, value: float, traced_with: Callable[[float], Plan]) -> l
         return None
 
 
+def submodule_ints(model, plan: Plan, traced: set[int], patched: Callable[[Callable[[Any], None]], Plan]) -> list[Fixed]:
+    """A submodule's int settings (or tuples of them) that the fallback's torch calls read and no
+    traced size class follows, such as GroupNorm's num_groups: forward refuses other values (a
+    GroupNorm of 3 groups built with 1 gave wrong outputs, not a refusal). One the traced graph does
+    not read (a Linear's out_features: its weight's shape, which forward checks, says the same) is
+    not baked: the problem traced with it changed alone (`patched(patch)`) is the same plan. A
+    setting that does not trace changed alone is baked."""
+    out = []
+    for prefix, sub in model.named_modules():
+        if not prefix:
+            continue
+        for name, value in sorted(vars(sub).items()):
+            items = value if isinstance(value, tuple) else (value,)
+            if name.startswith("_") or not items or not all(type(v) is int for v in items):
+                continue
+            if all(v <= 1 for v in items) or any(v in traced for v in items):
+                continue
+            varied = tuple(v + 1 for v in items) if isinstance(value, tuple) else value + 1
+
+            def patch(other, prefix=prefix, name=name, varied=varied) -> None:
+                setattr(other.get_submodule(prefix), name, varied)
+            try:
+                unread = _same(plan, patched(patch))
+            except RETRACE_ERRORS:
+                unread = False
+            if not unread:
+                out.append(Fixed(attr_expr(f"{prefix}.{name}"), value))
+    return out
+
+
+def _same(a: Plan, b: Plan) -> bool:
+    """The same plan: its skeleton and every scalar operand."""
+    return _skeleton(a) == _skeleton(b) and all(
+        x.args == y.args for x, y in zip(a.nodes, b.nodes))
+
+
 def _pass(scalars: list[ScalarArg], substitutions: Substitutions, expr: str, value: float,
           found: list[tuple[int, int]]) -> None:
     """`expr` becomes the next kernel parameter, at every position it was `found`."""

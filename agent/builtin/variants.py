@@ -28,7 +28,7 @@ from agent.builtin.ir import Plan, Problem
 from agent.builtin.load import SCALARS, trace
 from agent.builtin.lower import build_plan
 from agent.builtin.scalars import (RETRACE_ERRORS, Fixed, Retrace, ScalarArg, Substitutions, attr_expr, input_numbers,
-                                    module_scalars, substitute)
+                                    module_scalars, submodule_ints, substitute)
 
 
 @dataclass
@@ -106,7 +106,7 @@ def analyse(module, entry: str, model, inputs: list, problem: Problem, plan: Pla
                 type(v) is int and v in traced for v in items):  # a mode, a dim, a flag: not a size
             fixed.append(Fixed(f"self.{name}", value))
     if plan.kind == "fallback":  # its library calls carry the traced ints: a submodule's other settings are baked
-        fixed += _submodule_ints(model, traced)
+        fixed += submodule_ints(model, plan, traced, lambda patch: retrace(init, shapes, patch))
     cache: dict[tuple[str, ...], tuple[Plan, list[tuple[int, ...]]] | None] = {}
 
     def joint(group: tuple[SizeClass, ...]) -> tuple[Plan, list[tuple[int, ...]]] | None:
@@ -141,23 +141,6 @@ def _trace_changed(c: SizeClass, init: list, shapes: list[tuple[int, ...]], retr
     c.varied = odd
     return why
 
-
-def _submodule_ints(model, traced: set[int]) -> list[Fixed]:
-    """A submodule's int settings (or tuples of them) that no traced size class follows, such as
-    GroupNorm's num_groups: the fallback's torch calls pass them as traced, so forward refuses
-    other values (a GroupNorm of 3 groups built with 1 gave wrong outputs, not a refusal)."""
-    out = []
-    for prefix, sub in model.named_modules():
-        if not prefix:
-            continue
-        for name, value in sorted(vars(sub).items()):
-            items = value if isinstance(value, tuple) else (value,)
-            if name.startswith("_") or not items or not all(type(v) is int for v in items):
-                continue
-            if all(v <= 1 for v in items) or any(v in traced for v in items):
-                continue
-            out.append(Fixed(attr_expr(f"{prefix}.{name}"), value))
-    return out
 
 
 def _forward_attributes(source: str, entry: str) -> list[str]:
