@@ -39,7 +39,6 @@ from tools.processes.reference import Reference, ReferenceLost
 from tools.processes.spawner import Spawner
 from tools.record import Result, TimeStats, Verdict, describe_exception
 from tools.timing import baselines, blocks, quiet
-from tools.timing.baseline_cache import BaselineCache
 from tools.timing.plan import plan
 
 if TYPE_CHECKING:
@@ -89,7 +88,8 @@ class Evaluator:
                                distributions=Distributions(self.problem.inputs), builds=self.builds,
                                environment=environment(self.device), cache_dir=self.spawner.cache_dir,
                                copy_ms_per_byte=copy_ms_per_byte, take_worker=self._take_worker)
-            self._decide_allowed()  # before any candidate
+            self.bench.decide_distributions()  # before any candidate (tools/judge/bench.py)
+            self.bench.decide_float64()  # ... and where the float64 evaluation fits
             self.reference.float64_strict = True  # from now on a candidate may hold the device's memory
             if self.bench.timed:
                 self._quiet()  # eager on a quiet device, before any candidate (tools/timing/quiet.py)
@@ -273,28 +273,6 @@ class Evaluator:
             f"Rejected (rule resource): the evaluation failed twice while this candidate ran ({_cause(again)}), and "
             "not without it; a kernel must leave the device's memory and the evaluator's processes alone."))
 
-    def _decide_allowed(self) -> None:
-        """What the problem allows, decided before any candidate (tools/judge/bench.py): the input
-        distributions of its trials and the sizes where its float64 evaluation fits. Kept with the
-        baselines (tools/timing/baseline_cache.py) and read back by the next evaluator of the same
-        problem in the same environment and setting, so that a decision made when no candidate ran
-        stays the decision: an evaluator opened beside another's running candidate (two slots on
-        one card) reads it instead of deciding under that candidate's load."""
-        cache = BaselineCache(self.bench.cache_dir / "baselines")
-        setting = {"precision": self.options.precision, "float64": self.bench.exact, "rows": self.bench.exact_sampled,
-                   "version": ALLOWED_VERSION}
-        found = cache.get_allowed(self.problem.hash, self.bench.environment, setting)
-        fit = found.get("float64_fit") if isinstance(found, dict) else None
-        if isinstance(fit, list) and all(isinstance(x, str) for x in fit) \
-                and self.bench.distributions.restore(found.get("distributions")):
-            self.reference.float64_fit.update(fit)
-            return
-        self.bench.decide_distributions()
-        self.bench.decide_float64()
-        cache.put_allowed(self.problem.hash, self.bench.environment, setting,
-                          {"distributions": self.bench.distributions.decided(),
-                           "float64_fit": sorted(self.reference.float64_fit)})
-
     def _new_result(self, source: str) -> Result:
         env = {**environment(self.device), "sandbox": self.sandbox.isolation()}
         return pending(source, problem=str(self.problem.path), problem_hash=self.problem.hash, environment=env,
@@ -330,7 +308,6 @@ class Evaluator:
             evaluation.result.phases["total"] = round(time.monotonic() - started, 4)
 
 
-ALLOWED_VERSION = 1  # of the decision kept with the baselines (_decide_allowed): a new rule of deciding bumps it
 # exceptions that are ratchet's own mistakes whatever the candidate did: never charged to it (rule
 # resource), always an `error` that shows the bug (a candidate's malformed data is refused before it
 # can raise these; the self-check would pass, and a bug would silently cost every candidate its reward)

@@ -15,7 +15,6 @@ Decided on first use and kept for the evaluator's life, under the lock of its re
 """
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -24,7 +23,6 @@ from tools.problem import ProblemError
 
 ROTATION = ("problem", "shifted", "signed", "stress")
 STRESS_FACTORS = (1000, 100, 10)  # tried largest first: the first is the cap (tools/worker/inputs.py, "stress:F")
-_DECIDED = re.compile(r"problem|shifted|signed:\d+(,\d+)*|stress:\d+")  # a rotation's names once decided
 # (seed, distribution) -> [outputs, inputs after forward] of the reference, possibly read in place
 Outputs = Callable[[int, str], Any]
 
@@ -47,26 +45,6 @@ class Distributions:
                 self._choose_stress(seed, outputs)  # replaced by the largest factor allowed, or dropped
             else:
                 return dist
-
-    def decided(self) -> dict[str, Any]:
-        """The rotation and what was dropped, once every distribution is decided (to be cached)."""
-        return {"names": list(self.names), "dropped": dict(self.dropped)}
-
-    def restore(self, decided: Any) -> bool:
-        """Take a decision cached from an earlier open (decided()); False, and nothing changed, when
-        it is not one: every name decided ("signed:N,M", "stress:F"), in the rotation's order."""
-        if not isinstance(decided, dict):
-            return False
-        names, dropped = decided.get("names"), decided.get("dropped")
-        if not isinstance(names, list) or not isinstance(dropped, dict) or not all(
-                isinstance(n, str) and _DECIDED.fullmatch(n) for n in names) or not all(
-                isinstance(k, str) and isinstance(v, str) for k, v in dropped.items()):
-            return False
-        kinds = [n.partition(":")[0] for n in names]
-        if kinds != [k for k in ROTATION if k in kinds] or "problem" not in kinds:
-            return False
-        self.names, self.dropped = list(names), dict(dropped)
-        return True
 
     def _choose_stress(self, seed: int, outputs: Outputs) -> None:
         """Replace "stress" in the rotation by "stress:F", F the largest of STRESS_FACTORS under which

@@ -1,11 +1,9 @@
-"""A small on-disk cache of what is measured once: torch.compile baselines, device ceilings, and
-what a problem allows (decided on a quiet device when its first evaluator opened: tools/judge/bench.py).
+"""A small on-disk cache of what is measured once: torch.compile baselines and device ceilings.
 
 Layout under the cache directory ($RATCHET_CACHE_DIR, else ~/.cache/ratchet):
 
     compile/<sha256(problem hash, environment fingerprint)>.json   one torch.compile TimeStats
     ceilings/<device fingerprint>.json                             one device's Ceilings
-    allowed/<sha256(problem hash, environment, setting)>.json      its distributions, float64 sizes
 
 One file per entry, so writers never read-modify-write a shared file. Each write goes to a
 temporary file in the same directory and is moved into place with os.replace (atomic on
@@ -142,24 +140,6 @@ class BaselineCache:
     def put_ceilings(self, env: Mapping[str, Any], ceilings: Ceilings) -> Path:
         path = self.ceilings_path(env)
         self._write(path, "ceilings", {}, _subset(env, DEVICE_KEYS), ceilings.to_dict())
-        return path
-
-    # -- what a problem allows: its input distributions and the sizes its float64 evaluation fits
-
-    def allowed_path(self, problem_hash: str, env: Mapping[str, Any], setting: Mapping[str, Any]) -> Path:
-        name = _digest([problem_hash, environment_fingerprint(env), dict(setting)])[:40]
-        return self.root / "allowed" / f"{name}.json"
-
-    def get_allowed(self, problem_hash: str, env: Mapping[str, Any], setting: Mapping[str, Any]) -> Any:
-        """The decision stored by put_allowed() for this problem, environment and `setting` (what the
-        decision depends on besides them: the precision, the float64 options), or None."""
-        key = {"problem_hash": problem_hash, "setting": dict(setting)}
-        return self._read(self.allowed_path(problem_hash, env, setting), "allowed", key, _subset(env, FINGERPRINT_KEYS))
-
-    def put_allowed(self, problem_hash: str, env: Mapping[str, Any], setting: Mapping[str, Any], value: Any) -> Path:
-        path = self.allowed_path(problem_hash, env, setting)
-        key = {"problem_hash": problem_hash, "setting": dict(setting)}
-        self._write(path, "allowed", key, _subset(env, FINGERPRINT_KEYS), value)
         return path
 
     # -- entries
