@@ -38,15 +38,14 @@ def without_candidate(bench: "Bench") -> str | None:
             for k in range(len(bench.problem.variants)):  # the held-out trials' sizes
                 bench.reference_outputs(seed, f"variant:{k}", borrow=True)
             bench.reference_outputs(seed, "problem", borrow=True)
-            if bench.exact:
+            fit = bench.reference.float64_fit  # the sizes its float64 evaluation ran at before
+            if bench.exact and "problem" in fit:
                 wide, why = bench.reference_wide(seed, "problem")
                 if wide is None:
                     return f"the reference's float64 evaluation: {why}"
-            elif bench.exact_sampled:  # rows of it, as tools/judge/exact_rows.py asks
-                header, _ = bench.reference.checked(
-                    {"op": "wide", "seed": seed, "distribution": "problem", "rows": [0], "batch": bench.output_batch,
-                     "arena_cap": bench.arena_cap(1, outputs_only=True)}, bench.options.trial_timeout)
-                if header.get("float64_skipped") and "does not fit" in str(header["float64_skipped"]):
+            elif bench.exact_sampled and "rows" in fit:  # the rows decide_float64 tried when the evaluator opened
+                header = bench.float64_rows(seed)
+                if header.get("float64_skipped"):
                     return f"the reference's float64 rows: {header['float64_skipped']}"
         if bench.device.startswith("cuda"):
             import torch

@@ -77,15 +77,22 @@ class Bench:
             for k in range(len(self.problem.variants)):
                 self.reference_outputs(self.seeds[k % len(self.seeds)], f"variant:{k}", borrow=True)
         elif self.exact_sampled:
-            from tools.judge.exact_rows import RowSample
+            self.float64_rows(self.seeds[0])
 
-            batch = self.output_batch
-            rows = list(range(RowSample(self, {}).rows(batch)))
-            with self.lock:
-                self.reference.checked({"op": "wide", "seed": self.seeds[0], "distribution": "problem", "rows": rows,
-                                        "batch": batch,
-                                        "arena_cap": self.arena_cap(1, outputs_only=True) + 2 * self.problem.output_bytes},
-                                       self.options.trial_timeout)
+    def float64_rows(self, seed: int) -> dict[str, Any]:
+        """The reference in float64 on as many rows of the batch as a sample takes (the first ones,
+        every input along the batch cut): what decide_float64() tries at open and the self-check
+        (tools/selfcheck.py) tries again with no candidate. Its reply header."""
+        from tools.judge.exact_rows import RowSample
+
+        batch = self.output_batch
+        rows = list(range(RowSample(self, {}).rows(batch)))
+        with self.lock:
+            header, _ = self.reference.checked(
+                {"op": "wide", "seed": seed, "distribution": "problem", "rows": rows, "batch": batch,
+                 "arena_cap": self.arena_cap(1, outputs_only=True) + 2 * self.problem.output_bytes},
+                self.options.trial_timeout)
+        return header
 
     @property
     def output_batch(self) -> int:

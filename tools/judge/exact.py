@@ -113,9 +113,9 @@ def _times(a: float, b: float) -> str:
 
 def exact_errors(r64: torch.Tensor, r32: torch.Tensor, cand: torch.Tensor, trim: bool = False) -> ExactErrors:
     """One output's errors against float64: the candidate's and eager's, over the elements where r64
-    and eager's r32 are finite, computed on the tensors' device in float64 with one host sync. With
-    `trim`, each error leaves out its own worst 1 in TRIM elements of every chunk (its norm and its
-    largest are of the rest): the stress trial's near-ties (STRESS, TRIM)."""
+    and eager's r32 are finite, computed on the tensors' device in float64 with one host sync (and one
+    per chunk with `trim`). With `trim`, each error leaves out its own worst 1 in TRIM of the judged elements of every chunk (its
+    norm and its largest are of the rest): the stress trial's near-ties (STRESS, TRIM)."""
     import torch
 
     if r64.is_complex():
@@ -132,8 +132,8 @@ def exact_errors(r64: torch.Tensor, r32: torch.Tensor, cand: torch.Tensor, trim:
         dc = torch.where(finite, c[i:i + CHUNK].to(device=r.device, dtype=torch.float64) - rs, 0.0)
         de = torch.where(finite, es - rs, 0.0)
         dc = torch.where(torch.isnan(dc), math.inf, dc)  # a NaN where float64 is finite: outside any bound
-        if trim:  # (a NaN or Inf left out here is still the float32 comparison's nan-pattern failure)
-            k = max(1, rs.numel() // TRIM)
+        if trim and (k := int(finite.sum()) // TRIM):  # of the elements judged (a NaN or Inf left out here
+            # is still the float32 comparison's nan-pattern failure); a chunk of fewer than TRIM keeps all
             dc, de = (d.index_fill(0, d.abs().topk(k).indices, 0.0) for d in (dc, de))
             trimmed += k
         acc[0] += (dc * dc).sum()

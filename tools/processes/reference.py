@@ -10,11 +10,17 @@ restarting the reference and evaluating that candidate once more, from a fresh w
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
 from tools.problem import ProblemError, ProblemInfo, apply_description
 from tools.processes.process import WorkerGone, WorkerProcess
+
+
+# how a failed allocation reads when it is not torch's OutOfMemoryError (cuBLAS's workspace, the CUDA
+# runtime's, a kernel's local memory): the float64 evaluation's RuntimeError then names it
+MEMORY_ERRORS = re.compile(r"out of memory|ALLOC_FAILED|MemoryAllocation|memory allocation", re.IGNORECASE)
 
 
 class ReferenceLost(Exception):
@@ -120,10 +126,14 @@ class Reference:
             raise ProblemError(f"{self.problem.path.name}: {one_line(header.get('message') or 'the reference failed')}")
         if msg.get("float64") or msg.get("op") == "wide":
             sizes = float64_sizes(msg)
-            if header.get("float64_oom") and self.float64_strict and sizes in self.float64_fit:
-                raise Float64Lost(f"the reference's float64 evaluation ran out of device memory at the {sizes} sizes, "
-                                  "where it had fit")
-            if not header.get("float64_skipped"):
+            skipped = header.get("float64_skipped")
+            # at sizes where it has run, a float64 evaluation that runs out of memory is the device's state,
+            # not the problem's: torch's out-of-memory, or a library's own allocation failing as a plain error
+            lost = header.get("float64_oom") or bool(skipped and MEMORY_ERRORS.search(str(skipped)))
+            if lost and self.float64_strict and sizes in self.float64_fit:
+                raise Float64Lost(f"the reference's float64 evaluation failed at the {sizes} sizes, where it had "
+                                  f"run: {str(skipped)[:200]}")
+            if not skipped:
                 self.float64_fit.add(sizes)
         return header, payload
 

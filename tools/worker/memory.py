@@ -6,11 +6,14 @@ worker lacks: a ResNet block's reference went from 18 to 140 GiB of an H200 duri
 and the next candidate workers could not make their CUDA context. Given back entirely, it is memory
 a candidate may take before the reference's next request, whose out-of-memory is then a fault that
 the evaluator retries and charges to the candidate (rule `resource`), even to an honest one that
-only used the card. So the reference keeps reserved what its requests have needed at their peak,
-at most KEEP_SHARE of the card, and gives back what its allocator caches beyond that (or beyond
-what it holds, when more) plus the slack. The peak is measured from its first judging request on:
-the evaluator's open (the distributions, the float64 sizes, eager on a quiet device) runs before
-any candidate, so what a trial needs is reserved before a candidate can take it.
+only used the card. So the reference keeps what its allocator caches while that is at most what
+its requests have needed at their peak (at most KEEP_SHARE of the card) plus the slack, and gives
+all of it back (torch's empty_cache is all or nothing) when more is cached. The cached segments are
+the ones its requests allocated, so the next request of the same sizes reuses them (the workers
+run with max_split_size_mb:256: a cached segment of 256 MB or more serves only a request within
+20 MB of its size, so a single block set aside ahead would not serve a request's tensors). The
+peak is measured from the first judging request on: the evaluator's open (the distributions, the
+float64 sizes, eager on a quiet device) runs before any candidate.
 """
 from __future__ import annotations
 
@@ -59,19 +62,10 @@ class DeviceKeep:
         return min(self.need, int(KEEP_SHARE * torch.cuda.get_device_properties(self.device).total_memory))
 
     def settle(self) -> None:
-        """Give back what is cached beyond the slack over what is held or kept; then reserve up to
-        what is kept, as one cached block the allocator splits for the next request's tensors."""
+        """Give back what is cached when it is more than the slack over what is held or kept."""
         import torch
 
-        keep = self.keep()
         slack = max(CACHE_SLACK_BYTES, CACHE_SLACK_TIMES * self.own_bytes)
         reserved, held = torch.cuda.memory_reserved(self.device), torch.cuda.memory_allocated(self.device)
-        if reserved - max(keep, held) > slack:
+        if reserved - max(self.keep(), held) > slack:
             torch.cuda.empty_cache()
-            reserved = torch.cuda.memory_reserved(self.device)
-        if reserved < keep:
-            try:
-                block = torch.empty(keep - reserved, dtype=torch.uint8, device=self.device)
-            except torch.OutOfMemoryError:  # the device is short now: a request that needs it will say so
-                return
-            del block  # freed to torch's cache, which keeps it reserved for this process
