@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tools.judge.exact import EXACT_DTYPES, exact_errors, outside, tree_tensors
+from tools.processes.reference import clone_tree
 
 if TYPE_CHECKING:
     from tools.judge.exact import ExactJudge
@@ -81,14 +82,16 @@ class RowSample:
         """(why the rows are outside the bound, or None; whether any output was judged) for one cut."""
         import torch
 
-        header, payload = self.bench.reference.checked(
-            {"op": "wide", **self.source, "rows": rows, "batch": batch, "cut": plan,
-             "arena_cap": self.bench.arena_cap(1, outputs_only=True) + 2 * self.bench.problem.output_bytes},
-            self.bench.options.trial_timeout)
-        if header.get("float64_skipped"):
-            judge.skipped[key] = f"sampled rows: {header['float64_skipped']}"
-            return None, False
-        wide, narrow = self.bench.reference.outputs(header, payload)
+        with self.bench.lock:  # the reference worker is one pipe; evaluations at once take turns (re-entrant)
+            header, payload = self.bench.reference.checked(
+                {"op": "wide", **self.source, "rows": rows, "batch": batch, "cut": plan,
+                 "arena_cap": self.bench.arena_cap(1, outputs_only=True) + 2 * self.bench.problem.output_bytes},
+                self.bench.options.trial_timeout)
+            if header.get("float64_skipped"):
+                judge.skipped[key] = f"sampled rows: {header['float64_skipped']}"
+                return None, False
+            wide, narrow = self.bench.reference.outputs(header, payload)  # views into its arena: copied below
+            wide, narrow = clone_tree(wide), clone_tree(narrow)
         wide, narrow = dict(tree_tensors(wide)), dict(tree_tensors(narrow))
         judged_any = False
         for path, ref_rows, out_rows in cut:
