@@ -64,3 +64,11 @@ def test_the_distributions_are_decided_before_any_candidate(cache_dir):
     with evaluator("sqrt_only", cache_dir) as ev:
         assert ev.distributions == ["problem", "shifted", "stress:1000"]
         assert list(ev.dropped) == ["signed"]
+
+
+def test_a_reference_out_of_memory_does_not_drop_a_distribution(tmp_path):
+    """The reference runs out of device memory on shifted inputs (another process holds the card as
+    the evaluator opens): the distribution is not what failed, and a drop would weaken every trial
+    of the evaluator's life, so it stays in the rotation."""
+    with evaluator("oom_when_shifted", tmp_path) as ev:
+        assert "shifted" not in ev.dropped, ev.dropped

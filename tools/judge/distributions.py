@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tools.judge.trial_checks import nonfinite
+from tools.processes.reference import MEMORY_ERRORS
 from tools.problem import ProblemError
 
 ROTATION = ("problem", "shifted", "signed", "stress")
@@ -87,7 +88,9 @@ def _breaks(outputs: Outputs, seed: int, dist: str) -> bool:
     of values outside [0, 1]) where it is finite on the problem's own inputs."""
     try:
         out, _ = outputs(seed, dist)
-    except ProblemError:  # the reference raised on these inputs; on its own ones it must not
+    except ProblemError as exc:  # the reference raised on these inputs; on its own ones it must not
+        if MEMORY_ERRORS.search(str(exc)):  # the device's memory, taken by another process, not these inputs:
+            return False  # the distribution stays (dropped, it would weaken every trial of this evaluator)
         outputs(seed, "problem")
         return True
     if not nonfinite(out):
