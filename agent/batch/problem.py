@@ -17,7 +17,10 @@ correctness trials it passed), `distributions` (their input distributions, each 
 (agent/cost.py): `cost_usd`, the agent run's dollars over every session of it (None: no price for
 its model; 0.0 for the built-in policy, which spends no tokens), and `price`, the price it was
 charged at (input, output, cached_input per million tokens, and where it came from; None without
-one). Rows before schema 4 have neither: the report reads their cost as "not recorded".
+one). Rows before schema 4 have neither: the report reads their cost as "not recorded". Schema 5
+added `judge_s`, the seconds the agent run's evaluator spent judging candidates (every session of
+it), and `judge_share`, that over the run's wall time (`agent_wall_s`): how busy the problem's GPU
+was at most (issue 40); None in earlier rows and where the run has no wall time.
 """
 from __future__ import annotations
 
@@ -33,7 +36,7 @@ from typing import Any
 
 from tools.record import Verdict
 
-ROW_SCHEMA = 4
+ROW_SCHEMA = 5
 
 
 def problem_key(path: Path) -> str:
@@ -160,6 +163,7 @@ def agent_row(spec: dict[str, Any], log: Callable[[str], None], *, problem: Path
         "model_calls": s["model_calls"], "agent_wall_s": s["wall_s"], "model": s["model"], "run_id": s["run_id"],
         "stop_reason": s["stop_reason"], "error": error, "workspace": s["workspace"], "best_path": s["best_path"],
         "precision": config.precision, "cost_usd": s.get("cost_usd"), "price": s.get("price"),
+        "judge_s": s.get("judge_s"), "judge_share": s.get("judge_share"),
     }
     if store is None:
         row.update(_baseline_times(Path(s["workspace"]), best.get("attempt")))
@@ -245,7 +249,7 @@ def _complete_row(row: dict[str, Any]) -> dict[str, Any]:
                 "evaluator_faults", "format_errors", "tokens", "model_calls", "agent_wall_s", "model", "run_id",
                 "stop_reason", "workspace", "best_path", "device_s", "executor", "node", "warm_workers", "precision",
                 "generalizes", "library", "attempts_to_correct", "trials", "distributions", "heldout", "cost_usd",
-                "price"):
+                "price", "judge_s", "judge_share"):
         row.setdefault(key, None)
     for key in ("attempts", "attempts_used", "correct_attempts", "evaluator_faults", "format_errors", "tokens",
                 "model_calls"):

@@ -134,6 +134,7 @@ def headline(rows: list[dict[str, Any]]) -> dict[str, Any]:
     kept = [r["problem"] for r in rows if kept_eager(r)]
     not_general = [r["problem"] for r in rows if r.get("correct") and r.get("generalizes") is False]
     library = [r["problem"] for r in rows if r.get("correct") and r.get("library") is True]
+    spans = [span for r in rows if (span := judged(r)) is not None]
     out: dict[str, Any] = {
         "problems": n, "correct": correct, "fraction_correct": correct / n if n else None,
         "timing_measured": bool(measured), "timed": len(measured),
@@ -155,6 +156,9 @@ def headline(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "cost_no_price_problems": [r["problem"] for r in rows if cost_cell(r) == NO_PRICE],
         "cost_no_price_tokens": sum(r.get("tokens") or 0 for r in rows if cost_cell(r) == NO_PRICE),
         "cost_not_recorded": sum(cost_cell(r) == COST_NOT_RECORDED for r in rows),
+        # the evaluators' busy time against the agents' wall time, over the rows that record it (schema 5)
+        "judge_s": round(sum(j for j, _ in spans), 3) if spans else None,
+        "judge_share": round(sum(j for j, _ in spans) / sum(w for _, w in spans), 4) if spans else None,
     }
     if not measured or not n:
         return out
@@ -209,6 +213,14 @@ def one_problem(row: dict[str, Any]) -> str:
 
 
 COST_NOT_RECORDED = "not recorded"
+
+
+def judged(row: dict[str, Any]) -> tuple[float, float] | None:
+    """(seconds the row's evaluator judged, the agent run's wall seconds), where the row records both."""
+    j, wall = row.get("judge_s"), row.get("agent_wall_s")
+    if isinstance(j, (int, float)) and isinstance(wall, (int, float)) and wall > 0:
+        return float(j), float(wall)
+    return None
 
 
 def cost_known(row: dict[str, Any]) -> bool:
@@ -303,6 +315,9 @@ def headline_lines(run: Run) -> list[str]:
     gpu = gpu_cost_line(run)
     if gpu:
         lines.append(f"GPU cost:                         {gpu}")
+    if h["judge_share"] is not None:
+        lines.append(f"judging:                          {_pct(h['judge_share'])} of the agents' wall time "
+                     f"({h['judge_s']:.1f} s in the evaluators: the GPUs were busy at most that long)")
     if h["evaluator_faults"]:
         lines.append(f"evaluator faults:                 {h['evaluator_faults']}/{n} never judged "
                      f"({', '.join(h['evaluator_fault_problems'])}): ratchet failed, not the model; "

@@ -24,6 +24,7 @@ after an evaluator fault, verdict error: that source was never judged, and is ev
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any, cast
 
@@ -81,12 +82,14 @@ def compile(state: AgentState, runtime: Node) -> dict[str, Any]:  # noqa: A001 (
         record = ctx.repo.record(done)
         attempt = done
     else:
+        started = time.monotonic()
         try:
             result = ctx.evaluator.evaluate(source)
         except Exception as exc:  # noqa: BLE001 - an evaluator fault is an attempt with verdict error, not the run's end
             ctx.log(f"evaluator fault: {describe_exception(exc)}")
             result = fault_result(exc, problem=state["problem"], source=source)
             result.problem_hash = state["problem_hash"]
+        updates["judge_s"] = state.get("judge_s", 0.0) + (time.monotonic() - started)
         attempt = ctx.repo.commit_attempt(source, result, model=ctx.model.name, run_id=state["run_id"],
                                           summary=change_summary(state), trajectory=trajectory_text(state, ctx),
                                           spend={"tokens": tokens, "cost_usd": cost, "run_cost_usd": spend(turns)[1]})

@@ -161,6 +161,9 @@ def run_summary(state: AgentState, repo, *, error: ModelError | None = None) -> 
         # the run's dollars, every session of it (agent/cost.py): None where it has no price, 0 for the built-in policy
         "cost_usd": spend(state.get("usage") or [])[1],
         "wall_s": round(state.get("wall_s", 0.0), 3),
+        # the evaluator's share of the run's wall time (issue 40: how busy the GPU was, at most)
+        "judge_s": round(state.get("judge_s", 0.0), 3),
+        "judge_share": round(state.get("judge_s", 0.0) / state["wall_s"], 4) if state.get("wall_s") else None,
     }
 
 

@@ -84,6 +84,7 @@ class AgentState(TypedDict, total=False):
     since_improvement: int
     baseline: dict[str, Any]  # eager/compile/floor times as the evaluator last reported them
     wall_s: float  # time spent in this run over all sessions
+    judge_s: float  # ... of it, in the evaluator judging candidates (its GPU busy at most this long)
     stop_reason: str | None
 
 
@@ -93,7 +94,7 @@ def initial_state(*, run_id: str, problem: str, problem_hash: str, entry: str, l
         run_id=run_id, problem=problem, problem_hash=problem_hash, entry=entry, language=language,
         model=model, workspace=workspace, messages=[], usage=[], tokens_used=0, billed_turns=0, proposal=None, record=None,
         latest=None, phases={}, improved=False, attempts=[], best=None, attempts_used=0, format_errors=0,
-        since_improvement=0, baseline=baseline, wall_s=0.0, stop_reason=None,
+        since_improvement=0, baseline=baseline, wall_s=0.0, judge_s=0.0, stop_reason=None,
     )
 
 

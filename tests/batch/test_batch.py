@@ -105,7 +105,10 @@ def test_cpu_batch_killed_and_resumed(batch_env, tmp_path, capsys):
     assert latest[B]["resumed"] is True and latest[C]["resumed"] is False
     for name in (A, B, C):  # row schema 4: the run's dollars over every session (B's too), as its attempts say
         row = latest[name]
-        assert row["schema"] == 4 and row["price"]["input"] == 2.0
+        assert row["schema"] == 5 and row["price"]["input"] == 2.0
+        # schema 5: the seconds its evaluator judged, within the run's wall time (every session of it)
+        assert 0 < row["judge_s"] <= row["agent_wall_s"] and row["judge_share"] == pytest.approx(
+            row["judge_s"] / row["agent_wall_s"], abs=1e-3)
         assert row["cost_usd"] == pytest.approx(row["tokens"] * 2e-6)
         with Workspace(tmp_path / "ws").open_existing(SUITE / f"{name}.py") as repo:
             attempts = repo.attempts()

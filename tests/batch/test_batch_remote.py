@@ -102,7 +102,7 @@ def test_remote_run_commits_in_the_driver_workspace_as_it_goes(remote_env, tmp_p
         row = run_remote_problem(driver.spec(server), driver.channel)
     lines = driver.agent_log()
     assert row["status"] == "finished" and row["correct"] and row["verdict"] == "ok", row.get("error") or row
-    assert row["schema"] == ROW_SCHEMA == 4 and row["executor"] == "ray" and row["node"] == "node-7"
+    assert row["schema"] == ROW_SCHEMA == 5 and row["executor"] == "ray" and row["node"] == "node-7"
     assert row["attempts"] == 2 and row["best_attempt"] == 2 and row["resumed"] is False
     assert row["workspace"] == str(driver.ws / A) and row["path"] == str(driver.problem.resolve())
     # attempt 1 was in the driver's workspace when the model was asked for its second kernel
@@ -292,7 +292,7 @@ def test_report_reads_rows_of_every_schema(tmp_path, capsys):
            "attempts": 2, "tokens": 10, "device_s": 1.0, "device": "cpu"}
     new = crashed_row({"key": "2_new", "problem": "/x/2_new.py", "device": "cpu", "executor": "ray", "node": "n1"},
                       "node died", 3.0)
-    assert new["schema"] == ROW_SCHEMA == 4 and new["executor"] == "ray" and new["node"] == "n1"
+    assert new["schema"] == ROW_SCHEMA == 5 and new["executor"] == "ray" and new["node"] == "n1"
     assert new["trials"] is None and new["attempts_to_correct"] is None  # schema 3's fields, in every row
     log = RunLog(run / "results.jsonl")
     log.append(old)

@@ -283,3 +283,18 @@ def test_gpu_dollars_only_with_a_gpu_price_and_apart_from_the_model_cost(tmp_pat
     load = load_run(run)
     load.gpu_price_per_hour = 2.1
     assert "GPU cost (time held)" in render_html(load)
+
+
+def test_the_evaluators_share_of_the_agents_wall_time(tmp_path, capsys):
+    """Row schema 5: each run's judging seconds; the headline sums them against the runs' wall
+    time, over the rows that record both (issue 40: how busy the GPUs were, at most)."""
+    rows = [row("1_a", schema=5, judge_s=30.0, agent_wall_s=100.0, judge_share=0.3),
+            row("2_b", schema=5, judge_s=10.0, agent_wall_s=100.0, judge_share=0.1),
+            row("3_old", schema=4)]
+    run = write_run(tmp_path, rows)
+    h = headline(load_run(run).rows)
+    assert h["judge_s"] == 40.0 and h["judge_share"] == pytest.approx(0.2)
+    assert main(["report", str(run), "--no-html"]) == 0
+    assert ("judging:                          20.0% of the agents' wall time (40.0 s in the evaluators: the GPUs "
+            "were busy at most that long)") in capsys.readouterr().out
+    assert headline([row("3_old", schema=4)])["judge_share"] is None  # rows before schema 5: not known
