@@ -33,6 +33,13 @@ def ev(tmp_path_factory):
         yield evaluator
 
 
+def fresh(problem: Path, tmp_path: Path) -> Evaluator:
+    """An evaluator of its own for a memory test: its reference's needs measured from its open."""
+    options = EvalOptions(device="cuda:0", timing_budget_s=1.0, trial_timeout=60.0, disabled_rules=OFF,
+                          cache_dir=tmp_path / "ratchet-cache")
+    return Evaluator(problem, options)
+
+
 def test_filling_device_memory_after_answering_is_the_candidates_fault(ev):
     """Whichever process runs out first: the candidate's own next allocation (its runtime_error, as
     on an H200 in stop 45), or the evaluator's side (rule resource, after the retry and the
@@ -55,9 +62,7 @@ def test_the_reference_gives_back_a_transient_workspace_before_the_candidate_run
     before it answers): both fit one after the other, so the honest candidate is `ok`. Kept cached by
     the reference worker's allocator, the 60% left the candidate too little (its out-of-memory: a
     ResNet BasicBlock's candidates on an H200, whose workers could not even start)."""
-    options = EvalOptions(device="cuda:0", timing_budget_s=1.0, trial_timeout=60.0, disabled_rules=OFF,
-                          cache_dir=tmp_path / "ratchet-cache")
-    with Evaluator(TRANSIENT, options) as evaluator:
+    with fresh(TRANSIENT, tmp_path) as evaluator:
         result = evaluator.evaluate(source("transient_workspace_ok"))
     assert_ok(result)
 
@@ -67,9 +72,7 @@ def test_the_reference_keeps_what_its_trials_need_while_a_greedy_candidate_holds
     its constructor on and computes honestly. The reference reserved its need at the evaluator's
     open (tools/worker/memory.py), so its trials run and the honest kernel is `ok`: without the
     reservation the reference ran out of memory and the candidate was charged (rule resource)."""
-    options = EvalOptions(device="cuda:0", timing_budget_s=1.0, trial_timeout=60.0, disabled_rules=OFF,
-                          cache_dir=tmp_path / "ratchet-cache")
-    with Evaluator(REFERENCE_WORKSPACE, options) as evaluator:
+    with fresh(REFERENCE_WORKSPACE, tmp_path) as evaluator:
         result = evaluator.evaluate(source("greedy_hold_ok"))
     assert_ok(result)
 
@@ -82,9 +85,7 @@ def test_a_float64_evaluation_starved_of_memory_by_the_candidate_is_its_fault_no
     cached per seed, would leave the next candidates unjudged too (attack50 H1): instead the
     candidate is charged (rule resource, or its own out-of-memory), and the next one is judged in
     float64 on every set."""
-    options = EvalOptions(device="cuda:0", timing_budget_s=1.0, trial_timeout=60.0, disabled_rules=OFF,
-                          cache_dir=tmp_path / "ratchet-cache")
-    with Evaluator(FLOAT64_WORKSPACE, options) as evaluator:
+    with fresh(FLOAT64_WORKSPACE, tmp_path) as evaluator:
         hog = evaluator.evaluate(source("float64_workspace_hog"))
         honest = evaluator.evaluate(source("float64_workspace_ok"))
     assert "does not fit" not in (hog.errors.float64 or ""), describe(hog)
