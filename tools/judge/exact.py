@@ -114,8 +114,9 @@ def _times(a: float, b: float) -> str:
 def exact_errors(r64: torch.Tensor, r32: torch.Tensor, cand: torch.Tensor, trim: bool = False) -> ExactErrors:
     """One output's errors against float64: the candidate's and eager's, over the elements where r64
     and eager's r32 are finite, computed on the tensors' device in float64 with one host sync (and one
-    per chunk with `trim`). With `trim`, each error leaves out its own worst 1 in TRIM of the judged elements of every chunk (its
-    norm and its largest are of the rest): the stress trial's near-ties (STRESS, TRIM)."""
+    per chunk with `trim`). With `trim`, each error leaves out its own worst 1 in TRIM of the judged
+    elements of every chunk (its norm and its largest are of the rest): the stress trial's near-ties
+    (STRESS, TRIM)."""
     import torch
 
     if r64.is_complex():
