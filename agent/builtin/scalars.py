@@ -54,9 +54,7 @@ def module_scalars(model, plan: Plan, init: list, shapes: list[tuple[int, ...]],
                 continue
 
             def patched(varied: float, prefix=prefix, name=name) -> Plan:
-                def patch(other) -> None:
-                    setattr(other.get_submodule(prefix), name, varied)
-                return retrace(init, shapes, patch)
+                return retrace(init, shapes, setting(prefix, name, varied))
 
             expr = attr_expr(f"{prefix}.{name}" if prefix else name)
             found = _follow(plan, value, patched)
@@ -110,16 +108,20 @@ def submodule_ints(model, plan: Plan, traced: set[int], patched: Callable[[Calla
             if all(v <= 1 for v in items) or any(v in traced for v in items):
                 continue
             varied = tuple(v + 1 for v in items) if isinstance(value, tuple) else value + 1
-
-            def patch(other, prefix=prefix, name=name, varied=varied) -> None:
-                setattr(other.get_submodule(prefix), name, varied)
             try:
-                unread = _same(plan, patched(patch))
+                unread = _same(plan, patched(setting(prefix, name, varied)))
             except RETRACE_ERRORS:
                 unread = False
             if not unread:
                 out.append(Fixed(attr_expr(f"{prefix}.{name}"), value))
     return out
+
+
+def setting(prefix: str, name: str, value: Any) -> Callable[[Any], None]:
+    """A patch for a retrace: the submodule at `prefix` (the module itself for "") given `name` = `value`."""
+    def patch(other: Any) -> None:
+        setattr(other.get_submodule(prefix), name, value)
+    return patch
 
 
 def _same(a: Plan, b: Plan) -> bool:
