@@ -242,8 +242,10 @@ def _vary(classes: list[SizeClass], shapes: list[tuple[int, ...]], init: list) -
 def _split(classes: list[SizeClass], init: list, shapes: list[tuple[int, ...]], input_names: list[str],
            retrace: Retrace) -> list[SizeClass]:
     """Sizes equal only by coincidence (a square matrix, H == W, in_features == out_features) are
-    separate classes: an input dim of a class that traces changed alone is a class of its own, and
-    a constructor argument the rest trace without leaves the class; the rest stay together."""
+    separate classes: an input dim of a class that traces changed alone is a class of its own; the
+    rest are split by their position among the dims (q, k, v's batch apart from their head dim, both
+    64) where each such group traces changed alone; a constructor argument the rest trace without
+    leaves the class; the rest stay together."""
     out: list[SizeClass] = []
     for c in classes:
         if len(c.inputs) < 2 and not c.init:  # one input dim (with a constructor int of the same value: split)
@@ -258,6 +260,7 @@ def _split(classes: list[SizeClass], init: list, shapes: list[tuple[int, ...]], 
                 rest.append((i, d))
                 continue
             out.append(alone)
+        rest = _split_by_position(c, rest, init, shapes, input_names, retrace, out)
         if rest:  # those that must change together (a batch shared by inputs), with the constructor's
             init_kept = list(c.init)
             for k in c.init:  # a constructor argument that traces unchanged is another size (in == out)
@@ -269,6 +272,28 @@ def _split(classes: list[SizeClass], init: list, shapes: list[tuple[int, ...]], 
                 init_kept.remove(k)
             out.append(_of_inputs(c.value, c.varied, rest, init_kept, input_names))
     return out
+
+
+def _split_by_position(c: SizeClass, rest: list[tuple[int, int]], init: list, shapes: list[tuple[int, ...]],
+                       input_names: list[str], retrace: Retrace, out: list[SizeClass]) -> list[tuple[int, int]]:
+    """The dims of `rest` (none traces changed alone) grouped by their position counted from the
+    end (a head dim is last whatever the rank): each group that traces changed alone, with the rest
+    unchanged, joins `out` as a class of its own; the dims left are returned."""
+    groups: dict[int, list[tuple[int, int]]] = {}
+    for i, d in rest:
+        groups.setdefault(d - len(shapes[i]), []).append((i, d))
+    if len(groups) < 2:
+        return rest
+    left = list(rest)
+    for group in groups.values():
+        trial = _of_inputs(c.value, c.varied, group, [], input_names)
+        try:
+            retrace(*_changed(init, shapes, [trial]))
+        except RETRACE_ERRORS:
+            continue
+        out.append(trial)
+        left = [x for x in left if x not in group]
+    return left
 
 
 def _changed(init: list, shapes: list[tuple[int, ...]], group: list[SizeClass]) -> tuple[list, list[tuple[int, ...]]]:
