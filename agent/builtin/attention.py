@@ -93,8 +93,10 @@ def render(plan: Plan, problem: Problem, config: dict[str, Any], ctx: Context) -
     mask_scale = repr(float(node.attrs.get("mask_factor", 1.0)) * math.log2(math.e))
     # the tile was chosen at this problem's head dims; wider heads (another model's) shrink it at
     # run time until it holds no more elements in shared memory than here, where it compiled
+    # (the problem's head dims, also where agent.builtin.general renders the plan traced at others)
     q_parts = 2 if q.dtype == "torch.float32" else 1  # as _smem counts them: 3xTF32's two parts of q
-    tuned_elems = _smem(config["BLOCK_M"], config["BLOCK_N"], max(16, pow2(q.shape[-1])), max(16, pow2(v.shape[-1])),
+    _, q0, _, v0 = _attention(ctx.origin or plan)
+    tuned_elems = _smem(config["BLOCK_M"], config["BLOCK_N"], max(16, pow2(q0.shape[-1])), max(16, pow2(v0.shape[-1])),
                         1, config["num_stages"], split=q_parts == 2)
     return render_template("attention.py.j2", dot=dot, precision_note=note, causal=bool(node.attrs["causal"]),
                            qk_scale=qk_scale, mask=mask is not None, mask_code=mask_code, mask_scale=mask_scale,

@@ -49,7 +49,8 @@ def draft_general(plan: Plan, problem: Problem, config: dict[str, Any], render: 
             # the kernel's structure depends on the size, which stays fixed; `config` is not its family's
             raise Unrecognized(f"at other sizes the problem is a {p.kind} plan, not a {plan.kind} one")
         ctx = Context(guards=guard_lines(problem, variants, shapes, free), i64=i64, general=bool(free),
-                      strict=strict, notes=notes(problem, variants, free), sizes=sizes)
+                      strict=strict, notes=notes(problem, variants, free), sizes=sizes,
+                      origin=plan)
         return render(p, problem, config, ctx)
 
     def one(c: SizeClass | None, free: list[SizeClass], sizes: list[tuple[str, str]]) -> str:

@@ -32,6 +32,9 @@ class Context:
     strict: bool = True  # decline shapes that would be slow (only for the problem's own plan)
     notes: list[str] = field(default_factory=list)  # ModelNew's docstring: what may vary
     sizes: list[tuple[str, str]] = field(default_factory=list)  # kernel size parameters: (name, forward's expression)
+    # the plan at the problem's own sizes, for what a template tunes there whatever sizes it renders
+    # (attention's shared-memory budget): None when that is the plan being rendered
+    origin: Plan | None = None
 
 
 @lru_cache(maxsize=1)
