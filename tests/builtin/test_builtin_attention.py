@@ -7,6 +7,7 @@ that are not powers of two; the same draft at another batch size, sequence lengt
 not fused is declined with a reason; float32 configurations never use plain TF32."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -110,6 +111,25 @@ def test_the_draft_is_correct_at_another_batch_size_and_sequence_length(tmp_path
     ref, ours = load_module(path).Model(), load_module(candidate).ModelNew()
     torch.manual_seed(5)
     for shape in ((3, 3, 21, 16), (1, 3, 70, 16), (2, 3, 21, 9)):  # and another head dim (1/sqrt(d) at run time)
+        xs = [torch.randn(shape) for _ in range(3)]
+        torch.testing.assert_close(ours(*xs), ref(*xs), rtol=1e-5, atol=1e-5)
+
+
+def test_a_head_dim_equal_to_the_batch_or_past_another_power_of_two_is_read_at_run_time(tmp_path):
+    """Batch and head dim both 16 are two sizes (their positions differ), and a head dim that takes
+    another power of two of blocks keeps the tile budget of the draft's: the draft fixes neither."""
+    body = FORMS["written"][0]
+    path = _problem(tmp_path, "tied", body, *["torch.randn(16, 37, 16)"] * 3)
+    rec = recognize(path)
+    assert rec.plan is not None, rec.reason
+    source = codegen.draft(rec.plan, rec.problem, search.space(rec.plan)[0])
+    checked = re.findall(r"expected = \((.*)\)", source)
+    assert checked and not any(re.search(r"\b\d+\b", shape) for shape in checked), checked  # every size an input's
+    candidate = tmp_path / "tied_candidate.py"
+    candidate.write_text(source)
+    ref, ours = load_module(path).Model(), load_module(candidate).ModelNew()
+    torch.manual_seed(6)
+    for shape in ((5, 37, 16), (16, 21, 40), (3, 21, 9)):
         xs = [torch.randn(shape) for _ in range(3)]
         torch.testing.assert_close(ours(*xs), ref(*xs), rtol=1e-5, atol=1e-5)
 
