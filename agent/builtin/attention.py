@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from agent.builtin.attention_match import match
 from agent.builtin.registry import Family, register
 from agent.builtin.ir import Leaf, Node, Plan, Problem, Unrecognized
 from agent.builtin.configs import SMEM_BYTES, SMS, dots, pow2, unique
@@ -156,4 +157,4 @@ def _smem(bm: int, bn: int, block_d: int, block_dv: int, size: int, stages: int,
     return (bm * block_d * (2 if split else 1) + stages * bn * (block_d + block_dv)) * size + (bm * bn * 4 if masked else 0)
 
 
-FAMILY = register(Family(kind="attention", render=render, space=space))  # planned by agent.builtin.attention_match
+FAMILY = register(Family(kind="attention", render=render, space=space, match=match))

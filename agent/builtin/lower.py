@@ -11,7 +11,7 @@ from typing import Any
 from agent.builtin.aten import lower_op
 from agent.builtin.builder import Builder, Unusable, returned
 from agent.builtin.classify import classify
-from agent.builtin.registry import fallback_plan
+from agent.builtin.registry import fallback_plan, matched_plan
 from agent.builtin.ir import FLOAT_DTYPES, LEAF_DTYPES, Leaf, NoTemplate, Plan, Problem, Unrecognized, no_template
 
 # aten glue ops replayed in torch on a leaf (views and copies; see tools.guard.ops.GLUE_OPS)
@@ -62,11 +62,9 @@ def build_plan(traced, problem: Problem) -> Plan:
 def _family_plan(traced, problem: Problem) -> Plan:
     import torch
 
-    from agent.builtin.attention_match import match as match_attention
-
-    attention = match_attention(traced)  # softmax(q kᵀ) v: one fused kernel (agent.builtin.attention)
-    if attention is not None:
-        return attention
+    matched = matched_plan(traced)  # softmax(q kᵀ) v, a cross-entropy: one kernel each, read off the graph
+    if matched is not None:
+        return matched
     graph, param_names, n_inputs = traced
     b = Builder(problem)
     env: dict[Any, Any] = {}  # fx node -> ref | ("leafsrc", kind, ref, glue) | tuple of refs

@@ -10,11 +10,14 @@ A family module ends with `FAMILY = register(Family(kind=..., render=..., space=
 - `from_graph(traced, problem, why) -> Plan`: a family that drafts what no other does (the
   fallback, agent.builtin.fallback): agent.builtin.lower hands it the traced graph when its own
   walk or the classifier raises Unrecognized (`why`), through `fallback_plan`;
+- `match(traced) -> Plan | None`: a family recognized on the traced aten graph itself, before it
+  is lowered to the IR (attention, cross-entropy): its plan, None when the graph is not its kind,
+  Unrecognized (one line) when it is with something the kernel does not compute;
 - `claims` and `classify`: the IR ops whose presence makes a plan of this kind (a convolution, a
   pooling window, a scan, an arg-reduction), and the classifier that makes it from the traced
   nodes; agent.builtin.classify asks the claiming families in `rank` order before its own
   reductions, products and elementwise plans. A kind made elsewhere (the reductions and products
-  by agent.builtin.classify, attention by agent.builtin.attention_match) claims nothing.
+  by agent.builtin.classify, attention and cross-entropy by their `match`) claims nothing.
 
 This module imports no family: each registers itself when imported, and agent.builtin.families
 imports them all (the policy imports that). So adding a family touches its own module, its
@@ -41,6 +44,7 @@ class Family:
     classify: Callable[..., "Plan"] | None = None  # (leaves, nodes, out, out_glue, out_shape, out_dtype) -> Plan
     rank: int = 0  # among claiming families, lower asks first (a convolution before a pooling window)
     from_graph: Callable[[Any, "Problem", Exception], "Plan"] | None = None  # the fallback: what no family claims
+    match: Callable[[Any], "Plan | None"] | None = None  # recognized on the traced graph, before lowering
 
 
 _FAMILIES: dict[str, Family] = {}
@@ -88,6 +92,16 @@ def classify_claimed(leaves: list["Leaf"], nodes: list["Node"], out: int, out_gl
         if ops & set(fam.claims):
             assert fam.classify is not None
             return fam.classify(leaves, nodes, out, out_glue, out_shape, out_dtype)
+    return None
+
+
+def matched_plan(traced: Any) -> "Plan | None":
+    """The plan of the first family (by kind) whose `match` recognizes the traced graph; None when none does."""
+    for fam in sorted((f for f in _FAMILIES.values() if f.match is not None), key=lambda f: f.kind):
+        assert fam.match is not None
+        plan = fam.match(traced)
+        if plan is not None:
+            return plan
     return None
 
 

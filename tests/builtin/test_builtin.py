@@ -94,10 +94,8 @@ def test_every_configuration_of_the_looped_rows_is_correct(tmp_path):
 
 def test_unrecognized_problems_say_why():
     """What nothing drafts says why in one line: two values returned; and (kept eager) a forward of
-    library ops only, which the fallback family would only call through torch (a sort; a cross
-    entropy of int64 targets)."""
+    library ops only, which the fallback family would only call through torch (a sort)."""
     for path, words, kept in ((PROBLEMS / "sort_rows.py", "aten.sort", True),
-                              (HERE / "problems" / "cross_entropy.py", "aten.nll_loss_forward", True),
                               (HERE / "problems" / "clamp_rowmax.py", "2 values", False)):
         rec = recognize(path)
         assert rec.plan is None and words in rec.reason, rec.reason

@@ -20,9 +20,7 @@ from tools.record import Verdict
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = sorted(ROOT.glob("suite/[0-9]*.py"))
 BENCHMARKS = sorted([*ROOT.glob("benchmarks/memory_bound/[0-9]*.py"), *ROOT.glob("benchmarks/tensor_core/*.py")])
-MISSING = {  # families issue 38 still asks for: the test fails once they are built, and the mark goes
-    "21_cross_entropy": "cross-entropy / NLL is not a family yet (issue 38, must-do 4)",
-}
+MISSING: dict[str, str] = {}  # families issue 38 still asks for: the test fails once they are built
 GPU_MISSING = {
     "attention_09_mingpt_buffer_mask": "the mask buffer's slice to the sequence is a no-op at the problem's length, "
                                        "which the trace then drops, so the draft fixes the sequence length",

@@ -12,7 +12,7 @@ from helpers_imports import strongly_connected  # the finder tests/test_layers.p
 
 PACKAGE = Path(__file__).resolve().parents[2] / "agent" / "builtin"
 KINDS = {"pointwise", "rowwise", "colwise", "matmul", "gemv", "mm_reduce", "twolevel", "pool", "scan", "argreduce",
-         "conv", "conv_reduce", "attention", "batchnorm", "fallback"}
+         "conv", "conv_reduce", "attention", "batchnorm", "cross_entropy", "fallback"}
 
 
 def _type_checking_block(node: ast.AST) -> bool:
