@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -156,6 +158,33 @@ def test_timed_rewards_on_a_gpu():
         assert o.correct and o.timing_measured and o.speedup is not None and o.speedup > 0
         assert o.reward == pytest.approx(A + B + min(o.speedup, 10.0))
     assert cheat.reward == 0.0
+
+
+@pytest.mark.gpu
+def test_a_problem_opens_alone_on_the_device_while_another_problems_completion_is_judged(tmp_path):
+    """An evaluator times eager on a quiet device and decides where float64 fits when it opens:
+    opened while another problem's completion is being judged on the same card, both would read
+    that completion's work. So the open waits for the judging to end (and the next judging for the
+    open)."""
+    other = tmp_path / "scale_add_other.py"
+    other.write_text(PROBLEM.read_text())
+    with KernelReward(RewardConfig(device="cuda:0", trials=2, spares=1, eval_options={"timing_budget_s": 1.0})) as r:
+        r.evaluator(PROBLEM)
+        judged: dict[str, float] = {}
+
+        def judge() -> None:
+            r.score_source(PROBLEM, SLOW)
+            judged["end"] = time.monotonic()
+
+        thread = threading.Thread(target=judge)
+        thread.start()
+        time.sleep(0.5)  # the judging holds the device by now
+        started = time.monotonic()
+        r.evaluator(other)
+        opened = time.monotonic()
+        thread.join()
+    assert "end" in judged and judged["end"] - started > 0.5, judged  # the judging outlasted the wait's start
+    assert opened >= judged["end"], (opened - started, judged["end"] - started)
 
 
 def test_an_error_record_scores_the_neutral_fault_reward():

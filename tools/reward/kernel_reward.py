@@ -216,9 +216,9 @@ class KernelReward(RewardFunction):
 
     def _evaluate(self, evaluator: Any, key: tuple[str, str], source: str) -> Any:
         prebuild = getattr(evaluator, "prebuild", None)
-        if prebuild is not None and self._device_lock(evaluator) is not _NO_LOCK:
+        if prebuild is not None and self._device_lock(evaluator.device) is not _NO_LOCK:
             prebuild(source)  # load_inline builds start on CPU cores while the GPU is busy
-        with self._slots[key], self._serial[key], self._device_lock(evaluator):
+        with self._slots[key], self._serial[key], self._device_lock(evaluator.device):
             return evaluator.evaluate(source)
 
     def _fault(self, exc: Exception, key: tuple[str, str], source: str, what: str) -> RewardOutcome:
@@ -226,9 +226,9 @@ class KernelReward(RewardFunction):
                     what, key[0], describe_exception(exc), self.config.fault_reward, exc_info=exc)
         return fault_outcome(exc, key[0], source, self.config)
 
-    def _device_lock(self, evaluator: Any):
-        if self.config.exclusive_timing and self.config.timing and str(evaluator.device).startswith("cuda"):
-            return self._devices[str(evaluator.device)]
+    def _device_lock(self, device: str):
+        if self.config.exclusive_timing and self.config.timing and str(device).startswith("cuda"):
+            return self._devices[str(device)]
         return _NO_LOCK
 
     # evaluators ------------------------------------------------------------------------------
@@ -249,15 +249,19 @@ class KernelReward(RewardFunction):
             if evaluator is None:
                 if self._closed:
                     raise RewardClosed("the reward was closed")
-                evaluator = Evaluator(key[0], replace(self._options), entry=entry)  # ProblemError for a bad problem file
-                try:  # the eager and torch.compile baselines, measured before any completion's code runs,
-                    # alone on the device: measured later, beside a completion's worker, the compile time
-                    # (kept on disk for every later completion) would be whatever that worker let it be
-                    with self._device_lock(evaluator):
+                # opened alone on the device: the evaluator times eager on a quiet device and decides
+                # where float64 fits when it opens, and another problem's completion running beside
+                # it would make eager look slower and the memory look full; then the eager and
+                # torch.compile baselines, before any completion's code runs (measured beside a
+                # completion's worker, the compile time, kept on disk for every later completion,
+                # would be whatever that worker let it be)
+                with self._device_lock(self._options.device):
+                    evaluator = Evaluator(key[0], replace(self._options), entry=entry)  # ProblemError: a bad file
+                    try:
                         evaluator.baseline()
-                except BaseException:
-                    evaluator.close()
-                    raise
+                    except BaseException:
+                        evaluator.close()
+                        raise
                 self._slots[key] = threading.BoundedSemaphore(max(1, self.config.spares))
                 self._serial[key] = _NO_LOCK if evaluator.keeps_every_trial_output() else threading.Lock()
                 with self._lock:
