@@ -136,11 +136,17 @@ def guard_lines(problem: Problem, variants: Variants, shapes: list[tuple[int, ..
     for name, contiguous in zip(names, [variants.contiguous[i] for i in tensors]):
         if contiguous:  # the kernel indexes it as traced: a transposed or sliced input is copied first
             lines.append(f"{name} = {name}.contiguous()")
-    for fixed in variants.fixed:
+    for fixed in _fixed(variants, free):
         lines += [f"if {fixed.expr} != {fixed.value!r}:",
                   f'    raise ValueError(f"{fixed.expr} is {{{fixed.expr}!r}}; this drafted kernel computes with '
                   f'{fixed.value!r} only")']
     return lines
+
+
+def _fixed(variants: Variants, free: list[SizeClass]):
+    """The values forward refuses others of: the baked attributes, less a size read at run time from one."""
+    read = {c.source for c in free}
+    return [f for f in variants.fixed if f.expr not in read]
 
 
 def notes(problem: Problem, variants: Variants, free: list[SizeClass]) -> list[str]:
@@ -149,8 +155,8 @@ def notes(problem: Problem, variants: Variants, free: list[SizeClass]) -> list[s
     scalars = ", ".join(s.expr for s in variants.scalars) or "none"
     out = [f"Sizes read at run time: {sizes}; other sizes are checked against the draft's.",
            f"Scalars (the module's, and numbers given to forward) passed to the kernel at run time: {scalars}."]
-    if variants.fixed:
-        out.append(f"Baked in (forward refuses other values): {', '.join(f.expr for f in variants.fixed)}.")
+    if fixed := _fixed(variants, free):
+        out.append(f"Baked in (forward refuses other values): {', '.join(f.expr for f in fixed)}.")
     return out
 
 
@@ -227,8 +233,12 @@ def _fit(base: str, others: dict[str, str], free: list[SizeClass]) -> Fitted | S
         for c in free:
             e = exponents.get(c.name, 0)
             constant = constant / (Fraction(c.value) ** e if isinstance(x0, Fraction) else c.value ** e)
-        if isinstance(constant, Fraction) and (constant.denominator != 1 or any(e < 0 for e in exponents.values())):
+        if isinstance(constant, Fraction) and constant.denominator != 1:
             return next(c for c in free if c.name in exponents)  # an integer that is no product of sizes
+        if isinstance(constant, Fraction) and all(e < 0 for e in exponents.values()):
+            return next(c for c in free if c.name in exponents)  # an integer over sizes alone
+        # an integer with sizes below the line (a head dim, embedding // heads): floor division, as
+        # forward's own `c // self.n_head`; the joint trace checks it elsewhere
         fitted[index] = (constant, exponents)
     return fitted
 
@@ -245,7 +255,8 @@ def _expression(constant: Fraction | float, exponents: dict[str, int]) -> str:
     text = str(int(constant)) if isinstance(constant, Fraction) else repr(constant)
     factors = [] if constant == 1 and up else [text]
     text = " * ".join(factors + up)
-    return text + (f" / ({' * '.join(down)})" if down else "")
+    divide = " // " if isinstance(constant, Fraction) else " / "  # an integer stays one
+    return text + (f"{divide}({' * '.join(down)})" if down else "")
 
 
 def _evaluate(constant: Fraction | float, exponents: dict[str, int], sizes: dict[str, int]) -> Fraction | float:

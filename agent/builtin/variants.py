@@ -19,6 +19,7 @@ time, on the meta device (nothing is allocated):
 from __future__ import annotations
 
 import ast
+import re
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -92,10 +93,16 @@ def analyse(module, entry: str, model, inputs: list, problem: Problem, plan: Pla
     input_numbers(numbers, problem.input_names, plan, init, shapes, retrace, scalars, fixed, substitutions)
     substitute(plan, substitutions)
     classes = _split(_classes(shapes, init, problem.input_names), init, shapes, problem.input_names, retrace)
-    classes += _constructor_sizes(cls, model, init, classes)
+    classes += _constructor_sizes(cls, model, init, classes, _forward_attributes(problem.source, entry))
     _vary(classes, shapes, init)
     for c in classes:
         c.reason = _trace_changed(c, init, shapes, retrace, substitutions)
+    slices = _whole_slices(plan, classes)
+    for traced_plan in [plan] + [c.plan for c in classes if c.plan is not None]:
+        _with_whole_slices(traced_plan, slices)
+    # an int attribute read at run time (a head count): forward refuses other values unless the
+    # draft leaves it free (agent.builtin.general drops the check then)
+    fixed += [Fixed(c.source, c.value) for c in classes if c.plan is not None and ATTRIBUTE.fullmatch(c.source)]
     traced = {c.value for c in classes if c.plan is not None}
     for name in _forward_attributes(problem.source, entry):
         if name == "training":  # nn.Module's own mode flag, which .eval() sets
@@ -114,7 +121,8 @@ def analyse(module, entry: str, model, inputs: list, problem: Problem, plan: Pla
         if k not in cache:
             new_init, new_shapes = _changed(init, shapes, list(group))
             try:
-                cache[k] = (substitute(retrace(new_init, new_shapes), substitutions), new_shapes)
+                cache[k] = (_with_whole_slices(substitute(retrace(new_init, new_shapes), substitutions), slices),
+                            new_shapes)
             except RETRACE_ERRORS:
                 cache[k] = None  # the draft then treats every size as fixed
         return cache[k]
@@ -122,6 +130,49 @@ def analyse(module, entry: str, model, inputs: list, problem: Problem, plan: Pla
     return Variants(shapes=shapes, contiguous=[i not in numbers and bool(t.is_contiguous()) for i, t in enumerate(inputs)],
                     dtypes=[str(d) for d in dtypes], scalars=scalars, fixed=fixed, classes=classes, joint=joint,
                     numbers=sorted(numbers))
+
+
+def _whole_slices(plan: Plan, classes: list[SizeClass]) -> dict[int, list[int]]:
+    """A leaf sliced to a size in forward (minGPT's `self.bias[:, :, :t, :t]`) where the slice is the
+    whole tensor at the problem's sizes: torch returns the tensor itself (an alias), so the slice is
+    not in the problem's trace, but it is in the trace at another size. Returns, per such leaf, the
+    dims sliced, for `_with_whole_slices`."""
+    found: dict[int, list[int]] = {}
+    for j, leaf in enumerate(plan.leaves):
+        base = [g for g in leaf.glue if g[0] not in NO_OPS]
+        for c in classes:
+            if c.plan is None or len(c.plan.leaves) != len(plan.leaves):
+                continue
+            other = [g for g in c.plan.leaves[j].glue if g[0] not in NO_OPS]
+            extra = other[len(base):]
+            if extra and [op for op, _ in other[:len(base)]] == [op for op, _ in base] and \
+                    all(op == "slice" and _from_the_start(args, len(leaf.shape)) for op, args in extra):
+                found[j] = [int(args[0]) % len(leaf.shape) for _, args in extra]
+                break
+    return found
+
+
+def _with_whole_slices(plan: Plan, slices: dict[int, list[int]]) -> Plan:
+    """The plan with each leaf of `slices` that lacks them sliced along those dims to its whole
+    size (no change to its values), so that every trace renders the same glue and the draft reads
+    the size at run time (agent.builtin.general) instead of fixing it."""
+    for j, dims in slices.items():
+        leaf = plan.leaves[j]
+        glue = [g for g in leaf.glue if g[0] not in NO_OPS]
+        if len(glue) >= len(dims) and all(op == "slice" for op, _ in glue[len(glue) - len(dims):]):
+            continue  # sliced in this trace already
+        leaf.glue = glue + [("slice", [d, 0, leaf.shape[d]]) for d in dims]
+    return plan
+
+
+NO_OPS = ("alias", "detach")
+ATTRIBUTE = re.compile(r"self\.\w+")  # a class read from a module attribute (`self.n_head`)
+
+
+def _from_the_start(args: list[Any], rank: int) -> bool:
+    """aten.slice's (dim, start, end[, step]) from index 0 in steps of 1 along a dim of the tensor."""
+    return (len(args) >= 3 and type(args[0]) is int and -rank <= args[0] < rank and args[1] in (0, None)
+            and (len(args) < 4 or args[3] in (1, None)))
 
 
 def _trace_changed(c: SizeClass, init: list, shapes: list[tuple[int, ...]], retrace: Retrace,
@@ -179,9 +230,10 @@ def _classes(shapes: list[tuple[int, ...]], init: list, input_names: list[str]) 
     return classes
 
 
-def _constructor_sizes(cls, model, init: list, classes: list[SizeClass]) -> list[SizeClass]:
+def _constructor_sizes(cls, model, init: list, classes: list[SizeClass], attributes: list[str]) -> list[SizeClass]:
     """An int constructor argument no input dim shares (nn.Linear's out_features): a class of its
-    own when it sizes a parameter or buffer, which forward then reads it from."""
+    own when it sizes a parameter or buffer, which forward then reads it from; or when forward
+    reads it from an attribute of the module that follows it (minGPT's `self.n_head`)."""
     import torch
 
     used = {k for c in classes for k in c.init}
@@ -202,6 +254,9 @@ def _constructor_sizes(cls, model, init: list, classes: list[SizeClass]) -> list
                        for d, size in enumerate(t.shape)
                        if size == value and d < other_state[name].dim() and other_state[name].shape[d] == changed[k]),
                       None)
+        if source is None:
+            source = next((f"self.{name}" for name in attributes if type(getattr(model, name, None)) is int
+                           and getattr(model, name) == value and getattr(other, name, None) == changed[k]), None)
         if source is not None:
             out.append(SizeClass(value, 0, [], [k], _init_name(cls, k), source))
     return out

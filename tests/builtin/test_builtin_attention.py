@@ -183,7 +183,16 @@ def test_mingpt_as_written_heads_split_a_buffer_mask_heads_merged(tmp_path):
     rec = recognize(path)
     assert rec.plan is not None, rec.reason
     assert "q 2x3x40x16" in rec.plan.summary and "mask != 0 kept" in rec.plan.summary, rec.plan.summary
-    _check(path, codegen.draft(rec.plan, rec.problem, search.space(rec.plan)[0]), tmp_path)
+    source = codegen.draft(rec.plan, rec.problem, search.space(rec.plan)[0])
+    _check(path, source, tmp_path)
+    # another model: width, head count and mask length from the constructor, the sequence as long as
+    # the mask (its slice then traces as the whole buffer)
+    candidate = tmp_path / "mingpt_candidate.py"
+    candidate.write_text(source)
+    ref, ours = load_module(path).Model(60, 5, 21), load_module(candidate).ModelNew(60, 5, 21)
+    torch.manual_seed(7)
+    xs = [torch.randn(3, 21, 60) for _ in range(3)]
+    torch.testing.assert_close(ours(*xs), ref(*xs), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("name", ["sdpa", "sdpa_causal_d24", "written_causal_div"])

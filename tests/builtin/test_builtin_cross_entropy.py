@@ -58,7 +58,7 @@ def test_each_form_is_one_kernel_and_matches_torch_at_other_sizes(name, tmp_path
     init, body, dtype = FORMS[name]
     ref, ours, rec = _draft(_problem(tmp_path, name, init, body, dtype), tmp_path)
     torch.manual_seed(3)
-    for rows, classes in ((37, 300), (5, 7), (70, 90)):  # the problem's, then fewer and more rows
+    for rows, classes in ((37, 300), (70, 7)):  # the problem's, then more rows of fewer classes
         x = torch.randn(rows, classes).to(getattr(torch, dtype)) * 3
         t = torch.randint(0, classes, (rows,))
         t[::4] = 3 if "ignore" in name else t[::4]

@@ -9,9 +9,9 @@ seq_len = 40
 
 class Model(nn.Module):
     """minGPT's causal self-attention as written, q, k, v given as [B, T, C]: heads split and merged
-    back, the mask a registered tril buffer sliced to T. The width (48) and the heads (3) are not
-    module-level sizes: the draft bakes them in (the view splitting the heads holds C // n_head),
-    and refuses others with a ValueError."""
+    back, the mask a registered tril buffer sliced to T. The width (48) and the heads (3) are read
+    at run time: the head count from `self.n_head` (it follows the constructor's argument), the
+    head dim as `C // n_head`."""
 
     def __init__(self, n_embd: int, n_head: int, max_seqlen: int):
         super().__init__()
