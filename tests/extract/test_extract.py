@@ -24,9 +24,7 @@ from passthrough import passthrough  # noqa: E402
 MODELS = {  # name -> (MODEL, input options)
     "mlp": (f"{HERE}/models.py:make_mlp", ["--inputs", f"{HERE}/models.py:mlp_inputs", "--min-share", "0"]),
     "block": (f"{HERE}/models.py:Block", ["--shape", "2x512x64", "--min-share", "0"]),  # long rows: the attention core is most of attn
-    # 32 x 32 planes: the block's own relus and add stay well under OWN_SHARE of its time on a loaded
-    # machine (at 16 x 16 their fixed per-op cost made the block one unit in a CI run: no Conv2d)
-    "resnet": (f"{HERE}/models.py:BasicBlock", ["--shape", "4x32x32x32:float32", "--min-share", "0"]),
+    "resnet": (f"{HERE}/models.py:wide_block", ["--shape", "4x128x16x16:float32", "--min-share", "0"]),
 }
 
 
