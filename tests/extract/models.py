@@ -65,13 +65,6 @@ class BasicBlock(nn.Module):
         return F.relu(self.bn2(self.conv2(out)) + x)
 
 
-def wide_block() -> nn.Module:
-    """A BasicBlock of 128 channels: its convolutions' work grows with the channels squared, its own
-    relus and add with the channels, so its own ops stay far below OWN_SHARE of its time even when
-    a loaded machine inflates small ops (at 32 channels a CI-like run extracted the block whole)."""
-    return BasicBlock(128)
-
-
 def broken() -> nn.Module:
     """A model whose forward fails on any input."""
     return nn.Sequential(nn.Linear(3, 4), nn.Linear(5, 6))
