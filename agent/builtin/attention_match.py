@@ -23,6 +23,7 @@ import math
 from typing import Any
 
 from agent.builtin.ir import FLOAT_DTYPES, Leaf, Node, Plan, Unrecognized
+from agent.builtin.load import op_name, placeholder_sources
 
 SOFTMAX = {"_softmax", "_safe_softmax", "softmax"}
 PRODUCTS = {"bmm", "mm", "matmul"}
@@ -35,8 +36,7 @@ MASK_PEEL = {"view", "_unsafe_view", "reshape", "alias", "detach", "clone", "con
 
 
 def _name(node: Any) -> str:
-    packet = getattr(node.target, "overloadpacket", None)
-    return getattr(packet, "__name__", str(node.target)) if packet is not None else str(node.target)
+    return op_name(node.target)
 
 
 def _is_call(node: Any) -> bool:
@@ -70,12 +70,10 @@ def looks_like_attention(graph: Any) -> bool:
 def match(traced: Any) -> Plan | None:
     """The `attention` plan of a traced forward; None when the graph is not attention-shaped;
     Unrecognized (one line) when it is, with something the kernel does not fuse."""
-    graph, param_names, _ = traced
+    graph = traced[0]
     if not looks_like_attention(graph):
         return None
-    placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"]
-    sources = {n: (("param", param_names[i]) if i < len(param_names) else ("input", i - len(param_names)))
-               for i, n in enumerate(placeholders)}
+    sources = placeholder_sources(traced)
     output = next(n for n in graph.graph.nodes if n.op == "output")
     outs = output.args[0] if isinstance(output.args[0], (list, tuple)) else [output.args[0]]
     if len(outs) != 1:

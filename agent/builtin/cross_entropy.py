@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent.builtin.ir import FLOAT_DTYPES, Leaf, Node, Plan, Problem, Unrecognized
+from agent.builtin.load import op_name, placeholder_sources
 from agent.builtin.registry import Family, register
 from agent.builtin.configs import pow2
 from agent.builtin.templates import Context, common_variables
@@ -28,14 +29,13 @@ PASSING = {"getitem", "alias", "detach"}  # what may stand between the loss and 
 
 
 def _name(node: Any) -> str:
-    packet = getattr(node.target, "overloadpacket", None)
-    return getattr(packet if packet is not None else node.target, "__name__", str(node.target))
+    return op_name(node.target)
 
 
 def match(traced: Any) -> Plan | None:
     """The `cross_entropy` plan of a traced forward; None when it has no nll_loss; Unrecognized
     (one line) when it has one this kernel does not compute."""
-    graph, param_names, _ = traced
+    graph = traced[0]
     calls = [n for n in graph.graph.nodes if n.op == "call_function"]
     losses = [n for n in calls if _name(n) == "nll_loss_forward"]
     if not losses:
@@ -58,9 +58,7 @@ def match(traced: Any) -> Plan | None:
     other = [n for n in calls if n not in (loss, probs) and not (_name(n) in PASSING and _reaches_only(n, loss))]
     if other:
         raise Unrecognized(f"aten.{_name(other[0])} beside the cross-entropy (the kernel computes the loss alone)")
-    placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"]
-    sources = {n: (("param", param_names[i]) if i < len(param_names) else ("input", i - len(param_names)))
-               for i, n in enumerate(placeholders)}
+    sources = placeholder_sources(traced)
     if logits not in sources or target not in sources:
         raise Unrecognized("cross-entropy of a computed value (the kernel reads the logits and targets as given)")
     x, t = logits.meta["val"], target.meta["val"]

@@ -29,6 +29,7 @@ from typing import Any
 
 from agent.builtin.ir import Plan, Problem, Unrecognized
 from agent.builtin.templates import Context, local_name, needs_int64
+from agent.builtin.scalars import Fixed
 from agent.builtin.variants import SizeClass, Variants
 
 Render = Callable[[Plan, Problem, dict[str, Any], Context], str]
@@ -143,7 +144,7 @@ def guard_lines(problem: Problem, variants: Variants, shapes: list[tuple[int, ..
     return lines
 
 
-def _fixed(variants: Variants, free: list[SizeClass]):
+def _fixed(variants: Variants, free: list[SizeClass]) -> list[Fixed]:
     """The values forward refuses others of: the baked attributes, less a size read at run time from one."""
     read = {c.source for c in free}
     return [f for f in variants.fixed if f.expr not in read]

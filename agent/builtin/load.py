@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import operator
 import sys
 from pathlib import Path
 
@@ -76,6 +77,24 @@ def trace(model, inputs):
     with torch.no_grad(), _numbers_on_the_cpu():
         graph = make_fx(run)(state, *inputs)
     return graph, names, len(inputs)
+
+
+def op_name(target) -> str:
+    """The aten op a traced node calls, without its overload ("convolution"); "getitem" for a
+    tuple's element; else the target as text."""
+    if target is operator.getitem:
+        return "getitem"
+    packet = getattr(target, "overloadpacket", None)
+    return getattr(packet, "__name__", str(target)) if packet is not None else str(target)
+
+
+def placeholder_sources(traced) -> dict:
+    """Each placeholder of a traced forward (what `trace` returns) -> ("param", its name) or
+    ("input", its position in forward)."""
+    graph, param_names, _ = traced
+    placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"]
+    return {n: (("param", param_names[i]) if i < len(param_names) else ("input", i - len(param_names)))
+            for i, n in enumerate(placeholders)}
 
 
 def _numbers_on_the_cpu():

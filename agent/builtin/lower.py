@@ -5,12 +5,12 @@ registers; every other op is lowered by agent.builtin.aten; the output then pick
 (agent.builtin.classify)."""
 from __future__ import annotations
 
-import operator
 from typing import Any
 
 from agent.builtin.aten import lower_op
 from agent.builtin.builder import Builder, Unusable, returned
 from agent.builtin.classify import classify
+from agent.builtin.load import op_name
 from agent.builtin.registry import fallback_plan, matched_plan
 from agent.builtin.ir import FLOAT_DTYPES, LEAF_DTYPES, Leaf, NoTemplate, Plan, Problem, Unrecognized, no_template
 
@@ -21,13 +21,6 @@ LEAF_GLUE = {"view", "_unsafe_view", "reshape", "t", "transpose", "permute", "ex
 # glue on a computed value that keeps its flat (row-major) layout: same registers in the kernel
 FLAT_GLUE = {"view", "_unsafe_view", "reshape", "unsqueeze", "squeeze", "alias", "detach", "clone", "contiguous",
              "view_as", "flatten"}
-
-
-def _packet(target) -> str:
-    if target is operator.getitem:
-        return "getitem"
-    packet = getattr(target, "overloadpacket", None)
-    return getattr(packet, "__name__", str(target)) if packet is not None else str(target)
 
 
 def _overload(target) -> str:
@@ -129,7 +122,7 @@ def _family_plan(traced, problem: Problem) -> Plan:
             continue
         if node.op != "call_function":
             raise Unrecognized(f"graph node {node.op} {node.target}")
-        name = _packet(node.target)
+        name = op_name(node.target)
         overload = _overload(node.target)
         args, kwargs = node.args, dict(node.kwargs)
         dtype = dtype_of(node)

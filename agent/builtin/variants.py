@@ -93,7 +93,8 @@ def analyse(module, entry: str, model, inputs: list, problem: Problem, plan: Pla
     input_numbers(numbers, problem.input_names, plan, init, shapes, retrace, scalars, fixed, substitutions)
     substitute(plan, substitutions)
     classes = _split(_classes(shapes, init, problem.input_names), init, shapes, problem.input_names, retrace)
-    classes += _constructor_sizes(cls, model, init, classes, _forward_attributes(problem.source, entry))
+    attributes = _forward_attributes(problem.source, entry)
+    classes += _constructor_sizes(cls, model, init, classes, attributes)
     _vary(classes, shapes, init)
     for c in classes:
         c.reason = _trace_changed(c, init, shapes, retrace, substitutions)
@@ -104,7 +105,7 @@ def analyse(module, entry: str, model, inputs: list, problem: Problem, plan: Pla
     # draft leaves it free (agent.builtin.general drops the check then)
     fixed += [Fixed(c.source, c.value) for c in classes if c.plan is not None and ATTRIBUTE.fullmatch(c.source)]
     traced = {c.value for c in classes if c.plan is not None}
-    for name in _forward_attributes(problem.source, entry):
+    for name in attributes:
         if name == "training":  # nn.Module's own mode flag, which .eval() sets
             continue
         value = getattr(model, name, None)

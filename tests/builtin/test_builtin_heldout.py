@@ -36,6 +36,12 @@ def first_draft_heldout(problem: Path, device: str) -> None:
     assert all(h["outcome"] in ("ok", "not used") for h in record["heldout"] or []), (problem.name, record["heldout"])
 
 
+def marked(problems: list[Path], missing: dict[str, str]) -> list:
+    """The problems, each named in `missing` a strict xfail with its reason."""
+    return [pytest.param(p, marks=pytest.mark.xfail(reason=missing[p.stem], strict=True)) if p.stem in missing else p
+            for p in problems]
+
+
 @contextlib.contextmanager
 def one_evaluator_per_card(device: str) -> Iterator[None]:
     """pytest-xdist's workers draft at once but evaluate one at a time on a card, as a batch run
@@ -52,8 +58,7 @@ def one_evaluator_per_card(device: str) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-@pytest.mark.parametrize("problem", [pytest.param(p, marks=pytest.mark.xfail(reason=MISSING[p.stem], strict=True))
-                                     if p.stem in MISSING else p for p in SUITE], ids=[p.stem for p in SUITE])
+@pytest.mark.parametrize("problem", marked(SUITE, MISSING), ids=[p.stem for p in SUITE])
 def test_the_first_draft_of_each_suite_problem_passes_the_heldout_trial(problem, monkeypatch):
     monkeypatch.setenv("SUITE_SCALE", "small")  # read by the problem file at import, here and in the workers
     first_draft_heldout(problem, "cpu")
@@ -61,8 +66,6 @@ def test_the_first_draft_of_each_suite_problem_passes_the_heldout_trial(problem,
 
 @pytest.mark.gpu
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("problem", [pytest.param(p, marks=pytest.mark.xfail(reason=GPU_MISSING[p.stem], strict=True))
-                                     if p.stem in GPU_MISSING else p for p in BENCHMARKS],
-                         ids=[p.stem for p in BENCHMARKS])
+@pytest.mark.parametrize("problem", marked(BENCHMARKS, GPU_MISSING), ids=[p.stem for p in BENCHMARKS])
 def test_the_first_draft_of_each_benchmark_problem_passes_the_heldout_trial_on_the_gpu(problem):
     first_draft_heldout(problem, "cuda:0")
