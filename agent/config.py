@@ -63,6 +63,9 @@ class AgentConfig:
     max_tokens: int = 2_000_000  # prompt + completion tokens over the whole run
     max_wall_s: float = 4 * 3600.0
     patience: int = 8  # stop after this many attempts without a new best (0: never)
+    # the search (agent/loop/beam.py): candidates per step, judged at once, and the lineages kept
+    width: int = 1  # candidates per step: one conversation each (a lineage), asked and judged concurrently
+    beam: int = 0  # the best lineages carried to the next step, each forked to fill the width; 0: half the width
     roofline_target: float = 0.9  # stop when the best (faster than eager) reaches this fraction of the roofline floor; 0: never
     memory_roofline_target: float = 0.8  # the same for a memory-bound problem (the record's roofline.bound)
     stop_untimed: bool = True  # where nothing is timed (a CPU), the first correct kernel ends the run
@@ -215,7 +218,7 @@ def load_config(cli: Mapping[str, Any] | None = None, *, env: Mapping[str, str] 
 
 
 def _check(config: AgentConfig) -> None:
-    positive = ("max_attempts", "max_tokens", "context_tokens", "trials", "retry_attempts")
+    positive = ("max_attempts", "max_tokens", "context_tokens", "trials", "retry_attempts", "width")
     for name in positive:
         if getattr(config, name) < 1:
             raise ConfigError(f"{name} must be at least 1 (from {config.sources()[name]})")
@@ -228,6 +231,9 @@ def _check(config: AgentConfig) -> None:
     if not (math.isfinite(config.heartbeat_s) and config.heartbeat_s >= 0):
         raise ConfigError(f"heartbeat_s must be a finite number of seconds, 0 or more (from "
                           f"{config.sources()['heartbeat_s']})")
+    if not 0 <= config.beam <= config.width:
+        raise ConfigError(f"beam must be between 0 (half the width) and the width, {config.width} (from "
+                          f"{config.sources()['beam']})")
     if config.patience < 0:
         raise ConfigError(f"patience must be 0 (never stop for it) or more (from {config.sources()['patience']})")
     if config.base_url is not None:

@@ -87,8 +87,10 @@ class ModelClient(Protocol):
     # optional: `answers_at_once = True` on a client whose next turn needs no server (the built-in
     # policy), so attempts come back to back and the evaluator keeps one more worker started ahead
 
-    def complete(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]) -> Reply:
-        """The next assistant turn. Raises ModelError when no answer can be had."""
+    def complete(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]], *,
+                 seed: int | None = None) -> Reply:
+        """The next assistant turn; `seed` (a wide search's lineage) asks the server for that seed.
+        Called from several threads at once in a wide search. Raises ModelError when no answer can be had."""
         ...
 
 
@@ -284,8 +286,11 @@ class OpenAIChatClient:
     def close(self) -> None:
         self._client.close()
 
-    def complete(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]) -> Reply:
+    def complete(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]], *,
+                 seed: int | None = None) -> Reply:
         request: dict[str, Any] = {"model": self.model, "messages": list(messages)}
+        if seed is not None:  # a lineage of a wide search (agent/loop/beam.py); width 1 sends none
+            request["seed"] = seed
         if tools:
             request["tools"] = list(tools)
             request["tool_choice"] = "auto"

@@ -9,7 +9,10 @@ SDK and HTTP are all real. Each POST /v1/chat/completions consumes the next scri
     error(status, message, retry_after=None)   an HTTP error with an OpenAI-style error body
     hold()                             block until `release()` (or shutdown), then drop the connection
 
-Any step may carry `reasoning` (sent as `reasoning_content`, as vLLM and SGLang do). Every completion
+Any step may carry `reasoning` (sent as `reasoning_content`, as vLLM and SGLang do), `sleep_s` (the
+model thinking: the answer waits that long) and `meet` (the answer waits until that many requests
+have been in flight at once, at most `MEET_S`; `Request.met` says whether they were: a wide search's
+concurrent requests). Every completion
 reports `usage` (prompt tokens: the request's messages as JSON, in characters / 4, + 1; completion
 tokens: the reply's text, arguments and reasoning likewise: `usage_of`); a step with `cached_tokens`
 also reports that many of the prompt's as cached (`prompt_tokens_details.cached_tokens`). GET /v1/models
@@ -37,6 +40,8 @@ class Step:
     status: int = 200
     retry_after: str | None = None
     cached_tokens: int | None = None  # reported as usage.prompt_tokens_details.cached_tokens
+    sleep_s: float = 0.0  # the answer waits this long
+    meet: int = 0  # the answer waits until this many requests are in flight (at most MEET_S)
 
 
 def tool_call(name: str, arguments: dict[str, Any] | str, *, content: str | None = None,
@@ -52,9 +57,9 @@ def tool_calls(*calls: tuple[str, dict[str, Any] | str], content: str | None = N
 
 
 def submit(source: str, *, reasoning: str | None = None, content: str | None = None,
-           cached_tokens: int | None = None) -> Step:
+           cached_tokens: int | None = None, sleep_s: float = 0.0, meet: int = 0) -> Step:
     step = tool_call("submit_kernel", {"source": source}, content=content, reasoning=reasoning)
-    step.cached_tokens = cached_tokens
+    step.cached_tokens, step.sleep_s, step.meet = cached_tokens, sleep_s, meet
     return step
 
 
@@ -76,11 +81,15 @@ def hold() -> Step:
     return Step("hold")
 
 
+MEET_S = 60.0
+
+
 @dataclass
 class Request:
     path: str
     headers: dict[str, str]
     body: Any
+    met: bool | None = None  # for a step with `meet`: whether that many requests were in flight at once
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -97,6 +106,9 @@ class Loopback:
         self.held = threading.Event()  # set when a hold() step is reached
         self._release = threading.Event()
         self._lock = threading.Lock()
+        self._flight = threading.Condition()
+        self.in_flight = 0
+        self.most_in_flight = 0  # the most requests in flight at once so far
         self._position = 0
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
@@ -190,7 +202,24 @@ class Loopback:
                         loop.requests.append(request)
                     self._send_json(401, _error_body("invalid api key", "authentication_error"))
                     return
-                number, step = loop._next_step(request)
+                with loop._flight:
+                    loop.in_flight += 1
+                    loop.most_in_flight = max(loop.most_in_flight, loop.in_flight)
+                    loop._flight.notify_all()
+                try:
+                    number, step = loop._next_step(request)
+                    self._answer(request, number, step)
+                finally:
+                    with loop._flight:
+                        loop.in_flight -= 1
+
+            def _answer(self, request: Request, number: int, step: Step | None) -> None:
+                body = request.body
+                if step is not None and step.meet:
+                    with loop._flight:
+                        request.met = loop._flight.wait_for(lambda: loop.most_in_flight >= step.meet, MEET_S)
+                if step is not None and step.sleep_s:
+                    time.sleep(step.sleep_s)
                 if step is None:
                     self._send_json(400, _error_body("loopback: script exhausted", "invalid_request_error"))
                 elif step.kind == "hold":

@@ -108,10 +108,11 @@ class RemoteRepo:
 
     def commit_attempt(self, source: str, result: Any, *, model: str, run_id: str, summary: str = "",
                        trajectory: str | None = None, extra_files: dict[str, str] | None = None,
-                       spend: dict[str, Any] | None = None) -> Attempt:
+                       spend: dict[str, Any] | None = None, lineage: tuple[int, int | None] | None = None) -> Attempt:
         record = result if isinstance(result, dict) else result.to_dict()
         return self._call("commit_attempt", source=source, result=record, model=model, run_id=run_id,
-                          summary=summary, trajectory=trajectory, extra_files=extra_files, spend=spend)
+                          summary=summary, trajectory=trajectory, extra_files=extra_files, spend=spend,
+                          lineage=None if lineage is None else list(lineage))
 
     def save_trajectory(self, run_id: str, text: str) -> str | None:
         return self._call("save_trajectory", run_id=run_id, text=text)

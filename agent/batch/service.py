@@ -168,9 +168,11 @@ class WorkspaceService:
 
     def _op_commit_attempt(self, opened: Any, source: str, result: dict[str, Any], model: str, run_id: str,
                            summary: str = "", trajectory: str | None = None,
-                           extra_files: dict[str, str] | None = None, spend: dict[str, Any] | None = None) -> Any:
+                           extra_files: dict[str, str] | None = None, spend: dict[str, Any] | None = None,
+                           lineage: list[Any] | None = None) -> Any:
         return opened.repo.commit_attempt(source, result, model=model, run_id=run_id, summary=summary,
-                                          trajectory=trajectory, extra_files=extra_files, spend=spend)
+                                          trajectory=trajectory, extra_files=extra_files, spend=spend,
+                                          lineage=None if lineage is None else (lineage[0], lineage[1]))
 
     def _op_save_trajectory(self, opened: Any, run_id: str, text: str) -> str | None:
         return opened.repo.save_trajectory(run_id, text)

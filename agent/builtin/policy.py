@@ -16,6 +16,7 @@ answer); `complete` raises `NothingRecognized` if called anyway.
 from __future__ import annotations
 
 import json
+import threading
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -64,6 +65,7 @@ class BuiltinPolicy:
         self._proposed: dict[str, dict[str, Any]] = {}  # config key -> config, this session
         self._outcomes: dict[str, search.Outcome] = {}  # config key -> what the evaluator said
         self._turns = 0
+        self._lock = threading.Lock()
 
     # --- what was recognized ---------------------------------------------------------------------
 
@@ -96,7 +98,15 @@ class BuiltinPolicy:
 
     # --- the protocol ------------------------------------------------------------------------------
 
-    def complete(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]) -> Reply:
+    def complete(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]], *,
+                 seed: int | None = None) -> Reply:
+        """The next configuration. The branches of a wide search ask at once: each is given one no
+        other has been given (they share what this session proposed), so a step of width N judges N
+        configurations; `seed` changes nothing (the space is walked in its order)."""
+        with self._lock:
+            return self._complete(messages)
+
+    def _complete(self, messages: Sequence[dict[str, Any]]) -> Reply:
         if self.plan is None:
             raise NothingRecognized(self.describe_failure())
         history = self.history(messages)

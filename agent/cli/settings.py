@@ -40,6 +40,10 @@ SETTINGS = (
             metavar="DIR"),
     Setting("--max-tokens", "max_tokens", "token budget {scope} (default 2000000)", int, "N"),
     Setting("--max-wall-s", "max_wall_s", "wall-time budget {scope} in seconds (default 14400)", float, "S"),
+    Setting("--width", "width", "candidates per step {scope}, each its own conversation, asked and judged at once "
+            "(default 1; docs/search.md)", int, "N"),
+    Setting("--beam", "beam", "the best K lineages carried to the next step, forked to fill the width (default: "
+            "half the width)", int, "K"),
     Setting("--patience", "patience", "stop after N attempts without a new best (0: never)", int, "N"),
     Setting("--roofline-target", "roofline_target", "stop when the best, faster than eager, reaches F of the "
             "roofline floor (default 0.9; 0: never)", float, "F"),

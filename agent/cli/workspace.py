@@ -32,7 +32,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="workspace root (default: $RATCHET_WORKSPACE, else ./workspaces)")
 
     log = subparsers.add_parser("log", parents=[common], help="list a problem's attempts; * marks the best")
-    log.add_argument("--json", action="store_true", help="one JSON object per attempt (JSON lines)")
+    shape = log.add_mutually_exclusive_group()
+    shape.add_argument("--json", action="store_true", help="one JSON object per attempt (JSON lines)")
+    shape.add_argument("--tree", action="store_true",
+                       help="the attempts as the search made them: each under the attempt its conversation answered")
     log.set_defaults(func=run_log)
 
     show = subparsers.add_parser("show", parents=[common], help="print an attempt's source and result record")
@@ -75,6 +78,11 @@ def run_log(args: argparse.Namespace) -> int:
     if args.json:
         for a in attempts:
             print(json.dumps(a.to_dict()))
+        return EXIT_OK
+    if args.tree:
+        from agent.workspace.tree import tree_lines
+
+        print("\n".join(tree_lines(attempts)) if attempts else f"no attempts in {repo.path}")
         return EXIT_OK
     header = ("", "#", "verdict", "vs eager", "vs compile", "median ms", "95% interval", "roofline", "precision", "tokens",
               "cost", "run cost", "eval s", "model", "commit")

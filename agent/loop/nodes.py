@@ -1,21 +1,26 @@
-"""The graph's nodes: draft, compile, test, profile, decide, refine, and the routing between them.
+"""The graph's nodes: draft, refine, select, decide, stop_untimed, and the candidate subgraph's
+ask, compile, test, profile and report; and the routing between them.
 
 Each node takes the state (JSON data) and the run's `Session` (agent/loop/session.py: live objects,
-passed by LangGraph as the run context, never checkpointed) and returns the keys it changes.
+passed by LangGraph as the run context, never checkpointed) and returns the keys it changes. The
+candidate subgraph's nodes take a `Branch` (one lineage's step, agent/loop/beam.py).
 
-The evaluator builds, tests and times a candidate in one call, so the phases map onto it so:
+- draft poses the task (system prompt and task message) to each lineage of the first step;
+- ask gets the lineage's next proposal from the model;
 - compile evaluates the proposal (once: see below) and commits the attempt to the workspace (an
   exception out of the evaluator is committed as an attempt with verdict error, an evaluator fault);
   it records whether the candidate built (verdicts compile_error and rejected stop here, and so
   does error, an evaluator fault: nothing was judged);
 - test reads the correctness outcome from that record (ok goes on to profile);
-- profile reads the timing and roofline, and moves this run's best;
+- profile reads the timing and roofline, and moves the branch's view of the best;
+- report hands the branch's outcome to the fan-in, select, which merges the step into the run;
 - decide applies the budgets and the early-stopping rules; it ends the run, except where nothing
   is timed (a CPU): there stop_untimed ends it at the first correct kernel, as nothing could tell
-  a faster one from it (config `stop_untimed`, on by default).
+  a faster one from it (config `stop_untimed`, on by default);
+- refine answers the kept lineages' latest proposals and sends the next step out.
 
-Idempotence: LangGraph checkpoints after every node, and a resumed run re-runs the node that
-was interrupted from its start. The only side effects are the model call (draft, refine: a
+Idempotence: LangGraph checkpoints after every node (the subgraph's too), and a resumed run re-runs
+the node that was interrupted from its start. The only side effects are the model call (ask: a
 repeated call costs tokens, nothing else) and evaluate+commit (compile). Before evaluating,
 compile looks the source hash up among this run's commits in the workspace; a candidate already
 committed is never evaluated or committed again: its record is read back from the commit (except
@@ -32,8 +37,9 @@ from langgraph.runtime import Runtime
 
 from agent.config import AgentConfig, public
 from agent.cost import spend
+from agent.loop import beam
 from agent.loop.session import Session
-from agent.loop.state import AgentState, AttemptSummary, latest_attempt, latest_record
+from agent.loop.state import AgentState, AttemptSummary, Branch, latest_attempt, latest_record
 from agent.loop.turns import ask_model, feedback_message, first_line, system_text, task_text
 from agent.workspace.root import ProblemRepo
 from agent.workspace.attempt import Attempt, beats, beats_eager
@@ -41,7 +47,9 @@ from tools.record import TimeStats, Verdict, describe_exception, fault_result
 
 BUILD_FAILURES = {Verdict.COMPILE_ERROR.value, Verdict.REJECTED.value}
 NOT_JUDGED = {Verdict.ERROR.value}  # an evaluator fault: nothing to test or profile; the source may come again
-TRAJECTORY_SCHEMA = 2  # 2: each turn's cached_tokens, tokens and cost_usd; the run's cost_usd and price
+TRAJECTORY_SCHEMA = 3  # 2: each turn's cached_tokens, tokens and cost_usd; the run's cost_usd and price;
+# 3: `lineage` (the conversation `messages` is: the run's lead, or an attempt's own) and, in a search
+# wider than one, `lineages` (each conversation of the latest step: id, parent attempt, messages)
 
 
 Node = Runtime[Session]
@@ -51,16 +59,19 @@ Node = Runtime[Session]
 
 
 def draft(state: AgentState, runtime: Node) -> dict[str, Any]:
-    """Pose the task (system prompt and task message) and get the model's first proposal."""
+    """Pose the task (system prompt and task message) to each lineage of the first step."""
     ctx = runtime.context
-    messages = list(state.get("messages") or [])
-    if not messages:
-        messages = [{"role": "system", "content": system_prompt(state, ctx), "_kind": "system"},
-                    {"role": "user", "content": task_prompt(state, ctx), "_kind": "task"}]
-    return ask_model(state, ctx, messages)
+    messages = [{"role": "system", "content": system_prompt(state, ctx), "_kind": "system"},
+                {"role": "user", "content": task_prompt(state, ctx), "_kind": "task"}]
+    return {"messages": messages, **beam.first_lineages(state, ctx.config, messages)}
 
 
-def compile(state: AgentState, runtime: Node) -> dict[str, Any]:  # noqa: A001 (the diagram's name)
+def ask(state: Branch, runtime: Node) -> dict[str, Any]:
+    """The lineage's next proposal from the model."""
+    return ask_model(state, runtime.context, list(state["messages"]))
+
+
+def compile(state: Branch, runtime: Node) -> dict[str, Any]:  # noqa: A001 (the diagram's name)
     """Build, test and time the proposal through the evaluator, and commit it as an attempt."""
     ctx = runtime.context
     proposal = state["proposal"]
@@ -89,10 +100,14 @@ def compile(state: AgentState, runtime: Node) -> dict[str, Any]:  # noqa: A001 (
             ctx.log(f"evaluator fault: {describe_exception(exc)}")
             result = fault_result(exc, problem=state["problem"], source=source)
             result.problem_hash = state["problem_hash"]
-        updates["judge_s"] = state.get("judge_s", 0.0) + (time.monotonic() - started)
-        attempt = ctx.repo.commit_attempt(source, result, model=ctx.model.name, run_id=state["run_id"],
-                                          summary=change_summary(state), trajectory=trajectory_text(state, ctx),
-                                          spend={"tokens": tokens, "cost_usd": cost, "run_cost_usd": spend(turns)[1]})
+        ended = time.monotonic()
+        updates["judge_s"] = state.get("judge_s", 0.0) + (ended - started)
+        updates["judged"] = [started, ended]
+        with ctx.committing:  # the branches of a step commit one at a time
+            attempt = ctx.repo.commit_attempt(source, result, model=ctx.model.name, run_id=state["run_id"],
+                                              summary=change_summary(state), trajectory=trajectory_text(state, ctx),
+                                              spend={"tokens": tokens, "cost_usd": cost, "run_cost_usd": spend(turns)[1]},
+                                              lineage=(state.get("lineage", 0), state.get("parent")))
         record = result.to_dict()
     seen = {a["attempt"] for a in state.get("attempts", [])}
     summary = attempt_summary(attempt, record, reused=done is not None, repeat=attempt.number in seen)
@@ -104,14 +119,14 @@ def compile(state: AgentState, runtime: Node) -> dict[str, Any]:  # noqa: A001 (
             "phases": {"compile": "built" if built else record["verdict"]}}
 
 
-def test(state: AgentState, runtime: Node) -> dict[str, Any]:
+def test(state: Branch, runtime: Node) -> dict[str, Any]:
     """Correctness: the evaluator's trials against the reference (read from the record)."""
     record = latest_record(state)
     outcome = "passed" if record["verdict"] == Verdict.OK.value else record["verdict"]
     return {"phases": {**state["phases"], "test": outcome}}
 
 
-def profile(state: AgentState, runtime: Node) -> dict[str, Any]:
+def profile(state: Branch, runtime: Node) -> dict[str, Any]:
     """Timing and roofline of a correct kernel; a faster one becomes this run's best."""
     record, latest = latest_record(state), latest_attempt(state)
     timing = record.get("candidate_time") or {}
@@ -122,9 +137,19 @@ def profile(state: AgentState, runtime: Node) -> dict[str, Any]:
     else:
         outcome = f"not measured ({timing.get('note', '')})"
     best = state.get("best")
-    improved = best is None or beats(_as_attempt(latest), _as_attempt(best))
+    improved = best is None or beats(beam.as_attempt(latest), beam.as_attempt(best))
     return {"phases": {**state["phases"], "profile": outcome}, "baseline": baseline_from(record, state.get("baseline")),
             "best": latest if improved else best, "improved": improved}
+
+
+def report(state: Branch, runtime: Node) -> dict[str, Any]:
+    """The branch's outcome, for the fan-in."""
+    return {"branches": [beam.report(state)]}
+
+
+def select(state: AgentState, runtime: Node) -> dict[str, Any]:
+    """The fan-in: the step's candidates merged into the run, its lineages ranked best first."""
+    return beam.select(state)
 
 
 def decide(state: AgentState, runtime: Node) -> dict[str, Any]:
@@ -158,7 +183,7 @@ def _roofline_stop(best: AttemptSummary, baseline: dict[str, Any], config: Agent
         return None
     eager = TimeStats(measured=baseline.get("eager_ms") is not None, median_ms=baseline.get("eager_ms"),
                       ci_low_ms=baseline.get("eager_ci_low_ms"))
-    return target if beats_eager(_as_attempt(best), eager) else None
+    return target if beats_eager(beam.as_attempt(best), eager) else None
 
 
 def stop_untimed(state: AgentState, runtime: Node) -> dict[str, Any]:
@@ -174,10 +199,9 @@ def stop_untimed(state: AgentState, runtime: Node) -> dict[str, Any]:
 
 
 def refine(state: AgentState, runtime: Node) -> dict[str, Any]:
-    """Answer the latest proposal with its outcome and get the model's next proposal."""
+    """Answer the kept lineages' latest proposals with their outcomes: the next step's lineages."""
     ctx = runtime.context
-    messages = list(state["messages"]) + [feedback_message(state, ctx)]
-    return ask_model(state, ctx, messages)
+    return beam.next_lineages(state, ctx.config, lambda view: feedback_message(view, ctx))
 
 
 # --- routing -----------------------------------------------------------------------------------
@@ -191,8 +215,9 @@ def after_test(state: AgentState) -> str:
     return "correct" if state["phases"].get("test") == "passed" else "wrong"
 
 
-def after_profile(state: AgentState, runtime: Node) -> str:
-    """untimed: nothing on this device times a kernel, and the run stops at the first correct one."""
+def after_select(state: AgentState, runtime: Node) -> str:
+    """untimed: nothing on this device times a kernel, and the run stops at the first correct one
+    (the step's lead lineage is a correct one whenever the step has any)."""
     untimed = state["phases"].get("profile") == "untimed" and runtime.context.config.stop_untimed
     return "untimed" if untimed else "decide"
 
@@ -228,7 +253,7 @@ def timing_unavailable(record: dict[str, Any]) -> str | None:
 def _clock(state: AgentState, ctx: Session) -> tuple[float, int]:
     """The run's wall time so far and attempts since the last new best, after this step."""
     wall_s = state.get("wall_s", 0.0) + ctx.tick()
-    since = 0 if state.get("improved") else state.get("since_improvement", 0) + 1
+    since = 0 if state.get("improved") else state.get("since_improvement", 0) + max(1, state.get("step_size", 1))
     return wall_s, since
 
 
@@ -249,12 +274,6 @@ def attempt_summary(attempt: Attempt, record: dict[str, Any], *, reused: bool, r
         ci_high_ms=timing.get("ci_high_ms"), timing_measured=bool(timing.get("measured")),
         detail=first_line(record.get("message")),
     )
-
-
-def _as_attempt(summary: AttemptSummary) -> Attempt:
-    return Attempt(number=summary["attempt"], sha=summary["sha"], verdict=Verdict(summary["verdict"]),
-                   median_ms=summary["median_ms"], ci_low_ms=summary["ci_low_ms"], ci_high_ms=summary["ci_high_ms"],
-                   timing_measured=summary["timing_measured"])
 
 
 def baseline_from(record: dict[str, Any], previous: dict[str, Any] | None) -> dict[str, Any]:
@@ -315,6 +334,7 @@ def progress_line(state: AgentState, config: AgentConfig) -> str:
 
 def trajectory_text(state: AgentState, ctx: Session) -> str:
     """The conversation and its bookkeeping as JSON: saved in the workspace after every step."""
+    lineages = state.get("lineages") or []
     data = {
         "schema": TRAJECTORY_SCHEMA, "run_id": state.get("run_id"), "problem": state.get("problem"),
         "problem_hash": state.get("problem_hash"), "model": state.get("model"), "language": state.get("language"),
@@ -323,5 +343,8 @@ def trajectory_text(state: AgentState, ctx: Session) -> str:
         "price": ctx.price.to_dict() if ctx.price is not None else None,
         "attempts": state.get("attempts", []), "best": state.get("best"),
         "format_errors": state.get("format_errors", 0), "stop_reason": state.get("stop_reason"),
+        "lineage": state.get("lineage", lineages[0]["id"] if lineages else 0),
     }
+    if len(lineages) > 1:
+        data["lineages"] = [{"id": one["id"], "parent": one["parent"], "messages": one["messages"]} for one in lineages]
     return json.dumps(data, indent=1) + "\n"

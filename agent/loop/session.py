@@ -9,6 +9,7 @@ every node as the run context (agent/loop/graph.py), next to the state, which is
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -49,6 +50,7 @@ class Session:
     mark: float = field(default_factory=time.monotonic)
     price: Price | None = None  # the model's price (agent/cost.py); None: no price, or the built-in policy
     free: bool = False  # the built-in policy: no model, no tokens, $0
+    committing: threading.Lock = field(default_factory=threading.Lock)  # a step's branches commit one at a time
 
     def tick(self) -> float:
         """Seconds since the last tick (or since this session began)."""

@@ -2,12 +2,18 @@
 
 Live objects (the model client, the evaluator, the workspace repository) are never stored here;
 nodes reach them through `agent.loop.session.Session`, which LangGraph passes as the run context.
-Every key is replaced (not merged) by the node that returns it, so a checkpoint is simply the
-state after a node, and a resumed run starts from the last one written.
+Every key but `branches` is replaced (not merged) by the node that returns it, so a checkpoint is
+simply the state after a node, and a resumed run starts from the last one written. `branches` is
+the fan-in (agent/loop/beam.py): each candidate of a step adds its report, and `select` empties it.
+
+A step asks and judges `width` candidates at once, one per lineage (a conversation of its own: a
+`Lineage`); each runs the candidate subgraph on a `Branch`, the run's keys with its lineage's over
+them. The run's own `messages`, `proposal`, `record`, `latest` and `phases` are its lead lineage's
+(the step's best candidate): at width 1, the one conversation, as before lineages existed.
 """
 from __future__ import annotations
 
-from typing import Any, Literal, TypedDict
+from typing import Annotated, Any, Literal, TypedDict
 
 Message = dict[str, Any]  # an OpenAI chat message; keys starting with "_" are metadata, never sent
 
@@ -56,6 +62,25 @@ class TurnUsage(TypedDict):
     cost_usd: float | None  # dollars at the run's price (agent/cost.py); None: no price; 0 for the built-in policy
 
 
+class Lineage(TypedDict):
+    """One conversation of a search: what its next candidate is asked from, and its latest outcome."""
+
+    id: int  # its number in the run (0 .. width-1 at the first step; a fork takes the next free one)
+    seed: int | None  # sent with its requests (None at width 1: the request as it always was)
+    parent: int | None  # the attempt its next candidate answers (None: the task itself)
+    messages: list[Message]
+    proposal: Proposal | None
+    record: dict[str, Any] | None
+    latest: AttemptSummary | None
+    phases: dict[str, str]
+    improved: bool  # its latest candidate became the run's best
+
+
+def gather(old: list[dict[str, Any]] | None, new: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """The fan-in's reducer: each branch adds its report; None (select, once it has read them) empties it."""
+    return [] if new is None else list(old or []) + list(new)
+
+
 class AgentState(TypedDict, total=False):
     # the run
     run_id: str
@@ -86,6 +111,21 @@ class AgentState(TypedDict, total=False):
     wall_s: float  # time spent in this run over all sessions
     judge_s: float  # ... of it, in the evaluator judging candidates (its GPU busy at most this long)
     stop_reason: str | None
+    # the search (agent/loop/beam.py)
+    lineages: list[Lineage]  # the conversations the next step asks, best first
+    next_lineage: int  # the number a fork takes
+    step_size: int  # candidates in the latest step
+    branches: Annotated[list[dict[str, Any]], gather]  # the step's reports (the fan-in); empty between steps
+
+
+class Branch(AgentState, total=False):
+    """The candidate subgraph's state: the run's keys as the step began, its lineage's over them."""
+
+    lineage: int
+    seed: int | None
+    parent: int | None
+    origin: dict[str, int]  # the run's counters as the step began: what this branch adds is read against them
+    judged: list[float] | None  # [start, end] of its evaluation (time.monotonic), for the GPU's busy share
 
 
 def initial_state(*, run_id: str, problem: str, problem_hash: str, entry: str, language: str, model: str,
@@ -95,6 +135,7 @@ def initial_state(*, run_id: str, problem: str, problem_hash: str, entry: str, l
         model=model, workspace=workspace, messages=[], usage=[], tokens_used=0, billed_turns=0, proposal=None, record=None,
         latest=None, phases={}, improved=False, attempts=[], best=None, attempts_used=0, format_errors=0,
         since_improvement=0, baseline=baseline, wall_s=0.0, judge_s=0.0, stop_reason=None,
+        lineages=[], next_lineage=0, step_size=0, branches=[],
     )
 
 

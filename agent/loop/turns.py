@@ -59,7 +59,8 @@ def ask_model(state: AgentState, ctx: "Session", messages: list[Message]) -> dic
                              keep_reasoning=ctx.config.keep_reasoning)
         sent_tokens = ctxbudget.count(view) + ctxbudget.tools_tokens(ctx.tools)
         start = time.monotonic()
-        reply = ctx.model.complete(view, ctx.tools)
+        seed = state.get("seed")  # a wide search's lineage (agent/loop/beam.py); none at width 1
+        reply = ctx.model.complete(view, ctx.tools, seed=seed if isinstance(seed, int) else None)
         seconds = time.monotonic() - start
         turn = len(usage) + 1
         completion = reply.usage.completion_tokens

@@ -29,8 +29,10 @@ floats written with `repr`, so they parse back to exactly the record's numbers):
     Ratchet-Cost-Usd: 0.0031386         (their dollars at the run's price, agent/cost.py; "no price"; 0.0: built-in)
     Ratchet-Run-Cost-Usd: 0.0094        (the run's dollars so far, every turn of every session of it)
     Ratchet-Eval-S: 2.8412              (the evaluation's seconds on the device: the record's phases.total)
+    Ratchet-Lineage: 2                  (the conversation of the run's search it came from, agent/loop/beam.py)
+    Ratchet-Parent-Attempt: 1           (the attempt whose outcome that conversation answered; n/a: the task's first)
 
-The last four are n/a on commits made before them.
+Tokens, the costs and Eval-S are n/a on commits made before them, and so are the last two.
 
 One workspace holds one precision (`precision_conflict`): times measured against TF32 baselines
 are not comparable with fp32 ones, so neither can replace the other as the best.
@@ -72,6 +74,8 @@ _TRAILERS = (
     ("Ratchet-Cost-Usd", "cost_usd", "usd"),
     ("Ratchet-Run-Cost-Usd", "run_cost_usd", "usd"),
     ("Ratchet-Eval-S", "eval_s", "float"),
+    ("Ratchet-Lineage", "lineage", "count"),
+    ("Ratchet-Parent-Attempt", "parent_attempt", "count"),
 )
 
 
@@ -105,6 +109,8 @@ class Attempt:
     cost_usd: float | None = None  # their dollars at the run's price (0.0 for the built-in policy)
     run_cost_usd: float | None = None  # the run's dollars so far, when this attempt was committed
     eval_s: float | None = None  # the evaluation's seconds on the device (the record's phases.total)
+    lineage: int | None = None  # the run's conversation it came from (None: an older commit, or none given)
+    parent_attempt: int | None = None  # the attempt that conversation answered last (None: the task's first)
 
     @property
     def ok(self) -> bool:

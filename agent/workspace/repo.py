@@ -169,13 +169,14 @@ class ProblemRepo:
     # -- writing --------------------------------------------------------------------------
     def commit_attempt(self, source: str, result: Result | dict, *, model: str, run_id: str, summary: str = "",
                        trajectory: str | None = None, extra_files: dict[str, str] | None = None,
-                       spend: dict[str, Any] | None = None) -> Attempt:
+                       spend: dict[str, Any] | None = None, lineage: tuple[int, int | None] | None = None) -> Attempt:
         """Commit one evaluated attempt (any verdict) on main; move `best` if it beats the incumbent.
 
         `summary` is the model's one-line account of the change, for the commit body;
         `trajectory` (the run's conversation so far) is saved on the trajectories ref, linked to
         this attempt, under the same lock; `extra_files` go into the attempt's commit. `spend`: what
-        the attempt cost (`tokens`, `cost_usd`, `run_cost_usd`: agent/cost.py), for its trailers."""
+        the attempt cost (`tokens`, `cost_usd`, `run_cost_usd`: agent/cost.py), for its trailers.
+        `lineage`: (the search's conversation it came from, the attempt that conversation answered last)."""
         result = result if isinstance(result, Result) else Result.from_dict(result)
         if trajectory is not None:
             check_run_id(run_id)  # before anything is committed
@@ -194,6 +195,8 @@ class ProblemRepo:
             if spend is not None:
                 attempt.tokens = int(spend.get("tokens") or 0)
                 attempt.cost_usd, attempt.run_cost_usd = spend.get("cost_usd"), spend.get("run_cost_usd")
+            if lineage is not None:
+                attempt.lineage, attempt.parent_attempt = lineage
             if attempt.became_best:
                 files[f"{BEST_DIR}/{CANDIDATE}"] = files[CANDIDATE]
                 files[f"{BEST_DIR}/{RESULT}"] = files[RESULT]

@@ -85,7 +85,7 @@ def test_the_cost_of_a_priced_run_interrupted_and_resumed(tmp_path, capsys):
     assert one.cost_usd == pytest.approx(cost1) and two.cost_usd == pytest.approx(cost2)
     assert one.run_cost_usd == pytest.approx(cost1) and two.run_cost_usd == pytest.approx(cost1 + cost2)
     assert two.eval_s is not None and two.eval_s > 0  # the evaluation's own seconds (record phases.total)
-    assert trajectory["schema"] == 2 and trajectory["cost_usd"] == pytest.approx(cost1 + cost2)
+    assert trajectory["schema"] == 3 and trajectory["cost_usd"] == pytest.approx(cost1 + cost2)
     assert trajectory["usage"][-1]["cached_tokens"] == 300 and trajectory["price"]["cached_input"] == 0.05
     # plain git reads the trailers; numbers written with repr parse back exactly
     trailers = subprocess.run(["git", "-C", str(tmp_path / PROBLEM.stem), "log", "-1",

@@ -12,15 +12,20 @@ from agent.loop.state import initial_state
 
 
 def test_wiring_reads_like_the_diagram():
-    graph = compile_graph().get_graph()
+    graph = compile_graph().get_graph(xray=1)
     edges = {(e.source, e.target, e.conditional) for e in graph.edges}
     assert edges == {
-        ("__start__", "draft", False), ("draft", "compile", False),
-        ("compile", "test", True), ("compile", "decide", True),
-        ("test", "profile", True), ("test", "decide", True),
-        ("profile", "decide", True), ("profile", "stop_untimed", True), ("stop_untimed", "__end__", False),
+        # the run: a fan-out (draft, refine: one branch per lineage), a fan-in (select)
+        ("__start__", "draft", False), ("draft", "candidate:ask", True),
+        ("candidate:report", "select", False),
+        ("select", "decide", True), ("select", "stop_untimed", True), ("stop_untimed", "__end__", False),
         ("decide", "refine", True), ("decide", "__end__", True),
-        ("refine", "compile", False),
+        ("refine", "candidate:ask", True),
+        # one lineage's candidate: a build failure or a wrong result goes straight to its report
+        ("candidate:ask", "candidate:compile", False),
+        ("candidate:compile", "candidate:test", True), ("candidate:compile", "candidate:report", True),
+        ("candidate:test", "candidate:profile", True), ("candidate:test", "candidate:report", True),
+        ("candidate:profile", "candidate:report", False),
     }
 
 
@@ -133,19 +138,19 @@ def untimed_record(device: str) -> dict:
 
 
 def test_where_nothing_is_timed_the_first_correct_kernel_ends_the_run():
-    """On a CPU the profile outcome is `untimed`, and the edge out of profile goes to stop_untimed,
+    """On a CPU the profile outcome is `untimed`, and the edge out of select (the step's lead is this candidate) goes to stop_untimed,
     which ends the run with one line saying why; decide's budgets never get to spend the rest."""
     state = {**base_state(), "record": untimed_record("cpu"), "latest": summary(1), "phases": {}, "attempts_used": 1}
     state.update(nodes.profile(state, Runtime(context=None)))
     assert state["phases"]["profile"] == "untimed" and state["improved"] and state["best"]["attempt"] == 1
     logs: list[str] = []
-    assert nodes.after_profile(state, Runtime(context=context(logs))) == "untimed"
+    assert nodes.after_select(state, Runtime(context=context(logs))) == "untimed"
     out = nodes.stop_untimed(state, Runtime(context=context(logs)))
     assert out["stop_reason"] == ("timing is unavailable on cpu: stopping at the first correct kernel; "
                                   "run on a GPU to optimize for speed")
     assert logs[-1] == out["stop_reason"] and "attempt 1: ok" in logs[-2]
     # `stop_untimed = false` (CPU tests of the refine loop, RL rollouts) goes on to decide as before
-    assert nodes.after_profile(state, Runtime(context=context(stop_untimed=False))) == "decide"
+    assert nodes.after_select(state, Runtime(context=context(stop_untimed=False))) == "decide"
 
 
 def test_a_gpu_record_that_missed_its_timing_is_not_untimed():
@@ -153,6 +158,6 @@ def test_a_gpu_record_that_missed_its_timing_is_not_untimed():
     state = {**base_state(), "record": untimed_record("cuda:0"), "latest": summary(1), "phases": {}}
     state.update(nodes.profile(state, Runtime(context=None)))
     assert state["phases"]["profile"].startswith("not measured (eager failed")
-    assert nodes.after_profile(state, Runtime(context=context())) == "decide"
+    assert nodes.after_select(state, Runtime(context=context())) == "decide"
     timed = {**untimed_record("cpu"), "candidate_time": {"measured": True, "median_ms": 1.0}}
     assert nodes.timing_unavailable(timed) is None and nodes.timing_unavailable(untimed_record("cpu"))
