@@ -83,6 +83,7 @@ class PolicyServer:
 def run(problem: Path, width: int, args: argparse.Namespace, workspace: Path) -> dict[str, Any]:
     command = [sys.executable, "-m", "agent.cli", "optimize", str(problem), "--workspace", str(workspace), "--json",
                "--width", str(width), "--max-attempts", str(args.max_attempts), "--patience", "0",
+               "--roofline-target", "0", "--memory-roofline-target", "0",
                "--precision", args.precision]
     server = None
     if args.think > 0:
