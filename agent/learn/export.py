@@ -17,8 +17,10 @@ SFT rows (`sft_rows`), one JSON object per line:
 row is the conversation up to and including the assistant turn that submitted one attempt, and
 its metadata is that attempt's outcome (verdict, speedups, timing measured or not, attempt
 number and commit, and its tokens and dollars from the commit's trailers); rows are deduplicated by problem and source hash (the first time a source
-was submitted wins). With `unit="run"` a row is a run's whole conversation, its outcome the
-run's best, deduplicated by problem and the run's sequence of submitted sources. Filters:
+was submitted wins); a run wider than one (docs/search.md) gives each lineage's attempts, read from the
+conversation saved with each attempt. With `unit="run"` a row is a run's whole conversation (a wide
+run's lead lineage), its outcome the run's best, deduplicated by problem and the run's sequence of
+submitted sources. Filters:
 `correct` keeps outcomes whose verdict is ok; `min_speedup` keeps outcomes timed at least that
 much faster than the baseline (eager or torch.compile); an untimed outcome never passes it.
 
@@ -193,7 +195,11 @@ def sft_rows(paths: Iterable[str | Path], *, correct: bool = False, min_speedup:
                     records[a.number] = repo.record(a)
                 return records[a.number]
 
-            for traj in saved_trajectories(path):
+            trajectories = saved_trajectories(path)
+            if unit == "attempt":  # a wide run's other lineages (docs/search.md): each attempt's own conversation
+                trajectories += _lineage_trajectories(repo, attempts, {t.get("run_id") for t in trajectories
+                                                                       if t.get("lineages")})
+            for traj in trajectories:
                 rows = _sft_from_trajectory(path, traj, attempts, record_of, unit=unit, reasoning=reasoning)
                 for key, row in rows:
                     if key in seen:
@@ -206,6 +212,22 @@ def sft_rows(paths: Iterable[str | Path], *, correct: bool = False, min_speedup:
                         continue
                     stats.rows += 1
                     yield row
+
+
+def _lineage_trajectories(repo: ProblemRepo, attempts: list[Attempt], wide: set[Any]) -> list[dict[str, Any]]:
+    """The trajectory saved with each attempt of a run wider than one: its lineage's conversation up
+    to that attempt. The run's own trajectory holds its lead lineage only; a lineage the beam dropped
+    is found nowhere else."""
+    out = []
+    for a in attempts:
+        text = repo.trajectory(a) if a.run_id in wide else None
+        try:
+            data = json.loads(text) if text else None
+        except ValueError:
+            continue
+        if isinstance(data, dict):
+            out.append(data)
+    return out
 
 
 def _sft_from_trajectory(path: Path, traj: dict[str, Any], attempts: list[Attempt],

@@ -95,33 +95,49 @@ def report(state: Branch) -> dict[str, Any]:
 
 
 def select(state: AgentState) -> dict[str, Any]:
-    """The fan-in: the step's reports merged into the run, and its lineages ranked, best first."""
+    """The fan-in: the step's reports merged into the run, and its lineages ranked, best first.
+
+    The run's best moves as the workspace's does: the step's new correct attempts, in the order they
+    were committed, each against the best so far by the noise rule (which is not transitive, so the
+    order matters). An attempt two branches both reached (the same source: judged once, reused by
+    the other) is counted once. A lineage's `improved` says whether its latest attempt is the new best."""
     reports = sorted(state.get("branches") or [], key=lambda r: rank(r["lineage"]))
-    best = state.get("best")
+    previous = state.get("best")
+    known = {a["attempt"] for a in state.get("attempts") or []}
+    new: dict[int, AttemptSummary] = {}
     for r in reports:
-        if r["best"] is not None and (best is None or beats(as_attempt(r["best"]), as_attempt(best))):
-            best = r["best"]
+        for a in r["attempts"]:
+            if a["attempt"] not in known:
+                new.setdefault(a["attempt"], a)
+    best = previous
+    for number in sorted(new):
+        a = new[number]
+        if a["verdict"] == Verdict.OK.value and (best is None or beats(as_attempt(a), as_attempt(best))):
+            best = a
+    improved = best is not None and (previous is None or best["attempt"] != previous["attempt"])
     usage = list(state.get("usage") or [])
     for r in reports:
         usage += r["usage"]
-    attempts = sorted(list(state.get("attempts") or []) + [a for r in reports for a in r["attempts"]],
-                      key=lambda a: a["attempt"])
+    attempts = list(state.get("attempts") or []) + [new[n] for n in sorted(new)]
     baseline = dict(state.get("baseline") or {})
     for r in reports:
         baseline.update({k: v for k, v in (r["baseline"] or {}).items() if v is not None})
-    lead = reports[0]["lineage"]
-    previous = state.get("best")
+    lineages = []
+    for r in reports:
+        latest = r["lineage"]["latest"]
+        lineages.append({**r["lineage"], "improved": bool(improved and latest and best
+                                                           and latest["attempt"] == best["attempt"])})
+    lead = lineages[0]
     # one branch (width 1): a malformed reply's turns wait for the next attempt, as they always did;
     # wider, each attempt carries its own branch's turns (a malformed reply's count in the run only)
     billed = len(usage) if len(reports) > 1 or reports[0]["billed"] else state.get("billed_turns", 0)
     return {
-        "usage": usage, "billed_turns": billed, "attempts": attempts, "best": best,
-        "improved": best is not None and (previous is None or best["attempt"] != previous["attempt"]),
+        "usage": usage, "billed_turns": billed, "attempts": attempts, "best": best, "improved": improved,
         "tokens_used": state.get("tokens_used", 0) + sum(r["tokens_used"] for r in reports),
         "attempts_used": state.get("attempts_used", 0) + sum(r["attempts_used"] for r in reports),
         "format_errors": state.get("format_errors", 0) + sum(r["format_errors"] for r in reports),
         "judge_s": state.get("judge_s", 0.0) + busy_seconds([r["judged"] for r in reports if r["judged"]]),
-        "baseline": baseline, "lineages": [r["lineage"] for r in reports], "step_size": len(reports),
+        "baseline": baseline, "lineages": lineages, "step_size": len(reports),
         "messages": lead["messages"], "proposal": lead["proposal"], "record": lead["record"], "latest": lead["latest"],
         "phases": lead["phases"], "branches": None,
     }

@@ -92,6 +92,10 @@ def optimize(problem: Path, config: AgentConfig, model: ModelClient, *, resume: 
             if not snapshot.values:
                 raise NothingToResume(f"nothing to resume for {problem}: run {run_id} has no saved state")
             state = snapshot.values
+            unknown = _foreign_nodes(graph, run_config)
+            if unknown:  # saved by a ratchet whose graph had other nodes (before the search's fan-out)
+                raise NothingToResume(f"cannot resume run {run_id}: it was saved by an older ratchet, at node "
+                                      f"{', '.join(unknown)}, which this version's graph does not have; start a new run")
             if state.get("problem_hash") != evaluator.problem.hash:
                 raise NothingToResume(f"cannot resume run {run_id}: {problem} changed since it began")
             graph_input = None  # continue from the last checkpoint
@@ -107,8 +111,9 @@ def optimize(problem: Path, config: AgentConfig, model: ModelClient, *, resume: 
             log(f"run {run_id}: {problem} with {model.name}, workspace {repo.path}")
 
         error: ModelError | None = None
-        # Save the trajectory whenever the conversation grows (after draft and refine) and at the end;
-        # each attempt's commit also carries it (see nodes.compile).
+        # Save the trajectory whenever the run's conversation grows (after draft, and after each step's
+        # fan-in: the lead lineage's) and at the end; each attempt's commit also carries its lineage's
+        # conversation as it was judged (see nodes.compile).
         saved_key = _trajectory_key(state)
         try:
             for state in graph.stream(graph_input, run_config, context=ctx, stream_mode="values", durability="sync"):
@@ -117,7 +122,7 @@ def optimize(problem: Path, config: AgentConfig, model: ModelClient, *, resume: 
                     saved_key = _trajectory_key(state)
         except ModelError as exc:
             error = exc
-            state = graph.get_state(run_config).values or state
+            state = _with_finished_branches(graph.get_state(run_config)) or state
             log(f"model error: {exc}")
         if error is None and state.get("stop_reason"):
             repo.save_trajectory(run_id, trajectory_text(state, ctx))  # with the last attempt's outcome
@@ -129,6 +134,30 @@ def optimize(problem: Path, config: AgentConfig, model: ModelClient, *, resume: 
         code = EXIT_MODEL if error else (EXIT_FOUND if state.get("best") else EXIT_NONE_CORRECT)
         summary["exit_code"] = code
         return RunResult(summary, code)
+
+
+def _foreign_nodes(graph: Any, run_config: dict[str, Any]) -> list[str]:
+    """Nodes the run's last checkpoint was headed for that this graph does not have: a run saved by
+    a ratchet with another graph (the single line's `compile`, say). LangGraph computes `next` from
+    this graph's own nodes (and finds nothing to run there), so the saved trigger channels
+    (`branch:to:<node>`) are read instead."""
+    saved = graph.checkpointer.get_tuple(run_config) if graph.checkpointer is not None else None
+    versions = saved.checkpoint.get("channel_versions", {}) if saved is not None else {}
+    return sorted({name.split(":", 2)[2] for name in versions if name.startswith("branch:to:")} - set(graph.nodes))
+
+
+def _with_finished_branches(snapshot: Any) -> AgentState:
+    """The state at the last checkpoint, with the reports of the step's branches that finished
+    before another failed merged in (agent/loop/beam.py `select`), for the run's summary: their
+    attempts are committed. The checkpoint itself is left as it is, for --resume."""
+    from agent.loop.beam import CANDIDATE, select
+
+    values = dict(snapshot.values or {})
+    reports = [r for task in snapshot.tasks if task.name == CANDIDATE and isinstance(task.result, dict)
+               for r in task.result.get("branches") or []]
+    if values and reports:
+        values.update(select({**values, "branches": reports}))  # type: ignore[typeddict-item]
+    return values  # type: ignore[return-value]
 
 
 def _trajectory_key(state: AgentState) -> tuple[int, str | None]:

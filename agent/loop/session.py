@@ -50,7 +50,8 @@ class Session:
     mark: float = field(default_factory=time.monotonic)
     price: Price | None = None  # the model's price (agent/cost.py); None: no price, or the built-in policy
     free: bool = False  # the built-in policy: no model, no tokens, $0
-    committing: threading.Lock = field(default_factory=threading.Lock)  # a step's branches commit one at a time
+    # a wide step's branches (agent/loop/beam.py) judge and commit one at a time: timing has the card to itself
+    judging: threading.Lock = field(default_factory=threading.Lock)
 
     def tick(self) -> float:
         """Seconds since the last tick (or since this session began)."""

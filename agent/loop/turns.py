@@ -59,8 +59,9 @@ def ask_model(state: AgentState, ctx: "Session", messages: list[Message]) -> dic
                              keep_reasoning=ctx.config.keep_reasoning)
         sent_tokens = ctxbudget.count(view) + ctxbudget.tools_tokens(ctx.tools)
         start = time.monotonic()
-        seed = state.get("seed")  # a wide search's lineage (agent/loop/beam.py); none at width 1
-        reply = ctx.model.complete(view, ctx.tools, seed=seed if isinstance(seed, int) else None)
+        seed = state.get("seed")  # a wide search's lineage (agent/loop/beam.py); none at width 1, and
+        # then none is passed: a client written before seeds (no `seed` keyword) still works there
+        reply = ctx.model.complete(view, ctx.tools, seed=seed) if isinstance(seed, int) else ctx.model.complete(view, ctx.tools)
         seconds = time.monotonic() - start
         turn = len(usage) + 1
         completion = reply.usage.completion_tokens

@@ -18,7 +18,8 @@ from agent.cli import main
 from agent.config import load_config
 from agent.loop import beam
 from agent.workspace.root import Workspace
-from loopback import Loopback, hold, submit
+from agent.learn.export import sft_rows
+from loopback import Loopback, error, hold, submit
 
 HERE = Path(__file__).parents[1]
 ROOT = HERE.parent
@@ -85,6 +86,19 @@ def test_a_wide_step_asks_and_judges_its_lineages_at_once_and_the_beam_forks_the
         own = json.loads(repo.trajectory(second[0]))
     assert run["schema"] == 3 and [one["id"] for one in run["lineages"]] and len(run["lineages"]) == 2
     assert own["lineage"] == second[0].lineage  # an attempt's own trajectory is its lineage's conversation
+    # SFT export: every attempt of every lineage, read from the conversation saved with each attempt
+    rows = list(sft_rows([tmp_path]))
+    assert sorted(r["metadata"]["outcome"]["attempt"] for r in rows) == [1, 2, 3, 4]
+
+
+def test_a_model_error_in_one_branch_keeps_what_the_other_committed(tmp_path, capsys):
+    with Loopback([submit(FIXED), error(400, "scripted refusal")]) as server:
+        code = main(["optimize", str(PROBLEM), "--model", "scripted", "--base-url", server.url, "--workspace",
+                     str(tmp_path), "--json", "--width", "2", "--max-attempts", "4"])
+        summary = json.loads(capsys.readouterr().out)
+    assert code == 11 and summary["status"] == "model_error"  # refused: the run stops, to be resumed
+    assert summary["attempts"] == 1 and summary["verdicts"] == ["ok"] and summary["best"]["attempt"] == 1
+    assert [a.verdict.value for a in attempts(tmp_path)] == ["ok"]
 
 
 def test_the_builtin_policy_judges_width_configurations_in_one_step(tmp_path, capsys, monkeypatch):
@@ -182,8 +196,52 @@ def test_the_fan_in_sums_the_branches_and_moves_the_best_by_the_noise_rule():
     assert out["tokens_used"] == 22 and len(out["usage"]) == 3 and out["billed_turns"] == 3
     assert out["judge_s"] == 3.0 and out["baseline"]["eager_ms"] == 2.1 and out["step_size"] == 2
     assert out["latest"]["attempt"] == 2 and out["branches"] is None  # the lead is the best; the fan-in emptied
+    assert [one["improved"] for one in out["lineages"]] == [True, False]
+
+
+def test_the_fan_in_moves_the_best_in_commit_order_and_counts_a_shared_attempt_once():
+    # 3 is faster than 2 but within noise of it (the noise rule is not transitive): the workspace kept
+    # 2, committed first, as 3 could not beat it; ranked by median, 3 would have come first and stayed
+    two, three = {**summary(2, median=1.0), "ci_low_ms": 0.9, "ci_high_ms": 1.1}, {**summary(3, median=0.95), "ci_low_ms": 0.6, "ci_high_ms": 1.3}
+
+    def report(k: int, latest: dict, new: list) -> dict:
+        return {"lineage": lineage(k, latest), "usage": [], "attempts": new, "attempts_used": 1, "format_errors": 0,
+                "tokens_used": 0, "best": latest, "baseline": None, "judged": None, "billed": True}
+
+    base = {"usage": [], "attempts": [], "best": None, "attempts_used": 0, "format_errors": 0, "tokens_used": 0,
+            "judge_s": 0.0, "billed_turns": 0, "baseline": {}}
+    out = beam.select({**base, "branches": [report(0, three, [three]), report(1, two, [two]),
+                                            report(3, two, [two])]})  # lineage 3 sent 2's source again: reused
+    assert out["best"]["attempt"] == 2 and [a["attempt"] for a in out["attempts"]] == [2, 3]
+    assert [(one["id"], one["improved"]) for one in out["lineages"]] == [(0, False), (1, True), (3, True)]
 
 
 def test_busy_seconds_count_overlapping_evaluations_once():
     assert beam.busy_seconds([[0.0, 2.0], [1.0, 3.0], [5.0, 6.0], [5.5, 5.7]]) == 4.0
     assert beam.busy_seconds([]) == 0.0
+
+
+def test_a_run_saved_by_the_graph_before_the_fan_out_is_not_resumed_silently(tmp_path, capsys):
+    """A run killed under the single-line graph (next node `compile`) and resumed by this one used to
+    end at once with nothing done and its pointer left unfinished; --resume now says why (exit 2)."""
+    from langgraph.graph import END, START, StateGraph
+
+    from agent.loop.run_store import LocalStore
+    from agent.loop.state import AgentState
+
+    def killed(state: AgentState) -> dict:
+        raise RuntimeError("killed mid-evaluation")
+
+    with LocalStore(tmp_path).open(PROBLEM) as opened:
+        old = StateGraph(AgentState)
+        old.add_node("draft", lambda state: {"attempts_used": 0})
+        old.add_node("compile", killed)
+        old.add_edge(START, "draft")
+        old.add_edge("draft", "compile")
+        old.add_edge("compile", END)
+        with pytest.raises(RuntimeError):
+            old.compile(checkpointer=opened.saver()).invoke({"run_id": "old-run"}, {"configurable": {"thread_id": "old-run"}})
+        opened.write_pointer({"run_id": "old-run", "problem": str(PROBLEM), "finished": False})
+    code = main(["optimize", str(PROBLEM), "--workspace", str(tmp_path), "--resume"])
+    err = capsys.readouterr().err
+    assert code == 2 and "saved by an older ratchet, at node compile" in err, err
