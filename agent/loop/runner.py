@@ -66,7 +66,9 @@ def optimize(problem: Path, config: AgentConfig, model: ModelClient, *, resume: 
     store = store or LocalStore(config.workspace)
     with ExitStack() as stack:
         # the evaluator first: an invalid problem gets no workspace
-        evaluator = stack.enter_context(_evaluator(problem, config, pools, back_to_back=getattr(model, "answers_at_once", False)))
+        # back to back: the built-in policy answers at once, and a wide step's candidates arrive together
+        back_to_back = getattr(model, "answers_at_once", False) or config.width > 1
+        evaluator = stack.enter_context(_evaluator(problem, config, pools, back_to_back=back_to_back))
         opened = stack.enter_context(store.open(problem))
         repo = opened.repo
         conflict = precision_conflict(repo.attempts(), config.precision)
