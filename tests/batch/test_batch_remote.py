@@ -124,7 +124,8 @@ def test_remote_run_commits_in_the_driver_workspace_as_it_goes(remote_env, tmp_p
             for a in attempts:
                 mine = local.commit_attempt(repo.source(a), repo.record(a), model=a.model, run_id=a.run_id,
                                             spend={"tokens": a.tokens, "cost_usd": a.cost_usd,
-                                                   "run_cost_usd": a.run_cost_usd})
+                                                   "run_cost_usd": a.run_cost_usd},
+                                            lineage=None if a.lineage is None else (a.lineage, a.parent_attempt))
                 assert trailers(local.path, mine.sha) == trailers(repo.path, a.sha)
     pointer = json.loads((driver.ws / ".ratchet" / f"{A}.run.json").read_text())
     assert pointer["run_id"] == row["run_id"] and pointer["finished"] is True
