@@ -41,6 +41,10 @@ class EvalOptions:
     # float32 outputs judged against the reference in float64 (tools/judge/exact.py); None: off
     float64_bound: "Float64Bound | None" = field(default_factory=lambda: Float64Bound())
     float64_max_mb: int = 8192  # float64 copies of inputs, outputs and parameters, at most (else not judged so)
+    # host memory a float64 evaluation in host memory may take, where rows over float64_max_mb cannot be
+    # judged alone (tools/judge/exact_host.py); the reference worker's host limit grows by as much.
+    # None: half of the host's memory (resolved()); 0: none
+    float64_host_mb: int | None = None
     seed: int | None = None  # None: a secret seed per Evaluator (per run)
     # seconds the parent may wait on one candidate's worker in all (tools/processes/allowance.py);
     # None: scaled to the problem (a minute, four timing budgets and 60 of the reference's forward passes)
@@ -79,5 +83,19 @@ def resolved(options: EvalOptions) -> EvalOptions:
     DeviceError (a ValueError, one line) for a device this machine does not have."""
     from tools.env import resolve_device
 
+    host_mb = options.float64_host_mb if options.float64_host_mb is not None else half_host_memory_mb()
     return replace(options, device=resolve_device(options.device),
-                   cache_dir=(options.cache_dir or default_cache_dir()).resolve())
+                   cache_dir=(options.cache_dir or default_cache_dir()).resolve(), float64_host_mb=host_mb)
+
+
+def half_host_memory_mb() -> int:
+    """Half of the host's memory in MiB (MemTotal: the same at every resolve, so that warm workers'
+    options match), or 0 where /proc/meminfo cannot be read."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) // 1024 // 2
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0

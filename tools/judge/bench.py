@@ -49,6 +49,11 @@ class Bench:
     quiet_eager: "TimeStats | None" = None
     # float64 on sampled rows: per batch size, which inputs are cut to the rows (tools/judge/exact_rows.py)
     row_plan: dict[int, Any] = field(default_factory=dict)
+    # outputs that sampled rows cannot judge, judged on sets evaluated in float64 on the host
+    # (tools/judge/exact_host.py; decided at open), and why none are where some could not be
+    host_paths: set[str] = field(default_factory=set)
+    host_refused: str | None = None
+    host_seconds: float = 0.0
     recheck_quiet: bool = False
 
     @property
@@ -77,7 +82,10 @@ class Bench:
             for k in range(len(self.problem.variants)):
                 self.reference_outputs(self.seeds[k % len(self.seeds)], f"variant:{k}", borrow=True)
         elif self.exact_sampled:
+            from tools.judge.exact_rows import decide_host
+
             self.float64_rows(self.seeds[0])
+            self.host_refused = decide_host(self, self.seeds[0])
 
     def float64_rows(self, seed: int) -> dict[str, Any]:
         """The reference in float64 on as many rows of the batch as a sample takes (the first ones,

@@ -185,6 +185,11 @@ class ExactJudge:
         self.rng: Any = None  # which timed calls and sampled rows are judged: random()
         self.sampled_rows = 0  # rows judged where a whole float64 evaluation does not fit (tools/judge/exact_rows.py)
         self.skipped: dict[str, str] = {}  # what was not judged in float64, and why
+        # where rows cannot judge an output (tools/judge/exact_host.py): the trial whose set is evaluated
+        # on the host (drawn on first use), outputs so judged, and whether a timed call has been
+        self.host_trial: int | None = None
+        self.host_sets = 0
+        self.host_timed = False
 
     def random(self, bench: Any) -> Any:
         """The parent's secret randomness for what is sampled after the candidate answered (timed

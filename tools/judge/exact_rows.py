@@ -13,10 +13,11 @@ the yardstick, as in a whole evaluation (tools/judge/exact.py).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tools.judge.exact import EXACT_DTYPES, exact_errors, outside, tree_tensors
+from tools.judge.exact import EXACT_DTYPES, POOL_BELOW, exact_errors, outside, tree_tensors
+from tools.judge.exact_host import HOST_MAX_S, host_refused, judge_host, take
 from tools.processes.reference import clone_tree
 
 if TYPE_CHECKING:
@@ -33,17 +34,30 @@ class RowSample:
 
     bench: Any  # the evaluation's Bench (tools/judge/bench.py; not imported: the bench's modules import this one)
     source: dict[str, Any]
+    # this set is also evaluated in float64 on the host, for the outputs rows cannot judge
+    # (bench.host_paths, decided at open: tools/judge/exact_host.py)
+    host: bool = False
+    judged_paths: set[str] = field(default_factory=set)  # the outputs its rows judged
 
     def observe(self, judge: "ExactJudge", key: str, r32: Any, cand: Any) -> str | None:
-        """Why the candidate's sampled rows are outside the bound (naming the output), or None.
-        `r32` and `cand` may be views into the workers' arenas: the rows are copied out of them
-        before the reference worker is asked for anything."""
+        """Why the candidate's sampled rows (or, on a host-evaluated set, sampled elements) are
+        outside the bound (naming the output), or None. `r32` and `cand` may be views into the
+        workers' arenas: what is judged is copied out of them before the reference worker is asked
+        for anything."""
+        took = take(self.bench, judge, r32, cand, self.bench.host_paths) if self.host and self.bench.host_paths else None
+        if (why := self._rows(judge, key, r32, cand)) is not None or took is None:
+            return why
+        return judge_host(self.bench, judge, key, self.source, took)
+
+    def _rows(self, judge: "ExactJudge", key: str, r32: Any, cand: Any) -> str | None:
         outs = dict(tree_tensors(cand))
         judged: list[tuple[str, Any, Any]] = [
             (path, ref, outs[path]) for path, ref in tree_tensors(r32)
-            if str(ref.dtype) in EXACT_DTYPES and ref.dim() >= 1 and ref.numel() and outs.get(path) is not None]
+            if str(ref.dtype) in EXACT_DTYPES and ref.dim() >= 1 and ref.numel() and outs.get(path) is not None
+            and path not in self.bench.host_paths]  # rows cannot judge those (found at open): the host's sets do
         if not judged:
-            judge.skipped[key] = "no float32 output along a batch to sample rows of (a scalar, say)"
+            if not self.bench.host_paths:
+                judge.skipped[key] = "no float32 output along a batch to sample rows of (a scalar, say)"
             return None
         batch = int(judged[0][1].shape[0])
         rows = sorted(judge.random(self.bench).sample(range(batch), self.rows(batch)))
@@ -104,6 +118,7 @@ class RowSample:
                                        f"against eager on the sampled rows alone: {mixed[:120]})")
                 continue
             judged_any = True
+            self.judged_paths.add(path)
             judge.skipped.pop(path, None)
             judge.skipped.pop(key, None)
             judge.sampled_rows += len(rows)
@@ -118,3 +133,47 @@ class RowSample:
         per_row = 2 * (problem.input_bytes + problem.output_bytes) / max(batch, 1)
         fit = int((self.bench.options.float64_max_mb << 20) // 4 // max(per_row, 1.0))
         return max(min(MIN_ROWS, batch), min(MAX_ROWS, batch, fit))
+
+
+def decide_host(bench: Any, seed: int) -> str | None:
+    """At open, before any candidate: whether the rows of a sample judge every output (eager's own
+    outputs standing in for a candidate's), and if not, whether the host evaluation runs, within
+    HOST_MAX_S. Returns why outputs stay unjudged where rows do not reach, or None; sets
+    `bench.host_paths` (the outputs left to the host)."""
+    import time
+
+    from tools.judge.exact import ExactJudge
+
+    assert bench.options.float64_bound is not None
+    scratch = ExactJudge(bench.options.float64_bound)
+    source = {"seed": seed, "distribution": "problem"}
+    with bench.lock:  # eager's outputs are views into the reference's arena: what is judged is copied out first
+        r32 = bench.reference_outputs(seed, "problem", borrow=True)[0]
+        floats = [(path, ref.numel()) for path, ref in tree_tensors(r32) if str(ref.dtype) in EXACT_DTYPES and ref.numel()]
+        took = take(bench, scratch, r32, r32, {path for path, _ in floats})
+        rows = RowSample(bench, source)
+        rows.observe(scratch, "trials", r32, r32)
+        del r32
+    unjudged = [(path, numel) for path, numel in floats if path not in rows.judged_paths]
+    left = {path for path, numel in unjudged if numel >= POOL_BELOW}
+    if not unjudged:
+        return None
+    if not left:
+        return (f"{', '.join(path for path, _ in unjudged)}: fewer than {POOL_BELOW} elements, and only one set per "
+                "evaluation is evaluated in float64 on the host (too few to pool)")
+    if (why := host_refused(bench)) is not None:
+        return why
+    bench.host_paths = left
+    took.taken = [item for item in took.taken if item[0] in left]
+    t0 = time.monotonic()
+    judge_host(bench, scratch, "trials", source, took)
+    seconds = time.monotonic() - t0
+    failed = {p: scratch.skipped[p] for p in left if p in scratch.skipped and scratch.skipped[p].startswith("host")}
+    if failed:
+        bench.host_paths = set()
+        return "; ".join(f"{p}: {w}" for p, w in sorted(failed.items()))
+    if seconds > HOST_MAX_S:
+        bench.host_paths = set()
+        return f"a float64 evaluation on the host took {seconds:.1f} s, over {HOST_MAX_S:g} s"
+    bench.host_seconds = seconds
+    return None

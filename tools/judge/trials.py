@@ -17,6 +17,7 @@ from tools.guard.ops import compute_ops
 from tools.judge.compare import Stats
 from tools.judge.distributions import words
 from tools.judge.exact import STRESS
+from tools.judge.exact_host import chosen_trial
 from tools.judge.exact_rows import RowSample
 from tools.judge.trial_checks import compare_reply
 from tools.judge.verdict import Failure, passed, reply_failure
@@ -46,7 +47,7 @@ def _trials(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
             # borrowed set of its outputs lies until its next request
             trees, payload = bench.feed(worker, [(None, seed, dist)])
             ref_out, ref_in = bench.reference_outputs(seed, dist, borrow=True)
-            exact = exact_for_set(bench, evaluation, seed, dist, STRESS if dist.startswith(STRESS) else "trials")
+            exact = exact_for_set(bench, evaluation, seed, dist, STRESS if dist.startswith(STRESS) else "trials", trial=i)
             header, payload = worker.request({"op": "trial", "inputs": trees[0], "poison": True,
                                               "arena_cap": bench.arena_cap(2)}, bench.options.trial_timeout, payload)
             if i == 0:
@@ -76,15 +77,18 @@ def _trials(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
     return None
 
 
-def exact_for_set(bench: "Bench", evaluation: "Evaluation", seed: int, dist: str, key: str) -> "tuple[ExactJudge, str, Any] | None":
+def exact_for_set(bench: "Bench", evaluation: "Evaluation", seed: int, dist: str, key: str,
+                  trial: int | None = None) -> "tuple[ExactJudge, str, Any] | None":
     """(judge, pool key, the reference's float64 outputs or a RowSample where they do not fit) for
     compare_reply(), or None (not a float32 problem, the bound off, or no float64 outputs for this
-    set: recorded why)."""
+    set: recorded why). `trial`: the main trial's index (the stress trial and one other, chosen in
+    secret, are evaluated on the host where rows cannot judge an output: tools/judge/exact_host.py)."""
     judge = evaluation.exact_for(bench)
     if judge is None:
         return None
     if bench.exact_sampled:  # rows drawn once the candidate has answered (compare_reply)
-        return judge, key, RowSample(bench, {"seed": seed, "distribution": dist})
+        host = trial is not None and (key == STRESS or trial == chosen_trial(bench, judge))
+        return judge, key, RowSample(bench, {"seed": seed, "distribution": dist}, host=host)
     wide, why = bench.reference_wide(seed, dist)
     if wide is None:
         judge.skipped[dist] = why or "no float64 outputs"
@@ -103,7 +107,9 @@ def float64_bound(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
     result.errors.float64_norm_ratio = round(judge.worst_norm, 4) if math.isfinite(judge.worst_norm) else None
     result.errors.float64_max_ratio = round(judge.worst_max, 4) if math.isfinite(judge.worst_max) else None
     skipped = "; ".join(f"{k}: {v}" for k, v in sorted(judge.skipped.items()))
-    rows = f", on {judge.sampled_rows} sampled rows: {bench.exact_refused}" if bench.exact_sampled else ""
+    host = f", {judge.host_sets} outputs on sets evaluated on the host" if judge.host_sets else ""
+    host += f"; not on the host: {bench.host_refused}" if bench.host_refused else ""
+    rows = f", on {judge.sampled_rows} sampled rows{host}: {bench.exact_refused}" if bench.exact_sampled else ""
     result.errors.float64 = f"judged ({judge.judged} trial outputs{rows})" + (f"; not judged: {skipped}" if skipped else "")
     if why is not None:
         if bench.exact_sampled:

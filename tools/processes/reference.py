@@ -187,10 +187,13 @@ class Reference:
 
 
 def float64_sizes(msg: dict[str, Any]) -> str:
-    """Which sizes a float64 request is at: "rows" (sampled rows of the batch), "variant:K" (a
-    held-out variant's), or "problem" (a trial's or a timing-pool set's)."""
+    """Which sizes a float64 request is at: "rows" (sampled rows of the batch), "host" (the
+    problem's, evaluated in host memory), "variant:K" (a held-out variant's), or "problem" (a
+    trial's or a timing-pool set's)."""
     if msg.get("rows") is not None:
         return "rows"
+    if msg.get("host"):
+        return "host"
     dist = str(msg.get("distribution") or "")
     return dist if dist.startswith("variant:") else "problem"
 

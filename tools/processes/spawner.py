@@ -36,8 +36,8 @@ COPY_PROBE_BYTES = 128 << 20
 INIT_SEED = 42  # both models are built after torch.manual_seed(INIT_SEED), so weights match
 PROBE_SEED = 1234  # inputs of the one descriptive reference run (shapes, ops); not a trial seed
 # the options a started worker depends on: two evaluators may share workers only where these agree
-SPAWN_FIELDS = ("device", "precision", "sandbox", "scratch_mb", "max_processes", "host_memory_mb", "file_mb", "gpu_memory_fraction",
-                "cache_dir", "artifact_cache_mb", "bytecode_cache")
+SPAWN_FIELDS = ("device", "precision", "sandbox", "scratch_mb", "max_processes", "host_memory_mb", "float64_host_mb",
+                "file_mb", "gpu_memory_fraction", "cache_dir", "artifact_cache_mb", "bytecode_cache")
 
 
 def spawn_key(options: "EvalOptions") -> tuple[Any, ...]:
@@ -94,6 +94,8 @@ class Spawner:
             scratch = self.root / f"{name}-{self.spawned}"
         (scratch / "tmp").mkdir(parents=True)
         mb = self.options.host_memory_mb
+        if mb and role == "reference":  # room for its float64 evaluations in host memory (tools/judge/exact_host.py)
+            mb += self.options.float64_host_mb or 0
         limits = Limits(host_memory_bytes=mb << 20 if mb else None,
                         file_bytes=self.options.file_mb << 20 if self.options.file_mb else None)
         device = "cpu" if profile_name == "build" else self.device

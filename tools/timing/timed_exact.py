@@ -48,7 +48,8 @@ def _judge_timed(bench: "Bench", evaluation: "Evaluation", calls: list[tuple[int
     slot, seed = calls[i]
     if bench.exact_sampled:  # too large for a whole float64 evaluation: rows of it
         judge.timed_samples += 1
-        why = RowSample(bench, {"slot": slot, "seed": seed}).observe(judge, KEY, eager, cand)
+        host, judge.host_timed = not judge.host_timed, True  # the first sampled call only: seconds each
+        why = RowSample(bench, {"slot": slot, "seed": seed}, host=host).observe(judge, KEY, eager, cand)
         return None if why is None else _timed_failure(first + i + 1, why)
     eager = clone_tree(eager)  # a view into the reference worker's arena, which its next request reuses
     header, payload = bench.reference.checked({"op": "wide", "slot": slot, "seed": seed,

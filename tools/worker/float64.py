@@ -53,11 +53,13 @@ OUT_OF_MEMORY = "the float64 evaluation does not fit in the device's memory"
 
 
 def skipped(why: str | None) -> dict[str, Any]:
-    """A reply's fields for a float64 evaluation not made: why, and whether the device's memory ran
-    out (the parent tells a problem too large from a candidate's pressure: tools/processes/reference.py)."""
+    """A reply's fields for a float64 evaluation not made: why, and whether the device's memory
+    (or, evaluated on the host, the host's) ran out (the parent tells a problem too large from a
+    candidate's pressure: tools/processes/reference.py)."""
     if not why:
         return {}
-    return {"float64_skipped": why, **({"float64_oom": True} if why == OUT_OF_MEMORY else {})}
+    oom = why == OUT_OF_MEMORY or why.startswith(HOST_OUT_OF_MEMORY)
+    return {"float64_skipped": why, **({"float64_oom": True} if oom else {})}
 
 
 def forward64(twins: dict[int, Any], model: Any, inputs: list[Any], device: Any) -> tuple[Any, str | None]:
@@ -112,3 +114,76 @@ def batch_rows(inputs: list[Any], rows: Any, batch: int, cut: Any = None) -> tup
             t = t.index_select(chosen[i], torch.tensor(rows, dtype=torch.long, device=t.device))
         out.append(t)
     return out, None
+
+
+def host_model(model: Any) -> Any:
+    """A float64 copy of `model` in host memory, made without a second copy on the device: each
+    parameter and buffer is copied to the host first and stands in for itself in the deep copy."""
+    import torch
+
+    memo: dict[int, Any] = {}
+    for module in model.modules():
+        for p in module.parameters(recurse=False):
+            host = p.detach().to("cpu")
+            wide = WIDE.get(str(host.dtype))
+            memo[id(p)] = torch.nn.Parameter(host.to(getattr(torch, wide)) if wide else host.clone(),
+                                             requires_grad=p.requires_grad)
+        for b in module.buffers(recurse=False):
+            host = b.to("cpu")
+            wide = WIDE.get(str(host.dtype))
+            memo[id(b)] = host.to(getattr(torch, wide)) if wide else host.clone()
+    return copy.deepcopy(model, memo)
+
+
+def to_host(tree: Any) -> Any:
+    """`tree` with its tensors moved to host memory (then widened by the caller)."""
+    import torch
+
+    if isinstance(tree, torch.Tensor):
+        return tree.to("cpu")
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(to_host(x) for x in tree)
+    if isinstance(tree, dict):
+        return {k: to_host(v) for k, v in tree.items()}
+    return tree
+
+
+HOST_OUT_OF_MEMORY = "the float64 evaluation on the host does not fit in host memory"
+
+
+def host_sample(twins: dict[int, Any], model: Any, inputs: list[Any], seed: int, count: int,
+                device: Any) -> tuple[Any, str | None]:
+    """(the reference's outputs evaluated in float64 on the host, each tensor cut to the `count`
+    positions tools/wire/positions.py draws from `seed`, on `device`; None), or (None, why). For a
+    problem whose float64 evaluation does not fit on the device and whose rows cannot be cut
+    (tools/judge/exact_host.py). `twins` keeps each model's host copy (by id)."""
+    import torch
+
+    from tools.wire.positions import positions
+
+    try:
+        if id(model) not in twins:
+            twins[id(model)] = host_model(model)
+        host_inputs = widen(to_host(inputs))
+        del inputs
+        with torch.no_grad():
+            out = twins[id(model)](*host_inputs)
+        del host_inputs
+    except MemoryError:
+        return None, HOST_OUT_OF_MEMORY
+    except (RuntimeError, TypeError, NotImplementedError) as exc:  # an op with no float64 or host kernel
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if "memory" in first.lower():
+            return None, f"{HOST_OUT_OF_MEMORY} ({first[:160]})"
+        return None, f"the reference does not run in float64 on the host ({type(exc).__name__}: {first[:160]})"
+    leaves = iter(range(1 << 30))
+
+    def cut(tree: Any) -> Any:
+        if isinstance(tree, torch.Tensor):
+            flat = tree.reshape(-1)
+            return flat.index_select(0, positions(flat.numel(), count, seed, next(leaves))).to(device)
+        if isinstance(tree, (list, tuple)):
+            return type(tree)(cut(x) for x in tree)
+        return tree
+
+    return cut(out), None

@@ -31,6 +31,7 @@ class ReferenceWorker(Worker):
         self.variant_models: dict[int, Any] = {}
         self.own_bytes = 0  # the problem's inputs, outputs and parameters (set by build)
         self.wide_models: dict[int, Any] = {}  # id(model) -> its float64 twin (tools/worker/float64.py)
+        self.host_models: dict[int, Any] = {}  # id(model) -> its float64 twin in host memory
         self.memory = DeviceKeep(self.device)  # what it keeps of the device between requests
         if self.device.type == "cuda":
             from tools.worker.worker import prewarm
@@ -131,8 +132,10 @@ class ReferenceWorker(Worker):
         are judged against it, tools/timing/timed_exact.py) or on a trial's set (seed, distribution).
         With `rows`, on those rows of the batch only, and the float32 forward on the same rows beside
         it: [float64 outputs, float32 outputs] (a problem too large for a whole float64 evaluation,
-        tools/judge/exact_rows.py); the float64 copy of the model is then not kept."""
-        from tools.worker.float64 import batch_rows, forward64
+        tools/judge/exact_rows.py); the float64 copy of the model is then not kept. With `host`, in
+        host memory, each output cut to the positions drawn from `positions_seed`: [sampled float64
+        outputs] (rows that cannot be cut, tools/judge/exact_host.py)."""
+        from tools.worker.float64 import batch_rows, forward64, host_sample
 
         if msg.get("slot") is not None:
             inputs, model = self._pool().get(int(msg["slot"]), int(msg["seed"])), self.model
@@ -140,6 +143,11 @@ class ReferenceWorker(Worker):
             self._make_room()
             dist = str(msg["distribution"])
             inputs, model = self.generate(int(msg["seed"]), dist), self.model_for(dist)
+        if msg.get("host"):
+            sample, why = host_sample(self.host_models, model, inputs, int(msg["positions_seed"]), int(msg["count"]),
+                                      self.device)
+            del inputs
+            return self.reply_with({"op": "wide", **skipped(why)}, [sample], int(msg.get("arena_cap") or 0))
         rows = msg.get("rows")
         if rows is None:
             wide, why = forward64(self.wide_models, model, inputs, self.device)

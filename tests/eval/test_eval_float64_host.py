@@ -1,0 +1,77 @@
+"""The float64-judged bound where the float64 evaluation does not fit on the device and no row of
+the batch stands alone (tools/judge/exact_host.py, docs/precision.md): the set is evaluated in
+float64 in host memory, and elements sampled after the candidate answered are held to the bound.
+On the CPU, with float64_max_mb=0 so that nothing fits "on the device"."""
+from __future__ import annotations
+
+import pytest
+
+from helpers_eval import assert_ok, assert_verdict, evaluator, failed, source
+from test_eval_float64 import deep_source
+from tools import Verdict
+from tools.options import Float64Bound
+
+HOST = "evaluated on the host"
+
+
+def centered(name: str) -> str:
+    """A deep_matmul_modes candidate for deep_matmul_centered: its product plus the product's mean over the batch."""
+    text = deep_source(name)
+    assert text.count("        return c\n") == 1
+    return text.replace("        return c\n", "        return c + c.mean(dim=0, keepdim=True)\n")
+
+
+def by_columns(name: str) -> str:
+    """A layer norm candidate across the batch (layer_norm_columns): the same kernel on the transpose."""
+    text = source(name)
+    assert text.count("        x = x.contiguous()\n") == 1 and text.count("        return y\n") == 1
+    return text.replace("        x = x.contiguous()\n", "        x = x.t().contiguous()\n").replace(
+        "        return y\n", "        return y.t()\n")
+
+
+@pytest.fixture(scope="module")
+def centered_ev(tmp_path_factory):
+    ev = evaluator("deep_matmul_centered", tmp_path_factory.mktemp("ratchet-cache"), float64_max_mb=0)
+    yield ev
+    ev.close()
+
+
+def test_an_honest_product_is_accepted_on_elements_of_a_host_evaluation(centered_ev):
+    result = centered_ev.evaluate(centered("deep_matmul_ieee_ok"))
+    assert_ok(result)
+    judged = result.errors.float64 or ""
+    assert HOST in judged and "not independent" not in judged and "not judged" not in judged, result.errors
+    assert result.errors.float64_norm_ratio is not None and result.errors.float64_norm_ratio <= Float64Bound().norm_multiple
+
+
+@pytest.mark.parametrize("candidate", ["deep_matmul_tf32", "deep_matmul_fp16"])
+def test_a_lower_precision_product_whose_rows_do_not_stand_alone_is_rejected(centered_ev, candidate):
+    """Before the host evaluation these were `ok`: rows of a product plus its batch mean are not
+    independent, so nothing was judged against float64 and the float32 tolerance passed them."""
+    result = centered_ev.evaluate(centered(candidate))
+    assert_verdict(result, Verdict.INCORRECT, "float64-bound", "float64 evaluation on the host", "eager float32")
+    assert result.errors.norm_rel is not None and result.errors.norm_rel < 2e-3  # within the float32 tolerance
+
+
+def test_a_naive_variance_across_the_batch_fails_the_stress_trial_judged_on_the_host(tmp_path):
+    ev = evaluator("layer_norm_columns", tmp_path, float64_max_mb=0)
+    try:
+        welford, naive = ev.evaluate(by_columns("layer_norm_welford_ok")), ev.evaluate(by_columns("layer_norm_naive_variance"))
+    finally:
+        ev.close()
+    assert_ok(welford)
+    assert HOST in (welford.errors.float64 or ""), welford.errors
+    assert naive.verdict is Verdict.INCORRECT, naive.message
+    assert failed(naive)[:1] == ["trial-3:stress:1000:float64-bound"], failed(naive)
+    assert "evaluation on the host" in (naive.message or ""), naive.message
+
+
+def test_with_no_host_memory_allowed_the_record_says_why_it_was_not_judged(tmp_path):
+    ev = evaluator("deep_matmul_centered", tmp_path, float64_max_mb=0, float64_host_mb=0)
+    try:
+        result = ev.evaluate(centered("deep_matmul_ieee_ok"))
+    finally:
+        ev.close()
+    assert_ok(result)
+    judged = result.errors.float64 or ""
+    assert "not judged: output" in judged and "not on the host: switched off" in judged and "float64_host_mb" in judged, result.errors

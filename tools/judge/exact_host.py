@@ -1,0 +1,121 @@
+"""The float64-judged bound on a sample of elements evaluated in host memory, for a float32 problem
+whose float64 evaluation does not fit on the device (over `EvalOptions.float64_max_mb`) and whose
+rows cannot be judged alone (tools/judge/exact_rows.py: a batch norm in training mode, a column
+mean, an output with no batch), docs/precision.md.
+
+The reference worker evaluates the whole set in float64 on the host (a float64 copy of the model
+in host memory, the set's inputs copied there and widened) and returns, of each output, the
+HOST_SAMPLE elements the parent's secret seed names (tools/wire/positions.py). The parent draws the
+seed after the candidate answered and takes the same elements of the candidate's and eager's
+outputs; they are held to the bound like a whole output. Outputs of fewer than POOL_BELOW
+elements (a loss) are not judged so: their yardstick, eager's own error, needs the errors of
+several sets pooled, and a host evaluation of every set would cost too much.
+
+Which sets: per evaluation, one of the trials on the usual distributions, chosen by the parent's
+secret randomness, the stress trial, and the first timed call sampled for the float64 judge
+(tools/timing/timed_exact.py). Whether a host evaluation is possible, and what it costs, is decided
+when the evaluator opens, before any candidate (Bench.decide_float64): there it must fit
+`EvalOptions.float64_host_mb` and take at most HOST_MAX_S; an out-of-memory later is then a fault of the
+device's state (tools/processes/reference.py, Float64Lost), never a reason to skip judging.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tools.judge.exact import EXACT_DTYPES, POOL_BELOW, STRESS, tree_tensors
+from tools.problem import leaves
+from tools.processes.reference import clone_tree
+from tools.wire.positions import positions
+
+if TYPE_CHECKING:  # the bench is not imported (`Any`): its modules import this one
+    from tools.judge.exact import ExactJudge
+
+HOST_SAMPLE = 1 << 20  # elements of each output judged per host-evaluated set
+HOST_MAX_S = 60.0  # seconds one host float64 evaluation may take at open, or it is not used
+# host bytes a float64 evaluation takes, as a multiple of the float32 problem's inputs, outputs and
+# parameters: twice for float64, and the model's intermediates
+HOST_FACTOR = 6
+
+
+def host_refused(bench: Any) -> str | None:
+    """Why the host float64 evaluation is not tried for this problem, or None."""
+    problem = bench.problem
+    need_mb = HOST_FACTOR * (problem.input_bytes + problem.output_bytes + problem.param_bytes) >> 20
+    limit = bench.options.float64_host_mb or 0  # resolved: an int (tools/options.py)
+    if limit <= 0:
+        return "switched off (EvalOptions.float64_host_mb is 0, or the host's memory could not be read)"
+    if need_mb > limit:
+        return (f"a float64 evaluation on the host would take about {need_mb} MiB, over the {limit} MiB "
+                "allowed (EvalOptions.float64_host_mb)")
+    return None
+
+
+def chosen_trial(bench: Any, judge: "ExactJudge") -> int:
+    """The trial (not a stress one) whose set this evaluation evaluates on the host, drawn once by
+    the parent's secret randomness."""
+    if judge.host_trial is None:
+        plain = [i for i, seed in enumerate(bench.seeds) if not bench.distribution(i, seed).startswith(STRESS)]
+        judge.host_trial = judge.random(bench).choice(plain) if plain else -1
+    return judge.host_trial
+
+
+@dataclass
+class HostTake:
+    """The elements of eager's and the candidate's outputs a host evaluation will be held against,
+    copied out (before any request to the reference worker reuses its arena)."""
+
+    seed: int  # the positions' seed, drawn after the candidate answered
+    taken: list[tuple[str, Any, Any]]  # (output path, eager's elements, the candidate's)
+
+
+def take(bench: Any, judge: "ExactJudge", r32: Any, cand: Any, paths: set[str]) -> HostTake:
+    """Copy out the sampled elements of the outputs named by `paths` (see the module docstring;
+    a smaller output is recorded as not judged). `r32` and `cand` may be views into the workers'
+    arenas."""
+    seed = judge.random(bench).getrandbits(62)
+    outs = dict(tree_tensors(cand))
+    taken: list[tuple[str, Any, Any]] = []
+    for leaf, (path, ref) in enumerate(tree_tensors(r32)):
+        out = outs.get(path)
+        if path not in paths or str(ref.dtype) not in EXACT_DTYPES or out is None or out.shape != ref.shape:
+            continue
+        if ref.numel() < POOL_BELOW:
+            judge.skipped[path] = (f"fewer than {POOL_BELOW} elements, and only one set per evaluation is "
+                                   "evaluated in float64 on the host (too few to pool)")
+            continue
+        index = positions(ref.numel(), HOST_SAMPLE, seed, leaf).to(ref.device)
+        taken.append((path, ref.reshape(-1).index_select(0, index),
+                      out.to(ref.device).reshape(-1).index_select(0, index)))
+    return HostTake(seed, taken)
+
+
+def judge_host(bench: Any, judge: "ExactJudge", key: str, source: dict[str, Any], took: HostTake) -> str | None:
+    """Why the candidate's sampled elements are outside the bound against the host float64
+    evaluation of the set `source` names (naming the output), or None."""
+    import torch
+
+    if not took.taken:
+        return None
+    with bench.lock:  # the reference worker is one pipe (re-entrant)
+        header, payload = bench.reference.checked(
+            {"op": "wide", **source, "host": True, "positions_seed": took.seed, "count": HOST_SAMPLE,
+             "arena_cap": 8 * HOST_SAMPLE * max(1, len(list(leaves(bench.problem.outputs)))) + (64 << 20)},
+            max(bench.options.trial_timeout, 2 * HOST_MAX_S))
+        if header.get("float64_skipped"):
+            for path, *_ in took.taken:
+                judge.skipped[path] = f"host float64: {header['float64_skipped']}"
+            return None
+        sample = clone_tree(bench.reference.outputs(header, payload)[0])
+    wide = dict(tree_tensors(sample))
+    for path, ref_s, out_s in took.taken:
+        twin = wide.get(path)
+        if not isinstance(twin, torch.Tensor) or twin.shape != ref_s.shape:
+            judge.skipped[path] = "the host float64 evaluation does not give it at its shape"
+            continue
+        judge.skipped.pop(path, None)
+        judge.host_sets += 1
+        if (why := judge.observe_one(key, path, twin.to(ref_s.device), ref_s, out_s)) is not None:
+            return (f"{why} (on {ref_s.numel()} elements sampled after the candidate answered, from a float64 "
+                    "evaluation on the host)")
+    return None
