@@ -191,3 +191,20 @@ def test_where_float64_does_not_fit_sampled_rows_still_judge(name, ok):
     else:
         assert result.verdict is Verdict.INCORRECT, (result.message, result.errors)
         assert any(c.name.endswith("float64-bound") and not c.passed for c in result.checks), result.checks
+
+
+@pytest.mark.parametrize("name, ok", [("ieee", True), ("default-dot-is-tf32", False), ("bf16-on-non-negative-tiles", False)])
+def test_where_rows_do_not_stand_alone_a_host_evaluation_judges(name, ok):
+    """float64_max_mb=0 and a product plus its batch mean: rows cannot be cut, so sampled elements of
+    sets evaluated in float64 in host memory are judged (tools/judge/exact_host.py)."""
+    source = (HONEST.get(name) or DOWNGRADES[name]).replace(
+        "        return c\n", "        return c + c.mean(dim=0, keepdim=True)\n")
+    options = EvalOptions(device="cuda:0", timing_budget_s=1.0, float64_max_mb=0)
+    with Evaluator(HERE / "matmul_rand_deep_centered.py", options) as ev:
+        result = ev.evaluate(source)
+    if ok:
+        assert result.verdict is Verdict.OK, (result.message, result.errors)
+        assert "evaluated on the host" in (result.errors.float64 or ""), result.errors
+    else:
+        assert result.verdict is Verdict.INCORRECT, (result.message, result.errors)
+        assert "evaluation on the host" in (result.message or ""), result.message
