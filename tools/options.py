@@ -43,7 +43,7 @@ class EvalOptions:
     float64_max_mb: int = 8192  # float64 copies of inputs, outputs and parameters, at most (else not judged so)
     # host memory a float64 evaluation in host memory may take, where rows over float64_max_mb cannot be
     # judged alone (tools/judge/exact_host.py); the reference worker's host limit grows by as much.
-    # None: half of the host's memory (resolved()); 0: none
+    # None: a quarter of the host's memory (resolved()); 0: none
     float64_host_mb: int | None = None
     seed: int | None = None  # None: a secret seed per Evaluator (per run)
     # seconds the parent may wait on one candidate's worker in all (tools/processes/allowance.py);
@@ -83,19 +83,20 @@ def resolved(options: EvalOptions) -> EvalOptions:
     DeviceError (a ValueError, one line) for a device this machine does not have."""
     from tools.env import resolve_device
 
-    host_mb = options.float64_host_mb if options.float64_host_mb is not None else half_host_memory_mb()
+    host_mb = options.float64_host_mb if options.float64_host_mb is not None else quarter_host_memory_mb()
     return replace(options, device=resolve_device(options.device),
                    cache_dir=(options.cache_dir or default_cache_dir()).resolve(), float64_host_mb=host_mb)
 
 
-def half_host_memory_mb() -> int:
-    """Half of the host's memory in MiB (MemTotal: the same at every resolve, so that warm workers'
-    options match), or 0 where /proc/meminfo cannot be read."""
+def quarter_host_memory_mb() -> int:
+    """A quarter of the host's memory in MiB (MemTotal: the same at every resolve, so that warm
+    workers' options match), or 0 where /proc/meminfo cannot be read. A quarter: the candidates'
+    workers, the spares and other evaluators of the process need theirs."""
     try:
         with open("/proc/meminfo", encoding="ascii") as meminfo:
             for line in meminfo:
                 if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) // 1024 // 2
+                    return int(line.split()[1]) // 1024 // 4
     except (OSError, ValueError, IndexError):
         pass
     return 0

@@ -16,7 +16,7 @@ from __future__ import annotations
 import secrets
 from typing import TYPE_CHECKING
 
-from tools.judge.exact_host import HOST_MAX_S
+from tools.judge.exact_host import host_timeout
 from tools.processes.process import WorkerGone
 from tools.processes.reference import ReferenceLost
 from tools.problem import ProblemError
@@ -48,12 +48,12 @@ def without_candidate(bench: "Bench") -> str | None:
                 header = bench.float64_rows(seed)
                 if header.get("float64_skipped"):
                     return f"the reference's float64 rows: {header['float64_skipped']}"
-                if "host" in fit:  # the host evaluation decide_float64 ran too (tools/judge/exact_host.py)
-                    header, _ = bench.reference.checked(
-                        {"op": "wide", "seed": seed, "distribution": "problem", "host": True, "positions_seed": seed,
-                         "count": 1, "arena_cap": 64 << 20}, max(bench.options.trial_timeout, 2 * HOST_MAX_S))
-                    if header.get("float64_skipped"):
-                        return f"the reference's float64 evaluation on the host: {header['float64_skipped']}"
+            if bench.exact_sampled and bench.host_paths:  # the host evaluation in use (tools/judge/exact_host.py)
+                header, _ = bench.reference.checked(
+                    {"op": "wide", "seed": seed, "distribution": "problem", "host": True, "positions_seed": seed,
+                     "count": 1, "arena_cap": 64 << 20}, host_timeout(bench))
+                if header.get("float64_skipped"):
+                    return f"the reference's float64 evaluation on the host: {header['float64_skipped']}"
         if bench.device.startswith("cuda"):
             import torch
 

@@ -85,7 +85,7 @@ class Bench:
             from tools.judge.exact_rows import decide_host
 
             self.float64_rows(self.seeds[0])
-            self.host_refused = decide_host(self, self.seeds[0])
+            self.host_refused = decide_host(self, self.seeds)
 
     def float64_rows(self, seed: int) -> dict[str, Any]:
         """The reference in float64 on as many rows of the batch as a sample takes (the first ones,

@@ -190,6 +190,8 @@ class ExactJudge:
         self.host_trial: int | None = None
         self.host_sets = 0
         self.host_timed = False
+        self.host_pending: Any = None  # a timed call's (source, HostTake, call number), judged when the timing ends
+        self.last: ExactErrors | None = None  # the errors observe_one() computed last
 
     def random(self, bench: Any) -> Any:
         """The parent's secret randomness for what is sampled after the candidate answered (timed
@@ -222,6 +224,7 @@ class ExactJudge:
             return None
         e = exact_errors(twin, ref, out, trim=key == STRESS)
         self.judged += 1
+        self.last = e
         if e.count >= POOL_BELOW:
             if (why := self._judge(e)) is not None:
                 return f"{path}: {why}"

@@ -20,6 +20,7 @@ device's state (tools/processes/reference.py, Float64Lost), never a reason to sk
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -33,9 +34,18 @@ if TYPE_CHECKING:  # the bench is not imported (`Any`): its modules import this 
 
 HOST_SAMPLE = 1 << 20  # elements of each output judged per host-evaluated set
 HOST_MAX_S = 60.0  # seconds one host float64 evaluation may take at open, or it is not used
+HOST_AGREES = 1e-3  # eager's relative error against the host evaluation at open, at most, or it is not used
 # host bytes a float64 evaluation takes, as a multiple of the float32 problem's inputs, outputs and
 # parameters: twice for float64, and the model's intermediates
 HOST_FACTOR = 6
+# one host evaluation at a time in this process: evaluators side by side (a reward's problems, a
+# batch's slots) would each take their allowance of host memory and share the cores
+HOST_ONE_AT_A_TIME = threading.Lock()
+
+
+def host_timeout(bench: Any) -> float:
+    """Seconds the parent waits for a host evaluation after open: room for a loaded machine."""
+    return max(bench.options.trial_timeout, 5 * bench.host_seconds, 300.0)
 
 
 def host_refused(bench: Any) -> str | None:
@@ -73,6 +83,8 @@ def take(bench: Any, judge: "ExactJudge", r32: Any, cand: Any, paths: set[str]) 
     """Copy out the sampled elements of the outputs named by `paths` (see the module docstring;
     a smaller output is recorded as not judged). `r32` and `cand` may be views into the workers'
     arenas."""
+    import torch
+
     seed = judge.random(bench).getrandbits(62)
     outs = dict(tree_tensors(cand))
     taken: list[tuple[str, Any, Any]] = []
@@ -85,23 +97,25 @@ def take(bench: Any, judge: "ExactJudge", r32: Any, cand: Any, paths: set[str]) 
                                    "evaluated in float64 on the host (too few to pool)")
             continue
         index = positions(ref.numel(), HOST_SAMPLE, seed, leaf).to(ref.device)
-        taken.append((path, ref.reshape(-1).index_select(0, index),
-                      out.to(ref.device).reshape(-1).index_select(0, index)))
+        # torch.take reads logical row-major positions whatever the strides: no copy of a transposed output
+        taken.append((path, torch.take(ref, index), torch.take(out.to(ref.device), index)))
     return HostTake(seed, taken)
 
 
-def judge_host(bench: Any, judge: "ExactJudge", key: str, source: dict[str, Any], took: HostTake) -> str | None:
+def judge_host(bench: Any, judge: "ExactJudge", key: str, source: dict[str, Any], took: HostTake,
+               timeout: float | None = None) -> str | None:
     """Why the candidate's sampled elements are outside the bound against the host float64
-    evaluation of the set `source` names (naming the output), or None."""
+    evaluation of the set `source` names (naming the output), or None. `timeout`: the pipe's
+    deadline (default host_timeout())."""
     import torch
 
     if not took.taken:
         return None
-    with bench.lock:  # the reference worker is one pipe (re-entrant)
+    with bench.lock, HOST_ONE_AT_A_TIME:  # the reference worker is one pipe (re-entrant)
         header, payload = bench.reference.checked(
             {"op": "wide", **source, "host": True, "positions_seed": took.seed, "count": HOST_SAMPLE,
-             "arena_cap": 8 * HOST_SAMPLE * max(1, len(list(leaves(bench.problem.outputs)))) + (64 << 20)},
-            max(bench.options.trial_timeout, 2 * HOST_MAX_S))
+             "arena_cap": 16 * HOST_SAMPLE * max(1, len(list(leaves(bench.problem.outputs)))) + (64 << 20)},
+            timeout if timeout is not None else host_timeout(bench))
         if header.get("float64_skipped"):
             for path, *_ in took.taken:
                 judge.skipped[path] = f"host float64: {header['float64_skipped']}"

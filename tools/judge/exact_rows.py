@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tools.judge.exact import EXACT_DTYPES, POOL_BELOW, exact_errors, outside, tree_tensors
-from tools.judge.exact_host import HOST_MAX_S, host_refused, judge_host, take
+from tools.judge.exact_host import HOST_AGREES, HOST_MAX_S, host_refused, judge_host, take
 from tools.processes.reference import clone_tree
 
 if TYPE_CHECKING:
@@ -135,45 +135,60 @@ class RowSample:
         return max(min(MIN_ROWS, batch), min(MAX_ROWS, batch, fit))
 
 
-def decide_host(bench: Any, seed: int) -> str | None:
-    """At open, before any candidate: whether the rows of a sample judge every output (eager's own
-    outputs standing in for a candidate's), and if not, whether the host evaluation runs, within
-    HOST_MAX_S. Returns why outputs stay unjudged where rows do not reach, or None; sets
-    `bench.host_paths` (the outputs left to the host)."""
+def decide_host(bench: Any, seeds: list[int]) -> str | None:
+    """At open, before any candidate: whether sampled rows judge every output (eager's own outputs
+    standing in for a candidate's; an output goes to the host only if the rows of neither of two
+    sets judged it), and if not, whether the host evaluation runs, within HOST_MAX_S, and agrees
+    with eager. Returns why outputs stay unjudged where rows do not reach, or None; sets
+    `bench.host_paths` (the outputs left to the host) and `bench.host_seconds`."""
     import time
 
     from tools.judge.exact import ExactJudge
+    from tools.processes.process import WorkerGone
+    from tools.processes.reference import ReferenceLost
 
     assert bench.options.float64_bound is not None
     scratch = ExactJudge(bench.options.float64_bound)
-    source = {"seed": seed, "distribution": "problem"}
-    with bench.lock:  # eager's outputs are views into the reference's arena: what is judged is copied out first
-        r32 = bench.reference_outputs(seed, "problem", borrow=True)[0]
-        floats = [(path, ref.numel()) for path, ref in tree_tensors(r32) if str(ref.dtype) in EXACT_DTYPES and ref.numel()]
-        took = take(bench, scratch, r32, r32, {path for path, _ in floats})
-        rows = RowSample(bench, source)
-        rows.observe(scratch, "trials", r32, r32)
-        del r32
-    unjudged = [(path, numel) for path, numel in floats if path not in rows.judged_paths]
+    judged: set[str] = set()
+    took = None
+    for seed in seeds[:2]:
+        with bench.lock:  # eager's outputs are views into the reference's arena: what is judged is copied out first
+            r32 = bench.reference_outputs(seed, "problem", borrow=True)[0]
+            floats = [(path, ref.numel()) for path, ref in tree_tensors(r32)
+                      if str(ref.dtype) in EXACT_DTYPES and ref.numel()]
+            if took is None:
+                source = {"seed": seed, "distribution": "problem"}
+                took = take(bench, scratch, r32, r32, {path for path, _ in floats})
+            rows = RowSample(bench, {"seed": seed, "distribution": "problem"})
+            rows.observe(scratch, "trials", r32, r32)
+            del r32
+        judged |= rows.judged_paths
+    unjudged = [(path, numel) for path, numel in floats if path not in judged]
     left = {path for path, numel in unjudged if numel >= POOL_BELOW}
-    if not unjudged:
+    if not unjudged or took is None:
         return None
     if not left:
         return (f"{', '.join(path for path, _ in unjudged)}: fewer than {POOL_BELOW} elements, and only one set per "
                 "evaluation is evaluated in float64 on the host (too few to pool)")
     if (why := host_refused(bench)) is not None:
         return why
-    bench.host_paths = left
     took.taken = [item for item in took.taken if item[0] in left]
     t0 = time.monotonic()
-    judge_host(bench, scratch, "trials", source, took)
+    try:
+        judge_host(bench, scratch, "trials", source, took, timeout=1.5 * HOST_MAX_S)
+    except (ReferenceLost, WorkerGone) as exc:  # too slow, or past the reference's host memory: not used
+        bench.reference.ensure_alive()
+        return f"the float64 evaluation on the host failed at open ({str(exc)[:200]})"
     seconds = time.monotonic() - t0
     failed = {p: scratch.skipped[p] for p in left if p in scratch.skipped and scratch.skipped[p].startswith("host")}
     if failed:
-        bench.host_paths = set()
         return "; ".join(f"{p}: {w}" for p, w in sorted(failed.items()))
     if seconds > HOST_MAX_S:
-        bench.host_paths = set()
         return f"a float64 evaluation on the host took {seconds:.1f} s, over {HOST_MAX_S:g} s"
-    bench.host_seconds = seconds
+    e = scratch.last
+    if e is None or (e.ref_norm > 0 and e.eager_norm > HOST_AGREES * e.ref_norm):
+        off = f"{e.eager_norm / e.ref_norm:.3g}" if e is not None and e.ref_norm > 0 else "unknown"
+        return (f"eager differs from the float64 evaluation on the host by {off} (relative norm): a forward that "
+                "is random, or computes otherwise on the host")
+    bench.host_paths, bench.host_seconds = left, seconds
     return None

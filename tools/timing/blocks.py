@@ -113,7 +113,7 @@ def _blocks(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
             return failure
         n += p.block
         block += 1
-    if (failure := timed_final(evaluation)) is not None:
+    if (failure := timed_final(bench, evaluation)) is not None:
         return failure
     result.candidate_time = to_time_stats(collectors["candidate"])
     result.eager_time = to_time_stats(collectors["eager"])

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tools.judge.exact_host import judge_host, take
 from tools.judge.exact_rows import RowSample
 from tools.judge.verdict import Failure
 from tools.processes.reference import clone_tree
@@ -48,8 +49,11 @@ def _judge_timed(bench: "Bench", evaluation: "Evaluation", calls: list[tuple[int
     slot, seed = calls[i]
     if bench.exact_sampled:  # too large for a whole float64 evaluation: rows of it
         judge.timed_samples += 1
-        host, judge.host_timed = not judge.host_timed, True  # the first sampled call only: seconds each
-        why = RowSample(bench, {"slot": slot, "seed": seed}, host=host).observe(judge, KEY, eager, cand)
+        source = {"slot": slot, "seed": seed}
+        if bench.host_paths and not judge.host_timed:  # the first sampled call, evaluated on the host when the timing ends
+            judge.host_timed = True
+            judge.host_pending = (source, take(bench, judge, eager, cand, bench.host_paths), first + i + 1)
+        why = RowSample(bench, source).observe(judge, KEY, eager, cand)
         return None if why is None else _timed_failure(first + i + 1, why)
     eager = clone_tree(eager)  # a view into the reference worker's arena, which its next request reuses
     header, payload = bench.reference.checked({"op": "wide", "slot": slot, "seed": seed,
@@ -71,11 +75,19 @@ def _timed_failure(call: int, why: str) -> Failure:
                    "the same way on every call.")
 
 
-def timed_final(evaluation: "Evaluation") -> Failure | None:
-    """The pooled small outputs of the sampled timed calls; the record's float64 fields brought up to date."""
+def timed_final(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
+    """The sampled timed call evaluated on the host (tools/judge/exact_host.py: seconds of CPU work,
+    kept out of the timed blocks), the pooled small outputs of the sampled timed calls; the record's
+    float64 fields brought up to date."""
     judge, errors = evaluation.exact, evaluation.result.errors
     if judge is None or not judge.timed_samples:
         return None
+    if judge.host_pending is not None:
+        source, took, call = judge.host_pending
+        judge.host_pending = None
+        with evaluation.phase("float64_timed"):
+            if (why := judge_host(bench, judge, KEY, source, took)) is not None:
+                return _timed_failure(call, why)
     why = judge.final()
     errors.float64 = f"{errors.float64 or 'judged'}; {judge.timed_samples} timed calls judged"
     errors.float64_norm_ratio = round(judge.worst_norm, 4) if judge.worst_norm < float("inf") else None

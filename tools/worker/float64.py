@@ -169,6 +169,18 @@ def host_sample(twins: dict[int, Any], model: Any, inputs: list[Any], seed: int,
         with torch.no_grad():
             out = twins[id(model)](*host_inputs)
         del host_inputs
+        leaves = iter(range(1 << 30))
+
+        def cut(tree: Any) -> Any:
+            """Each tensor leaf (in tools/judge/exact.py tree_tensors's order) cut to its positions; a
+            dict or other container is not an output the parent judges (None)."""
+            if isinstance(tree, torch.Tensor):  # torch.take: logical row-major positions, no copy
+                return torch.take(tree, positions(tree.numel(), count, seed, next(leaves))).to(device)
+            if isinstance(tree, (list, tuple)):
+                return [cut(x) for x in tree]
+            return None if isinstance(tree, dict) else tree
+
+        return cut(out), None
     except MemoryError:
         return None, HOST_OUT_OF_MEMORY
     except (RuntimeError, TypeError, NotImplementedError) as exc:  # an op with no float64 or host kernel
@@ -176,14 +188,3 @@ def host_sample(twins: dict[int, Any], model: Any, inputs: list[Any], seed: int,
         if "memory" in first.lower():
             return None, f"{HOST_OUT_OF_MEMORY} ({first[:160]})"
         return None, f"the reference does not run in float64 on the host ({type(exc).__name__}: {first[:160]})"
-    leaves = iter(range(1 << 30))
-
-    def cut(tree: Any) -> Any:
-        if isinstance(tree, torch.Tensor):
-            flat = tree.reshape(-1)
-            return flat.index_select(0, positions(flat.numel(), count, seed, next(leaves))).to(device)
-        if isinstance(tree, (list, tuple)):
-            return type(tree)(cut(x) for x in tree)
-        return tree
-
-    return cut(out), None
