@@ -75,3 +75,16 @@ def test_with_no_host_memory_allowed_the_record_says_why_it_was_not_judged(tmp_p
     assert_ok(result)
     judged = result.errors.float64 or ""
     assert "not judged: output" in judged and "not on the host: switched off" in judged and "float64_host_mb" in judged, result.errors
+
+
+def test_a_host_evaluation_that_disagrees_with_eager_is_not_used(tmp_path):
+    """A forward that computes otherwise in float64: at open, eager is 1% (relative) off the host
+    evaluation, so no output is judged against it, and the record says why."""
+    ev = evaluator("float64_otherwise", tmp_path, float64_max_mb=0)
+    try:
+        result = ev.evaluate(source("column_centered_ok"))
+    finally:
+        ev.close()
+    assert_ok(result)
+    judged = result.errors.float64 or ""
+    assert "not on the host: eager differs from the float64 evaluation on the host" in judged, judged
