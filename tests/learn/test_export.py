@@ -14,6 +14,7 @@ from agent.cli import main
 from agent.learn.export import clean_message, saved_trajectories
 from agent.learn.rl_env import EnvConfig, KernelEnv
 from agent.workspace.root import Workspace
+from helpers_agent import quiet_agent_env
 from loopback import Loopback, submit
 from tools.reward import RewardConfig
 from tools.toolcalls import tool_schemas
@@ -30,13 +31,8 @@ pytestmark = pytest.mark.timeout(240)
 def workspace(tmp_path_factory):
     """Two scripted runs on one problem; the second repeats a source of the first."""
     mp = pytest.MonkeyPatch()
-    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "RATCHET_CONFIG", "RATCHET_MODEL", "RATCHET_BASE_URL",
-                 "RATCHET_WORKSPACE"):
-        mp.delenv(name, raising=False)
-    for name, value in (("TRITON_INTERPRET", "1"), ("RATCHET_DEVICE", "cpu"), ("RATCHET_TRIALS", "1"),
-                        ("RATCHET_RETRY_ATTEMPTS", "2"), ("RATCHET_RETRY_BASE_S", "0.01"),
-                        ("RATCHET_STOP_UNTIMED", "0")):  # runs go on past the first correct kernel, as on a GPU
-        mp.setenv(name, value)
+    quiet_agent_env(mp, RATCHET_TRIALS="1", RATCHET_RETRY_ATTEMPTS="2",
+                    RATCHET_STOP_UNTIMED="0")  # runs go on past the first correct kernel, as on a GPU
     root = tmp_path_factory.mktemp("ws")
     try:
         for script in ([submit(WRONG, reasoning="first try"), submit(FAST), submit(SLOW)], [submit(FAST), submit(CHEAT_GUARD)]):

@@ -15,6 +15,7 @@ import pytest
 from agent.cli import main
 from agent.cost import NO_PRICE, Price
 from agent.workspace.root import Workspace
+from helpers_agent import quiet_agent_env
 from loopback import Loopback, error, submit, usage_of
 
 HERE = Path(__file__).parents[1]
@@ -30,13 +31,7 @@ PRICE = Price(0.2, 0.6, 0.05)
 
 @pytest.fixture(autouse=True)
 def fast_settings(monkeypatch):
-    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "RATCHET_CONFIG", "RATCHET_MODEL", "RATCHET_BASE_URL",
-                 "RATCHET_WORKSPACE", "RATCHET_PRICE"):
-        monkeypatch.delenv(name, raising=False)
-    for name, value in (("TRITON_INTERPRET", "1"), ("RATCHET_DEVICE", "cpu"), ("RATCHET_TRIALS", "2"),
-                        ("RATCHET_RETRY_ATTEMPTS", "2"), ("RATCHET_RETRY_BASE_S", "0.01"),
-                        ("RATCHET_RETRY_MAX_S", "0.05")):
-        monkeypatch.setenv(name, value)
+    quiet_agent_env(monkeypatch, "RATCHET_PRICE", RATCHET_RETRY_ATTEMPTS="2")
 
 
 def optimize(server: Loopback, workspace: Path, capsys, *extra: str) -> tuple[int, dict, str]:

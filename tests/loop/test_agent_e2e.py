@@ -12,6 +12,7 @@ import pytest
 
 from agent.cli import main
 from agent.workspace.root import Workspace
+from helpers_agent import quiet_agent_env
 from loopback import Loopback, error, hold, submit, text, tool_call, tool_calls
 
 HERE = Path(__file__).parents[1]
@@ -24,15 +25,7 @@ pytestmark = pytest.mark.timeout(120)
 
 @pytest.fixture(autouse=True)
 def fast_settings(monkeypatch):
-    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "RATCHET_CONFIG", "RATCHET_MODEL", "RATCHET_BASE_URL",
-                 "RATCHET_WORKSPACE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.setenv("RATCHET_DEVICE", "cpu")
-    monkeypatch.setenv("RATCHET_TRIALS", "2")
-    monkeypatch.setenv("RATCHET_RETRY_ATTEMPTS", "3")
-    monkeypatch.setenv("RATCHET_RETRY_BASE_S", "0.01")
-    monkeypatch.setenv("RATCHET_RETRY_MAX_S", "0.05")
+    quiet_agent_env(monkeypatch)
 
 
 def optimize(server: Loopback, workspace: Path, capsys, *extra: str) -> tuple[int, dict, str]:

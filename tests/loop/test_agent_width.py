@@ -19,6 +19,7 @@ from agent.config import load_config
 from agent.loop import beam
 from agent.workspace.root import Workspace
 from agent.learn.export import sft_rows
+from helpers_agent import agent_env, quiet_agent_env
 from loopback import Loopback, error, hold, submit
 
 HERE = Path(__file__).parents[1]
@@ -33,17 +34,14 @@ pytestmark = pytest.mark.timeout(240)
 
 @pytest.fixture(autouse=True)
 def fast_settings(monkeypatch):
-    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "RATCHET_CONFIG", "RATCHET_MODEL", "RATCHET_BASE_URL",
-                 "RATCHET_WORKSPACE"):
-        monkeypatch.delenv(name, raising=False)
-    for key, value in env().items():
-        monkeypatch.setenv(key, value)
+    quiet_agent_env(monkeypatch, **WIDE)
+
+
+WIDE = {"RATCHET_STOP_UNTIMED": "0", "RATCHET_PATIENCE": "0"}  # every attempt of the budget is spent
 
 
 def env() -> dict[str, str]:
-    return {"TRITON_INTERPRET": "1", "RATCHET_DEVICE": "cpu", "RATCHET_TRIALS": "2", "RATCHET_RETRY_ATTEMPTS": "3",
-            "RATCHET_RETRY_BASE_S": "0.01", "RATCHET_RETRY_MAX_S": "0.05", "RATCHET_STOP_UNTIMED": "0",
-            "RATCHET_PATIENCE": "0"}
+    return agent_env(**WIDE)
 
 
 def attempts(workspace: Path) -> list:
