@@ -48,7 +48,7 @@ def without_candidate(bench: "Bench") -> str | None:
                 header = bench.float64_rows(seed)
                 if header.get("float64_skipped"):
                     return f"the reference's float64 rows: {header['float64_skipped']}"
-            if bench.exact_sampled and bench.host_paths:  # the host evaluation in use (tools/judge/exact_host.py)
+            if bench.exact_sampled and bench.host_ok:  # the host evaluation in use (tools/judge/exact_host.py)
                 header, _ = bench.reference.checked(
                     {"op": "wide", "seed": seed, "distribution": "problem", "host": True, "positions_seed": seed,
                      "count": 1, "arena_cap": 64 << 20}, host_timeout(bench))

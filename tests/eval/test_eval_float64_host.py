@@ -88,3 +88,36 @@ def test_a_host_evaluation_that_disagrees_with_eager_is_not_used(tmp_path):
     assert_ok(result)
     judged = result.errors.float64 or ""
     assert "not on the host: eager differs from the float64 evaluation on the host" in judged, judged
+
+
+def test_a_small_output_whose_rows_mix_is_judged_whole_on_the_host_pooled_over_the_trials(tmp_path):
+    """Each column less its mean over the batch, 48 x 32: fewer than 4096 elements, so each trial's
+    whole output is evaluated on the host and the errors are pooled over the trials."""
+    ev = evaluator("column_centered", tmp_path, float64_max_mb=0)
+    try:
+        result = ev.evaluate(source("column_centered_ok"))
+    finally:
+        ev.close()
+    assert_ok(result)
+    judged = result.errors.float64 or ""
+    assert HOST in judged and "not judged" not in judged, judged
+
+
+@pytest.mark.parametrize("mode, ok", [(0, True), (2, False)])
+def test_rows_that_mix_only_on_some_distributions_are_judged_on_the_host(tmp_path, mode, ok):
+    """A product scaled by its global norm when that is large: on the problem's own inputs its rows
+    stand alone, on shifted and stress inputs they do not. A candidate computing TF32 operands only
+    where the clip acts was `ok` when row independence was decided on the problem's inputs alone
+    (an attacker helper, stop 53); every distribution is tried at open now."""
+    text = source("deep_matmul_clipped_switch")
+    assert "CLIPPED = 2" in text
+    ev = evaluator("deep_matmul_clipped", tmp_path, float64_max_mb=0)
+    try:
+        result = ev.evaluate(text.replace("CLIPPED = 2", f"CLIPPED = {mode}"))
+    finally:
+        ev.close()
+    if ok:
+        assert_ok(result)
+        assert HOST in (result.errors.float64 or ""), result.errors
+    else:
+        assert_verdict(result, Verdict.INCORRECT, "float64-bound", "float64 evaluation on the host")

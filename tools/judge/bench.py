@@ -49,8 +49,9 @@ class Bench:
     quiet_eager: "TimeStats | None" = None
     # float64 on sampled rows: per batch size, which inputs are cut to the rows (tools/judge/exact_rows.py)
     row_plan: dict[int, Any] = field(default_factory=dict)
-    # outputs that sampled rows cannot judge, judged on sets evaluated in float64 on the host
-    # (tools/judge/exact_host.py; decided at open), and why none are where some could not be
+    # whether sets can be evaluated in float64 on the host where their rows do not judge an output, the
+    # outputs rows judge on no distribution (tools/judge/exact_host.py; decided at open), and why not
+    host_ok: bool = False
     host_paths: set[str] = field(default_factory=set)
     host_refused: str | None = None
     host_seconds: float = 0.0
@@ -85,7 +86,7 @@ class Bench:
             from tools.judge.exact_rows import decide_host
 
             self.float64_rows(self.seeds[0])
-            self.host_refused = decide_host(self, self.seeds)
+            self.host_refused = decide_host(self)
 
     def float64_rows(self, seed: int) -> dict[str, Any]:
         """The reference in float64 on as many rows of the batch as a sample takes (the first ones,

@@ -185,12 +185,12 @@ class ExactJudge:
         self.rng: Any = None  # which timed calls and sampled rows are judged: random()
         self.sampled_rows = 0  # rows judged where a whole float64 evaluation does not fit (tools/judge/exact_rows.py)
         self.skipped: dict[str, str] = {}  # what was not judged in float64, and why
-        # where rows cannot judge an output (tools/judge/exact_host.py): the trial whose set is evaluated
-        # on the host (drawn on first use), outputs so judged, and whether a timed call has been
-        self.host_trial: int | None = None
+        # where rows do not judge an output (tools/judge/exact_host.py): outputs judged on the host, timed
+        # calls that needed it, and the one drawn of them: (source, HostTake, call number), judged when
+        # the timing ends
         self.host_sets = 0
-        self.host_timed = False
-        self.host_pending: Any = None  # a timed call's (source, HostTake, call number), judged when the timing ends
+        self.host_seen = 0
+        self.host_pending: Any = None
         self.last: ExactErrors | None = None  # the errors observe_one() computed last
 
     def random(self, bench: Any) -> Any:

@@ -7,16 +7,16 @@ The reference worker evaluates the whole set in float64 on the host (a float64 c
 in host memory, the set's inputs copied there and widened) and returns, of each output, the
 HOST_SAMPLE elements the parent's secret seed names (tools/wire/positions.py). The parent draws the
 seed after the candidate answered and takes the same elements of the candidate's and eager's
-outputs; they are held to the bound like a whole output. Outputs of fewer than POOL_BELOW
-elements (a loss) are not judged so: their yardstick, eager's own error, needs the errors of
-several sets pooled, and a host evaluation of every set would cost too much.
+outputs; they are held to the bound like a whole output (an output of fewer than POOL_BELOW
+elements, a loss, whole, its errors pooled over the trials as in tools/judge/exact.py).
 
-Which sets: per evaluation, one of the trials on the usual distributions, chosen by the parent's
-secret randomness, the stress trial, and the first timed call sampled for the float64 judge
-(tools/timing/timed_exact.py). Whether a host evaluation is possible, and what it costs, is decided
-when the evaluator opens, before any candidate (Bench.decide_float64): there it must fit
-`EvalOptions.float64_host_mb` and take at most HOST_MAX_S; an out-of-memory later is then a fault of the
-device's state (tools/processes/reference.py, Float64Lost), never a reason to skip judging.
+Which sets: every trial whose rows do not judge an output (found at open for every distribution,
+bench.host_paths, or rows that mix on the set itself), and one timed call drawn uniformly from those
+the timed judge sampled (tools/timing/timed_exact.py), evaluated when the timing ends. Whether a
+host evaluation is possible, and what it costs, is decided when the evaluator opens, before any
+candidate (Bench.decide_float64): there it must fit `EvalOptions.float64_host_mb`, take at most
+HOST_MAX_S and agree with eager; any failure later is then a fault of the machine's state
+(tools/processes/reference.py, Float64Lost), never a reason to skip judging.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tools.judge.exact import EXACT_DTYPES, POOL_BELOW, STRESS, tree_tensors
+from tools.judge.exact import EXACT_DTYPES, tree_tensors
 from tools.problem import leaves
 from tools.processes.reference import clone_tree
 from tools.wire.positions import positions
@@ -61,15 +61,6 @@ def host_refused(bench: Any) -> str | None:
     return None
 
 
-def chosen_trial(bench: Any, judge: "ExactJudge") -> int:
-    """The trial (not a stress one) whose set this evaluation evaluates on the host, drawn once by
-    the parent's secret randomness."""
-    if judge.host_trial is None:
-        plain = [i for i, seed in enumerate(bench.seeds) if not bench.distribution(i, seed).startswith(STRESS)]
-        judge.host_trial = judge.random(bench).choice(plain) if plain else -1
-    return judge.host_trial
-
-
 @dataclass
 class HostTake:
     """The elements of eager's and the candidate's outputs a host evaluation will be held against,
@@ -79,10 +70,9 @@ class HostTake:
     taken: list[tuple[str, Any, Any]]  # (output path, eager's elements, the candidate's)
 
 
-def take(bench: Any, judge: "ExactJudge", r32: Any, cand: Any, paths: set[str]) -> HostTake:
-    """Copy out the sampled elements of the outputs named by `paths` (see the module docstring;
-    a smaller output is recorded as not judged). `r32` and `cand` may be views into the workers'
-    arenas."""
+def take(bench: Any, judge: "ExactJudge", r32: Any, cand: Any, paths: set[str] | None) -> HostTake:
+    """Copy out the sampled elements (all of a small output's) of the floating outputs named by
+    `paths` (None: every one). `r32` and `cand` may be views into the workers' arenas."""
     import torch
 
     seed = judge.random(bench).getrandbits(62)
@@ -90,11 +80,8 @@ def take(bench: Any, judge: "ExactJudge", r32: Any, cand: Any, paths: set[str]) 
     taken: list[tuple[str, Any, Any]] = []
     for leaf, (path, ref) in enumerate(tree_tensors(r32)):
         out = outs.get(path)
-        if path not in paths or str(ref.dtype) not in EXACT_DTYPES or out is None or out.shape != ref.shape:
-            continue
-        if ref.numel() < POOL_BELOW:
-            judge.skipped[path] = (f"fewer than {POOL_BELOW} elements, and only one set per evaluation is "
-                                   "evaluated in float64 on the host (too few to pool)")
+        if (paths is not None and path not in paths) or str(ref.dtype) not in EXACT_DTYPES or out is None \
+                or out.shape != ref.shape:
             continue
         index = positions(ref.numel(), HOST_SAMPLE, seed, leaf).to(ref.device)
         # torch.take reads logical row-major positions whatever the strides: no copy of a transposed output
@@ -103,10 +90,10 @@ def take(bench: Any, judge: "ExactJudge", r32: Any, cand: Any, paths: set[str]) 
 
 
 def judge_host(bench: Any, judge: "ExactJudge", key: str, source: dict[str, Any], took: HostTake,
-               timeout: float | None = None) -> str | None:
+               timeout: float | None = None, where: str = "") -> str | None:
     """Why the candidate's sampled elements are outside the bound against the host float64
     evaluation of the set `source` names (naming the output), or None. `timeout`: the pipe's
-    deadline (default host_timeout())."""
+    deadline (default host_timeout()); `where`: the set, as the record's skipped entries name it."""
     import torch
 
     if not took.taken:
@@ -118,16 +105,16 @@ def judge_host(bench: Any, judge: "ExactJudge", key: str, source: dict[str, Any]
             timeout if timeout is not None else host_timeout(bench))
         if header.get("float64_skipped"):
             for path, *_ in took.taken:
-                judge.skipped[path] = f"host float64: {header['float64_skipped']}"
+                judge.skipped[f"{path} ({where})" if where else path] = f"host float64: {header['float64_skipped']}"
             return None
         sample = clone_tree(bench.reference.outputs(header, payload)[0])
     wide = dict(tree_tensors(sample))
     for path, ref_s, out_s in took.taken:
         twin = wide.get(path)
         if not isinstance(twin, torch.Tensor) or twin.shape != ref_s.shape:
-            judge.skipped[path] = "the host float64 evaluation does not give it at its shape"
+            judge.skipped[f"{path} ({where})" if where else path] = "the host float64 evaluation does not give it at its shape"
             continue
-        judge.skipped.pop(path, None)
+        judge.skipped.pop(f"{path} ({where})" if where else path, None)
         judge.host_sets += 1
         if (why := judge.observe_one(key, path, twin.to(ref_s.device), ref_s, out_s)) is not None:
             return (f"{why} (on {ref_s.numel()} elements sampled after the candidate answered, from a float64 "

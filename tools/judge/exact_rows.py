@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tools.judge.exact import EXACT_DTYPES, POOL_BELOW, exact_errors, outside, tree_tensors
-from tools.judge.exact_host import HOST_AGREES, HOST_MAX_S, host_refused, judge_host, take
+from tools.judge.exact import EXACT_DTYPES, exact_errors, outside, tree_tensors
+from tools.judge.exact_host import HOST_AGREES, HOST_MAX_S, HostTake, host_refused, judge_host, take
 from tools.processes.reference import clone_tree
 
 if TYPE_CHECKING:
@@ -34,27 +34,41 @@ class RowSample:
 
     bench: Any  # the evaluation's Bench (tools/judge/bench.py; not imported: the bench's modules import this one)
     source: dict[str, Any]
-    # this set is also evaluated in float64 on the host, for the outputs rows cannot judge
-    # (bench.host_paths, decided at open: tools/judge/exact_host.py)
+    # where the host evaluation is possible (bench.host_ok, tools/judge/exact_host.py), the outputs this
+    # set's rows do not judge (bench.host_paths, found at open, or rows that mix on this set) are judged on
+    # the host's elements: at once, or (`defer`, a timed call) left in `pending` for the caller
     host: bool = False
+    defer: bool = False
     judged_paths: set[str] = field(default_factory=set)  # the outputs its rows judged
+    pending: HostTake | None = None
+
+    @property
+    def where(self) -> str:
+        """The set, as the record names it: its distribution, or a timed call."""
+        return str(self.source.get("distribution") or "timed call")
 
     def observe(self, judge: "ExactJudge", key: str, r32: Any, cand: Any) -> str | None:
-        """Why the candidate's sampled rows (or, on a host-evaluated set, sampled elements) are
-        outside the bound (naming the output), or None. `r32` and `cand` may be views into the
-        workers' arenas: what is judged is copied out of them before the reference worker is asked
-        for anything."""
-        took = take(self.bench, judge, r32, cand, self.bench.host_paths) if self.host and self.bench.host_paths else None
+        """Why the candidate's sampled rows (or, where rows do not judge an output, its elements
+        evaluated on the host) are outside the bound (naming the output), or None. `r32` and `cand`
+        may be views into the workers' arenas: what is judged is copied out of them before the
+        reference worker is asked for anything."""
+        took = take(self.bench, judge, r32, cand, None) if self.host and self.bench.host_ok else None
         if (why := self._rows(judge, key, r32, cand)) is not None or took is None:
             return why
-        return judge_host(self.bench, judge, key, self.source, took)
+        took.taken = [item for item in took.taken if item[0] not in self.judged_paths]
+        if not took.taken:
+            return None
+        if self.defer:
+            self.pending = took
+            return None
+        return judge_host(self.bench, judge, key, self.source, took, where=self.where)
 
     def _rows(self, judge: "ExactJudge", key: str, r32: Any, cand: Any) -> str | None:
         outs = dict(tree_tensors(cand))
         judged: list[tuple[str, Any, Any]] = [
             (path, ref, outs[path]) for path, ref in tree_tensors(r32)
             if str(ref.dtype) in EXACT_DTYPES and ref.dim() >= 1 and ref.numel() and outs.get(path) is not None
-            and path not in self.bench.host_paths]  # rows cannot judge those (found at open): the host's sets do
+            and path not in self.bench.host_paths]  # rows cannot judge those (found at open): the host does
         if not judged:
             if not self.bench.host_paths:
                 judge.skipped[key] = "no float32 output along a batch to sample rows of (a scalar, say)"
@@ -67,7 +81,7 @@ class RowSample:
         cut: list[tuple[str, Any, Any]] = []
         for path, ref, out in judged:
             if ref.shape[0] != batch or out.shape != ref.shape:
-                judge.skipped[path] = f"not along the batch of {batch} rows (sampled rows only)"
+                judge.skipped[f"{path} ({self.where})"] = f"not along the batch of {batch} rows (sampled rows only)"
                 continue
             cut.append((path, ref.index_select(0, index), out.to(ref.device).index_select(0, index)))
         del judged, outs
@@ -111,15 +125,16 @@ class RowSample:
         for path, ref_rows, out_rows in cut:
             twin, alone = wide.get(path), narrow.get(path)
             if not isinstance(alone, torch.Tensor) or not isinstance(twin, torch.Tensor) or alone.shape != ref_rows.shape:
-                judge.skipped[path] = "the reference on the sampled rows alone does not give it at their shape"
+                judge.skipped[f"{path} ({self.where})"] = "the reference on the sampled rows alone does not give it at their shape"
                 continue
             if (mixed := outside(judge.bound, exact_errors(twin, alone, ref_rows))) is not None:
-                judge.skipped[path] = ("its rows are not independent of the rest of the batch (eager on the whole batch "
-                                       f"against eager on the sampled rows alone: {mixed[:120]})")
+                judge.skipped[f"{path} ({self.where})"] = (
+                    "its rows are not independent of the rest of the batch (eager on the whole batch against eager on "
+                    f"the sampled rows alone: {mixed[:120]})")
                 continue
             judged_any = True
             self.judged_paths.add(path)
-            judge.skipped.pop(path, None)
+            judge.skipped.pop(f"{path} ({self.where})", None)
             judge.skipped.pop(key, None)
             judge.sampled_rows += len(rows)
             if (why := judge.observe_one(key, path, twin, ref_rows, out_rows)) is not None:
@@ -135,12 +150,13 @@ class RowSample:
         return max(min(MIN_ROWS, batch), min(MAX_ROWS, batch, fit))
 
 
-def decide_host(bench: Any, seeds: list[int]) -> str | None:
-    """At open, before any candidate: whether sampled rows judge every output (eager's own outputs
-    standing in for a candidate's; an output goes to the host only if the rows of neither of two
-    sets judged it), and if not, whether the host evaluation runs, within HOST_MAX_S, and agrees
-    with eager. Returns why outputs stay unjudged where rows do not reach, or None; sets
-    `bench.host_paths` (the outputs left to the host) and `bench.host_seconds`."""
+def decide_host(bench: Any) -> str | None:
+    """At open, before any candidate: which outputs sampled rows judge on every distribution of
+    the trials (eager's own outputs standing in for a candidate's), and whether the host evaluation
+    runs for the rest and for sets whose rows turn out to mix later: within HOST_MAX_S, and agreeing
+    with eager. Sets `bench.host_ok`, `bench.host_paths` (the outputs rows leave to the host) and
+    `bench.host_seconds`; returns why the host evaluation is not used (None: it is, or no output
+    needs it)."""
     import time
 
     from tools.judge.exact import ExactJudge
@@ -149,38 +165,34 @@ def decide_host(bench: Any, seeds: list[int]) -> str | None:
 
     assert bench.options.float64_bound is not None
     scratch = ExactJudge(bench.options.float64_bound)
-    judged: set[str] = set()
-    took = None
-    for seed in seeds[:2]:
+    sets: dict[str, int] = {}  # one seed per distribution the trials use
+    for i, seed in enumerate(bench.seeds):
+        sets.setdefault(bench.distribution(i, seed), seed)
+    everywhere: set[str] | None = None
+    took, floats, first = None, [], {}
+    for dist, seed in sets.items():
         with bench.lock:  # eager's outputs are views into the reference's arena: what is judged is copied out first
-            r32 = bench.reference_outputs(seed, "problem", borrow=True)[0]
-            floats = [(path, ref.numel()) for path, ref in tree_tensors(r32)
-                      if str(ref.dtype) in EXACT_DTYPES and ref.numel()]
+            r32 = bench.reference_outputs(seed, dist, borrow=True)[0]
+            floats = [path for path, ref in tree_tensors(r32) if str(ref.dtype) in EXACT_DTYPES and ref.numel()]
             if took is None:
-                source = {"seed": seed, "distribution": "problem"}
-                took = take(bench, scratch, r32, r32, {path for path, _ in floats})
-            rows = RowSample(bench, {"seed": seed, "distribution": "problem"})
+                first, took = {"seed": seed, "distribution": dist}, take(bench, scratch, r32, r32, None)
+            rows = RowSample(bench, {"seed": seed, "distribution": dist})
             rows.observe(scratch, "trials", r32, r32)
             del r32
-        judged |= rows.judged_paths
-    unjudged = [(path, numel) for path, numel in floats if path not in judged]
-    left = {path for path, numel in unjudged if numel >= POOL_BELOW}
-    if not unjudged or took is None:
+        everywhere = rows.judged_paths if everywhere is None else everywhere & rows.judged_paths
+    left = {path for path in floats if path not in (everywhere or set())}
+    if took is None or not took.taken:
         return None
-    if not left:
-        return (f"{', '.join(path for path, _ in unjudged)}: fewer than {POOL_BELOW} elements, and only one set per "
-                "evaluation is evaluated in float64 on the host (too few to pool)")
     if (why := host_refused(bench)) is not None:
         return why
-    took.taken = [item for item in took.taken if item[0] in left]
     t0 = time.monotonic()
     try:
-        judge_host(bench, scratch, "trials", source, took, timeout=1.5 * HOST_MAX_S)
+        judge_host(bench, scratch, "trials", first, took, timeout=1.5 * HOST_MAX_S)
     except (ReferenceLost, WorkerGone) as exc:  # too slow, or past the reference's host memory: not used
         bench.reference.ensure_alive()
         return f"the float64 evaluation on the host failed at open ({str(exc)[:200]})"
     seconds = time.monotonic() - t0
-    failed = {p: scratch.skipped[p] for p in left if p in scratch.skipped and scratch.skipped[p].startswith("host")}
+    failed = {p: w for p, w in scratch.skipped.items() if w.startswith("host")}
     if failed:
         return "; ".join(f"{p}: {w}" for p, w in sorted(failed.items()))
     if seconds > HOST_MAX_S:
@@ -190,5 +202,5 @@ def decide_host(bench: Any, seeds: list[int]) -> str | None:
         off = f"{e.eager_norm / e.ref_norm:.3g}" if e is not None and e.ref_norm > 0 else "unknown"
         return (f"eager differs from the float64 evaluation on the host by {off} (relative norm): a forward that "
                 "is random, or computes otherwise on the host")
-    bench.host_paths, bench.host_seconds = left, seconds
+    bench.host_ok, bench.host_paths, bench.host_seconds = True, left, seconds
     return None

@@ -17,7 +17,6 @@ from tools.guard.ops import compute_ops
 from tools.judge.compare import Stats
 from tools.judge.distributions import words
 from tools.judge.exact import STRESS
-from tools.judge.exact_host import chosen_trial
 from tools.judge.exact_rows import RowSample
 from tools.judge.trial_checks import compare_reply
 from tools.judge.verdict import Failure, passed, reply_failure
@@ -81,14 +80,13 @@ def exact_for_set(bench: "Bench", evaluation: "Evaluation", seed: int, dist: str
                   trial: int | None = None) -> "tuple[ExactJudge, str, Any] | None":
     """(judge, pool key, the reference's float64 outputs or a RowSample where they do not fit) for
     compare_reply(), or None (not a float32 problem, the bound off, or no float64 outputs for this
-    set: recorded why). `trial`: the main trial's index (the stress trial and one other, chosen in
-    secret, are evaluated on the host where rows cannot judge an output: tools/judge/exact_host.py)."""
+    set: recorded why). `trial`: the main trial's index (a main trial's set is evaluated on the host
+    where its rows do not judge an output: tools/judge/exact_host.py; a held-out one's is not)."""
     judge = evaluation.exact_for(bench)
     if judge is None:
         return None
     if bench.exact_sampled:  # rows drawn once the candidate has answered (compare_reply)
-        host = trial is not None and (key == STRESS or trial == chosen_trial(bench, judge))
-        return judge, key, RowSample(bench, {"seed": seed, "distribution": dist}, host=host)
+        return judge, key, RowSample(bench, {"seed": seed, "distribution": dist}, host=trial is not None)
     wide, why = bench.reference_wide(seed, dist)
     if wide is None:
         judge.skipped[dist] = why or "no float64 outputs"
@@ -108,7 +106,7 @@ def float64_bound(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
     result.errors.float64_max_ratio = round(judge.worst_max, 4) if math.isfinite(judge.worst_max) else None
     skipped = "; ".join(f"{k}: {v}" for k, v in sorted(judge.skipped.items()))
     host = f", {judge.host_sets} outputs on sets evaluated on the host" if judge.host_sets else ""
-    host += f"; not on the host: {bench.host_refused}" if bench.host_refused else ""
+    host += f"; not on the host: {bench.host_refused}" if bench.host_refused and judge.skipped else ""
     rows = f", on {judge.sampled_rows} sampled rows{host}: {bench.exact_refused}" if bench.exact_sampled else ""
     result.errors.float64 = f"judged ({judge.judged} trial outputs{rows})" + (f"; not judged: {skipped}" if skipped else "")
     if why is not None:

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from tools.judge.exact_host import judge_host, take
+from tools.judge.exact import POOL_BELOW
+from tools.judge.exact_host import judge_host
 from tools.judge.exact_rows import RowSample
 from tools.judge.verdict import Failure
 from tools.processes.reference import clone_tree
@@ -49,11 +50,18 @@ def _judge_timed(bench: "Bench", evaluation: "Evaluation", calls: list[tuple[int
     slot, seed = calls[i]
     if bench.exact_sampled:  # too large for a whole float64 evaluation: rows of it
         judge.timed_samples += 1
-        source = {"slot": slot, "seed": seed}
-        if bench.host_paths and not judge.host_timed:  # the first sampled call, evaluated on the host when the timing ends
-            judge.host_timed = True
-            judge.host_pending = (source, take(bench, judge, eager, cand, bench.host_paths), first + i + 1)
-        why = RowSample(bench, source).observe(judge, KEY, eager, cand)
+        sample = RowSample(bench, {"slot": slot, "seed": seed}, host=True, defer=True)
+        why = sample.observe(judge, KEY, eager, cand)
+        if sample.pending is not None:  # outputs its rows did not judge: one such call, drawn uniformly, is
+            # evaluated on the host when the timing ends (seconds of CPU work, out of the timed blocks)
+            big = [item for item in sample.pending.taken if item[1].numel() >= POOL_BELOW]
+            for path, *_ in (item for item in sample.pending.taken if item[1].numel() < POOL_BELOW):
+                judge.skipped[f"{path} (timed call)"] = f"fewer than {POOL_BELOW} elements: one timed call is too few to pool"
+            if big:
+                judge.host_seen += 1
+                if judge.random(bench).random() < 1 / judge.host_seen:
+                    sample.pending.taken = big
+                    judge.host_pending = (sample.source, sample.pending, first + i + 1)
         return None if why is None else _timed_failure(first + i + 1, why)
     eager = clone_tree(eager)  # a view into the reference worker's arena, which its next request reuses
     header, payload = bench.reference.checked({"op": "wide", "slot": slot, "seed": seed,
@@ -86,7 +94,7 @@ def timed_final(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
         source, took, call = judge.host_pending
         judge.host_pending = None
         with evaluation.phase("float64_timed"):
-            if (why := judge_host(bench, judge, KEY, source, took)) is not None:
+            if (why := judge_host(bench, judge, KEY, source, took, where="timed call")) is not None:
                 return _timed_failure(call, why)
     why = judge.final()
     errors.float64 = f"{errors.float64 or 'judged'}; {judge.timed_samples} timed calls judged"
