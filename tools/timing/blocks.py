@@ -109,7 +109,8 @@ def _blocks(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
                     return Failure(Verdict.REJECTED, "timing:outputs", f"malformed outputs from the {arm} worker: {exc}")
         if candidate_timed and (failure := _verify(bench, replies, n)) is not None:
             return failure
-        if candidate_timed and (failure := judge_timed(bench, evaluation, calls, replies, n)) is not None:
+        if candidate_timed and (failure := judge_timed(bench, evaluation, calls, replies, n, block,
+                                                       last=collectors["candidate"].done())) is not None:
             return failure
         n += p.block
         block += 1

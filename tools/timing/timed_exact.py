@@ -2,13 +2,18 @@
 exact on the trials' distributions and cheap on the timed one.
 
 After a block's outputs pass the float32 comparison with eager's (tools/timing/blocks.py), a
-block chosen at random (each with probability 1/2, at most MAX_SAMPLES per evaluation, decided
-after the block's calls returned, by the parent's own secret randomness; seeded only under an
-explicit `EvalOptions.seed`, as the timing plan is) has one of its calls,
+block chosen at random (`chosen`: the k-th with probability SPREAD/(k+1), at most MAX_SAMPLES per
+evaluation, and the candidate's last block always; decided after the block's calls returned, by
+the parent's own secret randomness; seeded only under an explicit `EvalOptions.seed`, as the
+timing plan is) has one of its calls,
 also chosen at random, evaluated by the reference in float64 on the same pool set; the
 candidate's output of that call is held to the same bound as a trial's (tools/judge/exact.py),
 eager's output of the same call being the yardstick. Small outputs are pooled over the sampled
-calls and judged when the timing ends (timed_final).
+calls and judged when the timing ends (timed_final). Each of 1/2 up to 8 samples, as before, left
+every block after about the sixteenth unjudged: a kernel exact on its first twenty calls and TF32
+after them was paid for TF32 (an attacker helper, stop 53). With SPREAD/(k+1), a kernel exact only
+on its first m of K blocks is missed with probability about ((m+1)/(K+1))^SPREAD, and not at all
+where it is cheap on the last block.
 """
 from __future__ import annotations
 
@@ -25,25 +30,36 @@ if TYPE_CHECKING:
     from tools.judge.bench import Bench
     from tools.judge.evaluation import Evaluation
 
-MAX_SAMPLES = 8  # timed calls judged against float64 per evaluation, at most
+MAX_SAMPLES = 12  # timed calls judged against float64 per evaluation, at most (the last block's besides)
+SPREAD = 2.0  # the k-th block (from 0) is judged with probability SPREAD / (k + 1): about 2 ln(blocks) in all
 KEY = "timed"
 
 
+def chosen(rng: Any, block: int, last: bool, sampled: int) -> bool:
+    """Whether a block has a call judged: the candidate's last timed block always; another with
+    probability SPREAD/(block+1) while fewer than MAX_SAMPLES were (`rng`: the parent's secret
+    random.Random)."""
+    if last:
+        return True
+    return sampled < MAX_SAMPLES and rng.random() < SPREAD / (block + 1)
+
+
 def judge_timed(bench: "Bench", evaluation: "Evaluation", calls: list[tuple[int, int]], replies: dict[str, Any],
-                first: int) -> Failure | None:
-    """Maybe judge one call of this block against float64 (see the module's docstring); its
-    seconds are also recorded apart, as the phase "float64_timed" (inside "timing")."""
+                first: int, block: int, last: bool) -> Failure | None:
+    """Maybe judge one call of this block (the `block`-th; `last`: the candidate's last timed one)
+    against float64 (see the module's docstring); its seconds are also recorded apart, as the phase
+    "float64_timed" (inside "timing")."""
     with evaluation.phase("float64_timed"):
-        return _judge_timed(bench, evaluation, calls, replies, first)
+        return _judge_timed(bench, evaluation, calls, replies, first, block, last)
 
 
 def _judge_timed(bench: "Bench", evaluation: "Evaluation", calls: list[tuple[int, int]], replies: dict[str, Any],
-                 first: int) -> Failure | None:
+                 first: int, block: int, last: bool) -> Failure | None:
     judge = evaluation.exact_for(bench)
-    if judge is None or judge.timed_samples >= MAX_SAMPLES:
+    if judge is None:
         return None
     rng = judge.random(bench)
-    if rng.random() < 0.5:
+    if not chosen(rng, block, last, judge.timed_samples):
         return None
     i = rng.randrange(len(calls))
     eager, cand = replies["eager"][i], replies["candidate"][i]
