@@ -36,9 +36,19 @@ def test_a_block_is_extracted_optimized_and_applied(tmp_path, name):
     cls, shape, only, paths, replaced = CASES[name]
     model = f"{HERE}/models.py:{cls}"
     extracted, workspace = tmp_path / "extracted", tmp_path / "ws"
-    with contextlib.redirect_stdout(io.StringIO()):
-        assert main(["extract", model, "--shape", shape, "--out", str(extracted), "--min-share", "0",
-                     "--device", "cpu"]) == EXIT_OK
+    # one intra-op thread, as tests/extract/test_extract.py: on an oversubscribed machine a small op's
+    # wait for a descheduled pool thread reads as a large share and regroups the block (a batch norm
+    # was once not extracted on its own: StopIteration below); the grouping is tested, not the scheduling
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            assert main(["extract", model, "--shape", shape, "--out", str(extracted), "--min-share", "0",
+                         "--device", "cpu"]) == EXIT_OK
+    finally:
+        torch.set_num_threads(threads)
     manifest = json.loads((extracted / "manifest.json").read_text())
     problem = next(p for p in manifest["problems"] if p["cls"].endswith(replaced))
     batch = subprocess.run([sys.executable, "-m", "agent.cli", "batch", str(extracted), "--model", "builtin",
