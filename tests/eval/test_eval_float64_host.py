@@ -121,3 +121,16 @@ def test_rows_that_mix_only_on_some_distributions_are_judged_on_the_host(tmp_pat
         assert HOST in (result.errors.float64 or ""), result.errors
     else:
         assert_verdict(result, Verdict.INCORRECT, "float64-bound", "float64 evaluation on the host")
+
+
+def test_a_forward_that_fails_on_the_host_leaves_the_problem_judged_as_before(tmp_path):
+    """A ValueError in the host evaluation at open (device-only code) made the problem fail to open;
+    now the host evaluation is not used, and the record says why."""
+    ev = evaluator("float64_device_only", tmp_path, float64_max_mb=0)
+    try:
+        result = ev.evaluate(source("column_centered_ok"))
+    finally:
+        ev.close()
+    assert_ok(result)
+    judged = result.errors.float64 or ""
+    assert "not on the host" in judged and "ValueError" in judged, judged

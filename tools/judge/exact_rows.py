@@ -161,6 +161,7 @@ def decide_host(bench: Any) -> str | None:
 
     from tools.judge.exact import ExactJudge
     from tools.processes.process import WorkerGone
+    from tools.problem import ProblemError
     from tools.processes.reference import ReferenceLost
 
     assert bench.options.float64_bound is not None
@@ -188,7 +189,8 @@ def decide_host(bench: Any) -> str | None:
     t0 = time.monotonic()
     try:
         judge_host(bench, scratch, "trials", first, took, timeout=1.5 * HOST_MAX_S)
-    except (ReferenceLost, WorkerGone) as exc:  # too slow, or past the reference's host memory: not used
+    except (ReferenceLost, WorkerGone, ProblemError) as exc:  # too slow, past the reference's host memory, or
+        # an error reply: not used, and the problem opens as it did without it
         bench.reference.ensure_alive()
         return f"the float64 evaluation on the host failed at open ({str(exc)[:200]})"
     seconds = time.monotonic() - t0
