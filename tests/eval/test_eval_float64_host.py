@@ -4,6 +4,8 @@ float64 in host memory, and elements sampled after the candidate answered are he
 On the CPU, with float64_max_mb=0 so that nothing fits "on the device"."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from helpers_eval import assert_ok, assert_verdict, evaluator, failed, source
@@ -134,3 +136,18 @@ def test_a_forward_that_fails_on_the_host_leaves_the_problem_judged_as_before(tm
     assert_ok(result)
     judged = result.errors.float64 or ""
     assert "not on the host" in judged and "ValueError" in judged, judged
+
+
+def test_a_batch_norm_in_training_mode_is_judged_on_the_host_and_its_held_out_sets_are_named(tmp_path):
+    """benchmarks/eval_speed.py's honest batch norm (batch_norm_train), at a small size: judged on
+    the host in every main trial; the held-out sets, not evaluated there, are named in the record."""
+    candidate = (Path(__file__).parents[2] / "benchmarks" / "candidates" / "batch_norm_train.py").read_text()
+    ev = evaluator("batch_norm_train", tmp_path, float64_max_mb=0)
+    try:
+        result = ev.evaluate(candidate)
+    finally:
+        ev.close()
+    assert_ok(result)
+    judged = result.errors.float64 or ""
+    assert "5 outputs on sets evaluated on the host" in judged, judged
+    assert "output (variant:0): its rows do not stand alone, and a held-out set is not evaluated on the host" in judged, judged

@@ -64,6 +64,10 @@ class RowSample:
         return judge_host(self.bench, judge, key, self.source, took, where=self.where)
 
     def _rows(self, judge: "ExactJudge", key: str, r32: Any, cand: Any) -> str | None:
+        if not self.host:  # a held-out set: the outputs left to the host are not judged on it
+            for path in self.bench.host_paths:
+                judge.skipped[f"{path} ({self.where})"] = ("its rows do not stand alone, and a held-out set is not "
+                                                           "evaluated on the host")
         outs = dict(tree_tensors(cand))
         judged: list[tuple[str, Any, Any]] = [
             (path, ref, outs[path]) for path, ref in tree_tensors(r32)
