@@ -34,6 +34,12 @@ def evaluator(problem: str, cache_dir: Path, entry: str = "Model", **overrides) 
     return Evaluator(PROBLEMS / f"{problem}.py", options(cache_dir, **overrides), entry=entry)
 
 
+def evaluate(problem: str, cache_dir: Path, *sources: str, **overrides) -> list[Result]:
+    """Each source's result from one evaluator of `problem` (options(cache_dir, **overrides)), closed after."""
+    with evaluator(problem, cache_dir, **overrides) as ev:
+        return [ev.evaluate(text) for text in sources]
+
+
 def source(name: str) -> str:
     return (CANDIDATES / f"{name}.py").read_text()
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers_eval import assert_ok, assert_verdict, evaluator, failed, source
+from helpers_eval import assert_ok, assert_verdict, evaluate, evaluator, failed, source
 from test_eval_float64 import deep_source
 from tools import Verdict
 from tools.options import Float64Bound
@@ -56,11 +56,8 @@ def test_a_lower_precision_product_whose_rows_do_not_stand_alone_is_rejected(cen
 
 
 def test_a_naive_variance_across_the_batch_fails_the_stress_trial_judged_on_the_host(tmp_path):
-    ev = evaluator("layer_norm_columns", tmp_path, float64_max_mb=0)
-    try:
-        welford, naive = ev.evaluate(by_columns("layer_norm_welford_ok")), ev.evaluate(by_columns("layer_norm_naive_variance"))
-    finally:
-        ev.close()
+    welford, naive = evaluate("layer_norm_columns", tmp_path, by_columns("layer_norm_welford_ok"),
+                              by_columns("layer_norm_naive_variance"), float64_max_mb=0)
     assert_ok(welford)
     assert HOST in (welford.errors.float64 or ""), welford.errors
     assert naive.verdict is Verdict.INCORRECT, naive.message
@@ -69,11 +66,8 @@ def test_a_naive_variance_across_the_batch_fails_the_stress_trial_judged_on_the_
 
 
 def test_with_no_host_memory_allowed_the_record_says_why_it_was_not_judged(tmp_path):
-    ev = evaluator("deep_matmul_centered", tmp_path, float64_max_mb=0, float64_host_mb=0)
-    try:
-        result = ev.evaluate(centered("deep_matmul_ieee_ok"))
-    finally:
-        ev.close()
+    (result,) = evaluate("deep_matmul_centered", tmp_path, centered("deep_matmul_ieee_ok"), float64_max_mb=0,
+                         float64_host_mb=0)
     assert_ok(result)
     judged = result.errors.float64 or ""
     assert "not judged: output" in judged and "not on the host: switched off" in judged and "float64_host_mb" in judged, result.errors
@@ -82,11 +76,7 @@ def test_with_no_host_memory_allowed_the_record_says_why_it_was_not_judged(tmp_p
 def test_a_host_evaluation_that_disagrees_with_eager_is_not_used(tmp_path):
     """A forward that computes otherwise in float64: at open, eager is 1% (relative) off the host
     evaluation, so no output is judged against it, and the record says why."""
-    ev = evaluator("float64_otherwise", tmp_path, float64_max_mb=0)
-    try:
-        result = ev.evaluate(source("column_centered_ok"))
-    finally:
-        ev.close()
+    (result,) = evaluate("float64_otherwise", tmp_path, source("column_centered_ok"), float64_max_mb=0)
     assert_ok(result)
     judged = result.errors.float64 or ""
     assert "not on the host: eager differs from the float64 evaluation on the host" in judged, judged
@@ -95,11 +85,7 @@ def test_a_host_evaluation_that_disagrees_with_eager_is_not_used(tmp_path):
 def test_a_small_output_whose_rows_mix_is_judged_whole_on_the_host_pooled_over_the_trials(tmp_path):
     """Each column less its mean over the batch, 48 x 32: fewer than 4096 elements, so each trial's
     whole output is evaluated on the host and the errors are pooled over the trials."""
-    ev = evaluator("column_centered", tmp_path, float64_max_mb=0)
-    try:
-        result = ev.evaluate(source("column_centered_ok"))
-    finally:
-        ev.close()
+    (result,) = evaluate("column_centered", tmp_path, source("column_centered_ok"), float64_max_mb=0)
     assert_ok(result)
     judged = result.errors.float64 or ""
     assert HOST in judged and "not judged" not in judged, judged
@@ -113,11 +99,8 @@ def test_rows_that_mix_only_on_some_distributions_are_judged_on_the_host(tmp_pat
     (an attacker helper, stop 53); every distribution is tried at open now."""
     text = source("deep_matmul_clipped_switch")
     assert "CLIPPED = 2" in text
-    ev = evaluator("deep_matmul_clipped", tmp_path, float64_max_mb=0)
-    try:
-        result = ev.evaluate(text.replace("CLIPPED = 2", f"CLIPPED = {mode}"))
-    finally:
-        ev.close()
+    (result,) = evaluate("deep_matmul_clipped", tmp_path, text.replace("CLIPPED = 2", f"CLIPPED = {mode}"),
+                         float64_max_mb=0)
     if ok:
         assert_ok(result)
         assert HOST in (result.errors.float64 or ""), result.errors
@@ -128,11 +111,7 @@ def test_rows_that_mix_only_on_some_distributions_are_judged_on_the_host(tmp_pat
 def test_a_forward_that_fails_on_the_host_leaves_the_problem_judged_as_before(tmp_path):
     """A ValueError in the host evaluation at open (device-only code) made the problem fail to open;
     now the host evaluation is not used, and the record says why."""
-    ev = evaluator("float64_device_only", tmp_path, float64_max_mb=0)
-    try:
-        result = ev.evaluate(source("column_centered_ok"))
-    finally:
-        ev.close()
+    (result,) = evaluate("float64_device_only", tmp_path, source("column_centered_ok"), float64_max_mb=0)
     assert_ok(result)
     judged = result.errors.float64 or ""
     assert "not on the host" in judged and "ValueError" in judged, judged
@@ -142,11 +121,7 @@ def test_a_batch_norm_in_training_mode_is_judged_on_the_host_and_its_held_out_se
     """benchmarks/eval_speed.py's honest batch norm (batch_norm_train), at a small size: judged on
     the host in every main trial; the held-out sets, not evaluated there, are named in the record."""
     candidate = (Path(__file__).parents[2] / "benchmarks" / "candidates" / "batch_norm_train.py").read_text()
-    ev = evaluator("batch_norm_train", tmp_path, float64_max_mb=0)
-    try:
-        result = ev.evaluate(candidate)
-    finally:
-        ev.close()
+    (result,) = evaluate("batch_norm_train", tmp_path, candidate, float64_max_mb=0)
     assert_ok(result)
     judged = result.errors.float64 or ""
     assert "5 outputs on sets evaluated on the host" in judged, judged
