@@ -7,9 +7,12 @@ secret randomness, takes those rows of the candidate's outputs and of eager's, a
 reference worker for the reference on the same inputs cut to those rows: in float64, and in
 float32 beside it. The rows are judged only if they are independent of the rest of the batch: eager
 on the whole batch must be within the same bound of the float64 rows as eager on the rows alone
-(a model that mixes rows, a batch norm say, fails this and its outputs are recorded as not judged,
-and why). The candidate's rows are then held to the bound, eager's rows on the whole batch being
-the yardstick, as in a whole evaluation (tools/judge/exact.py).
+(a model that mixes rows, a batch norm say, fails this). The candidate's rows are then held to the
+bound, eager's rows on the whole batch being the yardstick, as in a whole evaluation
+(tools/judge/exact.py). An output whose rows do not stand alone is judged on elements of the set
+evaluated in float64 on the host instead (tools/judge/exact_host.py; `decide_host` finds, when the
+evaluator opens, which outputs those are on every distribution and whether the host can do it), or,
+where it cannot, recorded as not judged, and why.
 """
 from __future__ import annotations
 
