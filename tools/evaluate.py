@@ -237,12 +237,12 @@ class Evaluator:
         `error` only when it fails there too."""
         try:
             with self._lock:
-                restarted = self.reference.ensure_alive()
+                restarted = self._revive_reference()
             try:
                 result = self._evaluate_once(source)
             except (ReferenceLost, CandidateRan) as exc:
                 with self._lock:
-                    self.reference.ensure_alive()
+                    self._revive_reference()
                 try:
                     result = self._evaluate_once(source)
                 except CandidateRan as again:
@@ -250,12 +250,29 @@ class Evaluator:
                 passed(result, "reference", f"{_cause(exc)}; restarted, and the candidate evaluated again")
                 return result
             if restarted:
-                passed(result, "reference", "the reference worker had died; restarted before this evaluation")
+                passed(result, "reference", "the reference worker had died; restarted, and its own work redone "
+                       "with no candidate running, before this evaluation")
             return result
         except Exception as exc:  # noqa: BLE001 - a fault of ours becomes a result, recorded with its traceback
             exc = exc.cause if isinstance(exc, CandidateRan) else exc
             where = "".join(traceback.format_exception(exc)[-4:])[-2000:]
             return fault(self._new_result(source), describe_exception(exc), where)
+
+    def _revive_reference(self) -> bool:
+        """Restart the reference worker if it has died (True if it was), and have the new one redo the
+        evaluator's own work before any candidate runs (tools/selfcheck.py: a fresh trial at every size,
+        its float64 evaluation, an eager timing). A new worker's device-memory need starts at zero
+        (tools/worker/memory.py), and the parent's cached outputs spare it the requests that measure
+        it: left so, it would reserve nothing, a candidate could take what its next request needs, and
+        that out-of-memory would be charged to the candidate (rule resource) even when the candidate
+        only used the card. Work that fails here fails with no candidate: the evaluator's fault."""
+        if not self.reference.ensure_alive():
+            return False
+        why = without_candidate(self.bench)
+        if why is not None:
+            raise RuntimeError(f"the restarted reference worker failed the evaluator's own work, with no "
+                               f"candidate running: {why}")
+        return True
 
     def _attribute(self, source: str, first: Exception, again: "CandidateRan") -> Result:
         """Two faults in a row with this candidate's worker running: the candidate's (rule `resource`)

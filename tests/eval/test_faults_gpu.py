@@ -77,6 +77,26 @@ def test_the_reference_keeps_what_its_trials_need_while_a_greedy_candidate_holds
     assert_ok(result)
 
 
+def test_a_restarted_reference_reserves_its_need_before_a_greedy_candidate_runs(tmp_path):
+    """As above, after the reference worker died between evaluations: the new worker's need starts
+    at zero and the parent's cached outputs spare it the trials that measure it, so it redoes the
+    evaluator's own work before the next candidate runs (Evaluator._revive_reference). Without that,
+    its first request under the greedy candidate ran out of memory and the candidate was charged."""
+    import os
+    import signal
+    import time
+
+    with fresh(REFERENCE_WORKSPACE, tmp_path) as evaluator:
+        assert_ok(evaluator.evaluate(source("greedy_hold_ok")))
+        os.killpg(evaluator.reference.proc.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while evaluator.reference.alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        result = evaluator.evaluate(source("greedy_hold_ok"))
+    assert_ok(result)
+    assert any(c.name == "reference" and "own work redone" in c.detail for c in result.checks), describe(result)
+
+
 def test_a_float64_evaluation_starved_of_memory_by_the_candidate_is_its_fault_not_skipped(tmp_path):
     """The reference's float64 evaluation (a transient half of the card, of which the reference keeps a
     quarter reserved) fit when the evaluator opened (tried there, before any candidate); a candidate

@@ -13,7 +13,8 @@ the ones its requests allocated, so the next request of the same sizes reuses th
 run with max_split_size_mb:256: a cached segment of 256 MB or more serves only a request within
 20 MB of its size, so a single block set aside ahead would not serve a request's tensors). The
 peak is measured from the first judging request on: the evaluator's open (the distributions, the
-float64 sizes, eager on a quiet device) runs before any candidate.
+float64 sizes, eager on a quiet device) runs before any candidate, and a worker restarted after a
+death redoes that work before the next candidate runs (Evaluator._revive_reference).
 """
 from __future__ import annotations
 
