@@ -72,6 +72,7 @@ class AgentConfig:
     context_tokens: int = 32_000  # budget of one request's messages (approximate tokens)
     auxiliary_tools: bool = True  # offer get_best, diff_against_best, get_profile
     max_aux_rounds: int = 4  # auxiliary-only turns in a row before it counts as a malformed reply
+    max_counter_calls: int = 3  # get_ncu_profile calls per run (Nsight Compute, seconds of GPU each); 0: not offered
     keep_reasoning: bool = False  # send earlier reasoning text back to the model
     # cost (agent/cost.py): the model in use's price, INPUT,OUTPUT[,CACHED_INPUT] dollars per million
     # tokens; it wins over the config file's [prices] table. None: the table's, else no price
@@ -236,6 +237,9 @@ def _check(config: AgentConfig) -> None:
                           f"{config.sources()['beam']})")
     if config.patience < 0:
         raise ConfigError(f"patience must be 0 (never stop for it) or more (from {config.sources()['patience']})")
+    if config.max_counter_calls < 0:
+        raise ConfigError(f"max_counter_calls must be 0 (get_ncu_profile not offered) or more (from "
+                          f"{config.sources()['max_counter_calls']})")
     if config.base_url is not None:
         parts = urllib.parse.urlsplit(str(config.base_url))
         if parts.scheme not in ("http", "https") or not parts.netloc:

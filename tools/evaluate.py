@@ -42,6 +42,7 @@ from tools.timing import baselines, blocks, quiet
 from tools.timing.plan import plan
 
 if TYPE_CHECKING:
+    from tools.counters.measure import Counters
     from tools.processes.warm import WarmPool
 
 __all__ = ["EvalOptions", "Evaluator", "evaluate"]
@@ -138,6 +139,23 @@ class Evaluator:
         it. True if a build was started."""
         with self._lock:  # not while another thread times on this evaluator's reference
             return self.builds.start(source)
+
+    def counters(self, source: str) -> "Counters":
+        """Hardware counters of `source`'s kernels in one forward, read by Nsight Compute inside the
+        candidate's own sandbox (tools/counters/): advice for the model, never a verdict, and an
+        answer saying why not where they cannot be read confined. Never raises for what the
+        candidate does."""
+        from tools.counters.measure import measure
+
+        def spawn(wrapper: Any) -> WorkerProcess:
+            proc = self.spawner.spawn("candidate", "run", wrapper=wrapper)
+            if self.pool is not None:
+                self._scratches.append(Spawner.scratch_of(proc))
+            proc.max_reply_bytes = self._reply_cap()
+            return proc
+
+        return measure(self.bench, spawn, self._new_result, source,
+                       sandboxed=bool(self.spawner.sandbox.mechanisms.bwrap))
 
     def keeps_every_trial_output(self) -> bool:
         """Whether the reference's output cache holds every trial's outputs at once. Where it

@@ -2,7 +2,8 @@
 
 The model proposes a kernel by calling `submit_kernel{source}` with the full candidate source.
 Auxiliary tools let it ask for more: `get_best` (the fastest correct kernel so far),
-`diff_against_best{source?}` and `get_profile{attempt?}`. The schemas live in toolcalls.json
+`diff_against_best{source?}`, `get_profile{attempt?}` and `get_ncu_profile{attempt?}` (hardware
+counters, tools/counters/). The schemas live in toolcalls.json
 (data, not code). Everything here is independent of the agent so an RL environment can reuse
 it: `parse_call` turns one tool call into a `Submission`, an `AuxRequest` or a `FormatError`
 whose `reason` is one line for the model; the payload helpers turn result records into the
@@ -24,6 +25,7 @@ SUBMIT_KERNEL = "submit_kernel"
 GET_BEST = "get_best"
 DIFF_AGAINST_BEST = "diff_against_best"
 GET_PROFILE = "get_profile"
+GET_NCU_PROFILE = "get_ncu_profile"
 CANDIDATE_CLASS = "ModelNew"
 MAX_SOURCE_CHARS = 200_000
 
@@ -36,10 +38,12 @@ def _all_schemas() -> tuple[str, ...]:
     return tuple(json.dumps(tool) for tool in json.loads(_SCHEMA_FILE.read_text()))
 
 
-def tool_schemas(auxiliary: bool = True) -> list[dict[str, Any]]:
-    """The OpenAI function-calling `tools` list (fresh copies: callers may mutate them)."""
+def tool_schemas(auxiliary: bool = True, counters: bool = True) -> list[dict[str, Any]]:
+    """The OpenAI function-calling `tools` list (fresh copies: callers may mutate them); `counters`:
+    whether get_ncu_profile is offered (among the auxiliary tools)."""
     tools = [json.loads(text) for text in _all_schemas()]
-    return [t for t in tools if auxiliary or t["function"]["name"] == SUBMIT_KERNEL]
+    return [t for t in tools if (auxiliary and (counters or t["function"]["name"] != GET_NCU_PROFILE))
+            or t["function"]["name"] == SUBMIT_KERNEL]
 
 
 def source_hash(source: str) -> str:
@@ -67,9 +71,10 @@ class FormatError:
 ParsedCall = Submission | AuxRequest | FormatError
 
 
-def parse_call(name: str, arguments: str | dict[str, Any] | None, *, auxiliary: bool = True) -> ParsedCall:
+def parse_call(name: str, arguments: str | dict[str, Any] | None, *, auxiliary: bool = True,
+               counters: bool = True) -> ParsedCall:
     """Validate one tool call. Never raises for anything the model sent."""
-    available = [t["function"]["name"] for t in tool_schemas(auxiliary)]
+    available = [t["function"]["name"] for t in tool_schemas(auxiliary, counters)]
     if name not in available:
         return FormatError(f"unknown tool {name!r}; the tools are: {', '.join(available)}")
     args = _decode_arguments(arguments)
@@ -82,10 +87,10 @@ def parse_call(name: str, arguments: str | dict[str, Any] | None, *, auxiliary: 
         return validate_source(source)
     if name == DIFF_AGAINST_BEST and "source" in args and not isinstance(args["source"], str):
         return FormatError('diff_against_best: "source" must be a string')
-    if name == GET_PROFILE and "attempt" in args:
+    if name in (GET_PROFILE, GET_NCU_PROFILE) and "attempt" in args:
         attempt = args["attempt"]
         if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
-            return FormatError('get_profile: "attempt" must be a positive integer')
+            return FormatError(f'{name}: "attempt" must be a positive integer')
     return AuxRequest(name, args)
 
 
@@ -149,6 +154,14 @@ def profile_payload(attempt: int | None, record: dict[str, Any] | None) -> str:
     payload = {"attempt": attempt}
     payload.update({key: record.get(key) for key in PROFILE_FIELDS if key in record})
     return json.dumps(payload, indent=1)
+
+
+def counters_payload(attempt: int | None, counters: dict[str, Any] | None, why_not: str | None = None) -> str:
+    """JSON text of an attempt's hardware counters (tools/counters/measure.py, Counters.as_dict), or
+    why there are none."""
+    if counters is None:
+        return json.dumps({"attempt": attempt, "error": why_not or "no such evaluated attempt"})
+    return json.dumps({"attempt": attempt, **counters}, indent=1)
 
 
 def best_payload(attempt: int | None, source: str | None, record: dict[str, Any] | None) -> str:

@@ -15,7 +15,8 @@ task messages come from the same templates through `agent.loop.turns.system_text
 tools from `tools/toolcalls.json`, a turn's tool calls are read by the agent's own
 `agent.loop.turns.read_turn`, and each submission is answered with the agent's feedback template for
 its verdict. A turn is handled as the agent handles it: the first `submit_kernel` call of a turn is evaluated (later
-ones are answered "not run"), auxiliary calls (`get_best`, `diff_against_best`, `get_profile`)
+ones are answered "not run"), auxiliary calls (`get_best`, `diff_against_best`, `get_profile`;
+not `get_ncu_profile`, whose Nsight Compute replay costs seconds of GPU per call in every rollout)
 are answered from this episode's attempts and cost nothing, a reply with no tool call or a
 malformed call is a format error that counts as an attempt, and `max_aux_rounds + 1`
 auxiliary-only turns in a row count as a format error too. A source submitted again in the
@@ -72,7 +73,7 @@ class KernelEnv:
         self.config = config or EnvConfig()
         self._own_reward = not isinstance(reward, KernelReward)
         self.reward = reward if isinstance(reward, KernelReward) else KernelReward(reward or RewardConfig())
-        self.tools = tool_schemas(self.config.auxiliary_tools)
+        self.tools = tool_schemas(self.config.auxiliary_tools, counters=False)
         self.problem: Path | None = None
         self.messages: list[Message] = []
         self.done = True
@@ -102,7 +103,7 @@ class KernelEnv:
                                                   language=self.config.language, baseline={**static_baseline(info), **self.evaluator.baseline()},
                                                   max_attempts=self.config.max_attempts)},
         ]
-        return [dict(m) for m in self.messages], tool_schemas(self.config.auxiliary_tools)
+        return [dict(m) for m in self.messages], tool_schemas(self.config.auxiliary_tools, counters=False)
 
     def step(self, tool_call: dict[str, Any] | tuple[str, Any] | None) -> tuple[Message | None, float, bool, dict[str, Any]]:
         """One tool call as a whole turn. `None` stops the episode (the policy is done)."""
@@ -124,7 +125,7 @@ class KernelEnv:
         self.messages.append(message)
         calls = [(c["id"], c["function"]["name"], c["function"].get("arguments")) for c in message.get("tool_calls") or []]
         reading = read_turn(calls, message.get("content"), auxiliary=self.config.auxiliary_tools,
-                            answer_aux=self.answer_aux,
+                            answer_aux=self.answer_aux, counters=False,
                             remaining_after=max(0, self.config.max_attempts - self.attempts_used - 1))
         new: list[Message] = [_tool(call_id, content) for call_id, content, _ in reading.answers]
         if reading.proposal is not None:
@@ -240,6 +241,10 @@ class EpisodeAttempts:
     def record(self, number: Any) -> dict[str, Any] | None:
         found = self.env.attempts.get(number)
         return found[1] if found else None
+
+    def source(self, number: Any) -> str | None:
+        found = self.env.attempts.get(number)
+        return found[0] if found else None
 
 
 def code_key(source: str) -> str:

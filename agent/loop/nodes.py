@@ -302,7 +302,8 @@ def empty_baseline() -> dict[str, Any]:
 
 def system_prompt(state: AgentState, ctx: Session) -> str:
     return system_text(ctx.evaluator.problem, language=state["language"], gpu=ctx.gpu, entry=state["entry"],
-                       auxiliary=ctx.config.auxiliary_tools, precision=ctx.config.precision)
+                       auxiliary=ctx.config.auxiliary_tools, precision=ctx.config.precision,
+                       counters=ctx.counters is not None)
 
 
 def task_prompt(state: AgentState, ctx: Session) -> str:

@@ -25,6 +25,7 @@ from typing import Any
 
 from agent.config import AgentConfig
 from agent.cost import BUILTIN, spend
+from agent.loop.counters import CounterCalls
 from agent.loop.graph import compile_graph, steps_needed
 from agent.loop.kept_eager import kept_eager
 from agent.model import ModelClient, ModelError
@@ -84,10 +85,13 @@ def optimize(problem: Path, config: AgentConfig, model: ModelClient, *, resume: 
         run_config = {"configurable": {"thread_id": run_id},
                       "recursion_limit": steps_needed(config.max_attempts)}
         free = model.name == BUILTIN  # the built-in policy: no model, no tokens, $0
+        offer_counters = config.auxiliary_tools and config.max_counter_calls > 0
         ctx = Session(config=config, model=model, evaluator=evaluator, repo=repo,
-                           tools=tool_schemas(config.auxiliary_tools),
+                           tools=tool_schemas(config.auxiliary_tools, counters=offer_counters),
                            gpu=target_name(str(evaluator.device), config.gpu), log=log,
                            price=None if free else config.model_price(model.name), free=free)
+        if offer_counters:
+            ctx.counters = CounterCalls(evaluator, config.max_counter_calls, ctx.judging)
 
         if resume:
             snapshot = graph.get_state(run_config)

@@ -52,6 +52,8 @@ class Session:
     free: bool = False  # the built-in policy: no model, no tokens, $0
     # a wide step's branches (agent/loop/beam.py) judge and commit one at a time: timing has the card to itself
     judging: threading.Lock = field(default_factory=threading.Lock)
+    # get_ncu_profile's budgeted call (agent/loop/counters.py); None: the tool is not offered
+    counters: Callable[[str], tuple[dict[str, Any] | None, str | None]] | None = None
 
     def tick(self) -> float:
         """Seconds since the last tick (or since this session began)."""

@@ -2,7 +2,8 @@
 auxiliary tool calls, and turn the rest into a proposal (a candidate or a malformed reply).
 
 Also the feedback the model gets for its latest proposal, rendered from the prompt templates.
-Used by the draft and refine nodes; nothing here touches the evaluator or commits anything.
+Used by the draft and refine nodes; nothing here commits anything, and the evaluator is reached
+only through get_ncu_profile's budgeted call (agent/loop/counters.py).
 """
 from __future__ import annotations
 
@@ -15,18 +16,21 @@ from typing import TYPE_CHECKING, Any, Protocol
 from agent.loop import context as ctxbudget
 from agent.loop.render import render, render_feedback
 from agent.loop.state import AgentState, AttemptSummary, Message, Proposal, TurnUsage, latest_attempt, latest_record
-from tools.toolcalls import (DIFF_AGAINST_BEST, GET_BEST, GET_PROFILE, SUBMIT_KERNEL, AuxRequest, FormatError,
-                             Submission, best_payload, diff_payload, parse_call, profile_payload)
+from tools.toolcalls import (DIFF_AGAINST_BEST, GET_BEST, GET_NCU_PROFILE, GET_PROFILE, SUBMIT_KERNEL, AuxRequest,
+                             FormatError, Submission, best_payload, counters_payload, diff_payload, parse_call,
+                             profile_payload)
 
 if TYPE_CHECKING:
     from agent.loop.session import Session
 
 
-def system_text(problem: Any, *, language: str, gpu: str, entry: str, auxiliary: bool, precision: str = "fp32") -> str:
+def system_text(problem: Any, *, language: str, gpu: str, entry: str, auxiliary: bool, precision: str = "fp32",
+                counters: bool = False) -> str:
     """The system prompt for a problem (a tools.ProblemInfo); shared with agent.learn.rl_env.
-    `precision`: the run's (tools/precision.py), which says what float32 dots compare with."""
-    return render("system", language=language, gpu=gpu, entry=entry,
-                  single_op=getattr(problem, "single_op", None), auxiliary=auxiliary, precision=precision)
+    `precision`: the run's (tools/precision.py), which says what float32 dots compare with;
+    `counters`: whether get_ncu_profile is offered."""
+    return render("system", language=language, gpu=gpu, entry=entry, single_op=getattr(problem, "single_op", None),
+                  auxiliary=auxiliary, precision=precision, counters=counters and auxiliary)
 
 
 def task_text(problem: Any, *, entry: str, problem_name: str, language: str, baseline: dict[str, Any],
@@ -84,8 +88,9 @@ def ask_model(state: AgentState, ctx: "Session", messages: list[Message]) -> dic
         messages.append(assistant)
 
         reading = read_turn([(c.id, c.name, c.arguments) for c in reply.tool_calls], reply.content,
-                            auxiliary=ctx.config.auxiliary_tools, answer_aux=lambda r: answer_aux(r, RepoAttempts(state, ctx)),
-                            remaining_after=remaining_attempts(state, ctx, after=1))
+                            auxiliary=ctx.config.auxiliary_tools,
+                            answer_aux=lambda r: answer_aux(r, RepoAttempts(state, ctx), ctx.counters),
+                            remaining_after=remaining_attempts(state, ctx, after=1), counters=ctx.counters is not None)
         messages.extend(_tool_result(call_id, content, kind=kind) for call_id, content, kind in reading.answers)
         if reading.proposal is not None:
             call_id, found = reading.proposal
@@ -110,7 +115,7 @@ class TurnReading:
 
 
 def read_turn(calls: list[tuple[str, str, Any]], content: str | None, *, auxiliary: bool,
-              answer_aux: Callable[[AuxRequest], str], remaining_after: int) -> TurnReading:
+              answer_aux: Callable[[AuxRequest], str], remaining_after: int, counters: bool = True) -> TurnReading:
     """The one reading of a turn, for the agent (ask_model) and the RL environment (agent.learn.rl_env):
     `calls` are (id, name, arguments). The first `submit_kernel` call is the proposal (later ones
     are answered "not run"); auxiliary calls are answered with `answer_aux`; a malformed call is
@@ -127,7 +132,7 @@ def read_turn(calls: list[tuple[str, str, Any]], content: str | None, *, auxilia
         return call_id, render("format_error", reason=reason, tool_call=True, remaining=remaining_after), "format_error"
 
     for call_id, name, arguments in calls:
-        parsed = parse_call(name, arguments, auxiliary=auxiliary)
+        parsed = parse_call(name, arguments, auxiliary=auxiliary, counters=counters)
         if name == SUBMIT_KERNEL and proposal is None:
             proposal = (call_id, parsed if isinstance(parsed, Submission) else _reason(parsed))
         elif name == SUBMIT_KERNEL:
@@ -176,10 +181,25 @@ class AttemptLookup(Protocol):
     def record(self, number: Any) -> dict[str, Any] | None:
         """The result record of attempt `number` (as the model gave it), or None."""
 
+    def source(self, number: Any) -> str | None:
+        """The source of attempt `number`, or None."""
 
-def answer_aux(request: AuxRequest, attempts: AttemptLookup) -> str:
-    """The JSON (or diff) text returned for get_best, diff_against_best and get_profile: one
-    handler for the agent graph and the RL environment, so their trajectories cannot drift."""
+
+def answer_aux(request: AuxRequest, attempts: AttemptLookup,
+               counters: Callable[[str], tuple[dict[str, Any] | None, str | None]] | None = None) -> str:
+    """The JSON (or diff) text returned for get_best, diff_against_best, get_profile and
+    get_ncu_profile: one handler for the agent graph and the RL environment, so their trajectories
+    cannot drift. `counters(source)`: (the counters, None) or (None, why not), budgeted by the caller."""
+    if request.name == GET_NCU_PROFILE:
+        number = request.arguments.get("attempt") or None
+        if number is None and (latest := attempts.latest()) is not None:
+            number = latest[0]
+        source = attempts.source(number) if number else None
+        if source is None:
+            return counters_payload(number, None)
+        if counters is None:
+            return counters_payload(number, None, "hardware counters are not offered here")
+        return counters_payload(number, *counters(source))
     if request.name == GET_PROFILE:
         number = request.arguments.get("attempt") or None
         if number is None and (latest := attempts.latest()) is not None:
@@ -219,6 +239,10 @@ class RepoAttempts:
     def record(self, number: Any) -> dict[str, Any] | None:
         found = self.ctx.repo.attempt(number)
         return self.ctx.repo.record(found) if found else None
+
+    def source(self, number: Any) -> str | None:
+        found = self.ctx.repo.attempt(number)
+        return self.ctx.repo.source(found) if found else None
 
 
 def feedback_message(state: AgentState, ctx: "Session") -> Message:

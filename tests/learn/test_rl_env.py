@@ -35,7 +35,8 @@ def submit(source: str, call_id: str) -> dict:
 def test_reset_gives_the_agents_prompts_and_tools(reward):
     env = KernelEnv(EnvConfig(max_attempts=5), reward)
     messages, tools = env.reset(PROBLEM)
-    assert tools == tool_schemas(True) and [m["role"] for m in messages] == ["system", "user"]
+    # the agent's tools but get_ncu_profile (seconds of GPU per call in every rollout: not offered)
+    assert tools == tool_schemas(True, counters=False) and [m["role"] for m in messages] == ["system", "user"]
     # exactly what `ratchet optimize` sends first for this problem and these settings
     config = SimpleNamespace(auxiliary_tools=True, max_attempts=5, gpu=None, precision="fp32")  # the settings nodes read
     ctx = SimpleNamespace(evaluator=env.evaluator, config=config, gpu=target_name(str(env.evaluator.device), config.gpu))

@@ -12,7 +12,8 @@ GOOD = "import torch\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, 
 def test_schemas_are_openai_function_tools():
     tools = tool_schemas()
     names = [t["function"]["name"] for t in tools]
-    assert names == ["submit_kernel", "get_best", "diff_against_best", "get_profile"]
+    assert names == ["submit_kernel", "get_best", "diff_against_best", "get_profile", "get_ncu_profile"]
+    assert "get_ncu_profile" not in [t["function"]["name"] for t in tool_schemas(counters=False)]
     for tool in tools:
         assert tool["type"] == "function"
         assert tool["function"]["parameters"]["type"] == "object"
@@ -43,6 +44,7 @@ def test_malformed_calls_get_one_line_reasons():
         ("submit_kernel", json.dumps({"source": "   "})): "empty",
         ("run_shell", "{}"): "unknown tool 'run_shell'",
         ("get_profile", json.dumps({"attempt": "x"})): "positive integer",
+        ("get_ncu_profile", json.dumps({"attempt": 0})): "get_ncu_profile: \"attempt\" must be a positive integer",
     }
     for (name, args), expected in cases.items():
         parsed = parse_call(name, args)
@@ -54,6 +56,9 @@ def test_auxiliary_requests():
     assert parse_call("get_best", "") == AuxRequest("get_best", {})
     assert parse_call("get_profile", '{"attempt": 2}') == AuxRequest("get_profile", {"attempt": 2})
     assert isinstance(parse_call("get_best", "{}", auxiliary=False), FormatError)
+    assert parse_call("get_ncu_profile", "{}") == AuxRequest("get_ncu_profile", {})
+    refused = parse_call("get_ncu_profile", "{}", counters=False)  # where it is not offered (RL episodes)
+    assert isinstance(refused, FormatError) and "unknown tool 'get_ncu_profile'" in refused.reason
 
 
 def test_payloads():

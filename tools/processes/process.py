@@ -370,14 +370,15 @@ class WorkerProcess:
         self._to_child = self._from_child = -1
         self._memory.close()
 
-    def close(self) -> None:
-        """Ask the worker to exit; kill it if it does not. One never asked whether it started (a
-        spare still starting up) holds nothing of ours: killed at once, rather than waiting for it to
-        finish starting only to be told to exit (seconds, at the end of every evaluator's life)."""
+    def close(self, grace: float = 5.0) -> None:
+        """Ask the worker to exit; kill it if it does not within `grace` seconds. One never asked
+        whether it started (a spare still starting up) holds nothing of ours: killed at once, rather
+        than waiting for it to finish starting only to be told to exit (seconds, at the end of every
+        evaluator's life)."""
         if self.proc.poll() is None and self._to_child >= 0 and self.started:
             try:
                 write_frame(self._to_child, {"op": "exit"}, deadline=time.monotonic() + 5)
-                self.proc.wait(timeout=5)
+                self.proc.wait(timeout=grace)
             except (OSError, Deadline, subprocess.TimeoutExpired):
                 pass  # it did not go: killed below
         self.kill()

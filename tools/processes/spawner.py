@@ -25,7 +25,7 @@ from tools.processes.artifacts import ArtifactCache
 from tools.env import environment
 from tools.processes.process import Limits, WorkerProcess
 from tools.processes.zygote import ZygoteFailed, fork_enabled, zygote_for
-from tools.sandbox import Fork, Launch, Sandbox
+from tools.sandbox import Fork, Launch, Sandbox, Wrapper
 from tools.sandbox.bwrap import python_command
 from tools.sandbox.env import ALLOCATOR_CONF, candidate_env, secret
 
@@ -82,9 +82,11 @@ class Spawner:
         self._copy_lock = threading.Lock()
         self._copy_ms_per_byte: float | None = None
 
-    def spawn(self, role: str, profile_name: str = "run") -> WorkerProcess:
+    def spawn(self, role: str, profile_name: str = "run", wrapper: Wrapper | None = None) -> WorkerProcess:
         """A new worker of `role` ("reference" or "candidate"); a candidate with the "run" profile
-        (it gets the GPU) or "build" (a CUDA C++ build: no GPU). It starts now; wait_ready() waits."""
+        (it gets the GPU) or "build" (a CUDA C++ build: no GPU). It starts now; wait_ready() waits.
+        `wrapper`: a candidate's worker run under a trusted program in its sandbox (exec'd, never
+        forked; tools/sandbox/__init__.py, Sandbox.launch)."""
         # first: the environment made below is this one or a later one, never an earlier one (another
         # thread may change os.environ meanwhile), so a changed environment never passes for this one
         fingerprint = environment_fingerprint()
@@ -116,10 +118,11 @@ class Spawner:
                           hidden=[str(self.cache_dir)],  # not even mounted under bwrap; refused in Python without it
                           executables=[str(p) for p in builds.executables(profile_name)])
             files = builds.tools_layer(self.device, self.artifacts, self.toolchain) if profile_name == "run" else None
-            readable = [self.bytecode] if self.bytecode else []
+            readable = ([self.bytecode] if self.bytecode else []) + (wrapper.readable if wrapper else [])
             launch = lambda fds: self.sandbox.launch(fds, scratch=scratch, profile=profile_name, device=device,  # noqa: E731
                                                      gpu=device.startswith("cuda"), extra_env=extra, readable=readable,
-                                                     fork=self.fork)
+                                                     fork=self.fork and wrapper is None,
+                                                     wrapper=wrapper.argv if wrapper else None)
         if files:
             config["files"] = files[0]
         proc = WorkerProcess(config, launch=launch, cwd=self.root, log=scratch / "output.log", limits=limits,

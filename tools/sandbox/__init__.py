@@ -51,6 +51,16 @@ class Fork:
     confined: bool = False  # a candidate's worker (the reference's is plain)
 
 
+@dataclass(frozen=True)
+class Wrapper:
+    """A trusted program a candidate's worker runs under, inside the worker's sandbox (Nsight
+    Compute, tools/counters/): the program's command line up to the worker's, and the directories
+    it needs to read (its installation)."""
+
+    argv: list[str]
+    readable: list[Path]
+
+
 @dataclass
 class Launch:
     """How to start one worker: by exec (argv), or as a fork of a zygote (`fork`)."""
@@ -119,12 +129,21 @@ class Sandbox:
         return {"mode": self.mode, "mechanisms": used, "missing": list(m.missing)}
 
     def launch(self, fds: tuple[int, ...], *, scratch: Path, profile: str, device: str, gpu: bool,
-               extra_env: dict[str, str], readable: list[Path] | None = None, fork: bool = False) -> Launch:
+               extra_env: dict[str, str], readable: list[Path] | None = None, fork: bool = False,
+               wrapper: list[str] | None = None) -> Launch:
         """The command, environment and self-confinement of one worker of `profile`; `readable`:
         more directories it may read (bound read-only under bwrap); `fork`: the worker will be a
-        fork of a zygote, confining itself as Launch.fork says (else bwrap starts it by exec)."""
+        fork of a zygote, confining itself as Launch.fork says (else bwrap starts it by exec);
+        `wrapper`: a trusted program the worker runs under, inside the same sandbox (Nsight Compute,
+        tools/counters/): its own directories must be in `readable`. Only under bwrap, by exec: the
+        wrapper is then as confined as the worker (namespaces, seccomp, the uid), and is not
+        landlocked, which the worker applies to itself."""
         m = self.mechanisms
         command = bw.python_command(fds)
+        if wrapper is not None:
+            if fork or not m.bwrap:
+                raise SandboxUnavailable("a worker runs under a wrapper only inside bubblewrap, by exec")
+            command = [*wrapper, *command]
         env = candidate_env(device, scratch, profile, extra_env)
         uid = UID_BASE + (os.getpid() % 20_000) * 100 + next(_uids) % 100 if m.root and m.drop_uid else None
         writable = [str(scratch), "/dev/shm"] + (["/tmp"] if m.bwrap else [])

@@ -44,7 +44,8 @@ class CandidateWorker(Worker):
 
     def handlers(self):
         return {"install": self.install, "build": self.build, "variant": self.variant, "input_arena": self.grow_input_arena, "gate": self.make_gate,
-                "trial": self.trial, "time": self.time, "profile": self.profile, "artifacts": self.artifacts}
+                "trial": self.trial, "time": self.time, "profile": self.profile, "counters": self.counters,
+                "artifacts": self.artifacts}
 
     def violations(self) -> list[str]:
         return self.hooks.check() if self.hooks.armed else []
@@ -176,6 +177,13 @@ class CandidateWorker(Worker):
         own = sum(t for name, t in times.items() if any(k in name for k in own_names))
         total = sum(times.values())
         return {"op": "profiled", "kernels_us": times, "own_share": (own / total) if total else None}, b""
+
+    def counters(self, msg: dict[str, Any], payload: bytes) -> Reply:
+        """One forward inside the CUDA profiler's range, for Nsight Compute around this worker."""
+        from tools.worker.profile import counted_forward
+
+        counted_forward(self.model, self._inputs(msg["inputs"], payload), self.device)
+        return {"op": "counted"}, b""
 
     def artifacts(self, msg: dict[str, Any], payload: bytes) -> Reply:
         """What this worker compiled (Triton's cache, built extensions), for the parent to keep

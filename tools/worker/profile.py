@@ -23,3 +23,22 @@ def kernel_times(model: Any, inputs: list[Any], device: Any) -> dict[str, float]
         if event.device_type == torch.autograd.DeviceType.CUDA:
             times[event.name] = times.get(event.name, 0.0) + event.device_time_total
     return times
+
+
+def counted_forward(model: Any, inputs: list[Any], device: Any) -> None:
+    """One forward of `model` inside the CUDA profiler's range (after one warm call outside it), for
+    Nsight Compute run with `--profile-from-start off` around this worker (tools/counters/): it
+    collects counters for the kernels of that forward only, not for the worker's own start, the
+    inputs' copies or the candidate's compilation and autotuning."""
+    import torch
+
+    with torch.no_grad():
+        model(*inputs)
+    torch.cuda.synchronize(device)
+    torch.cuda.profiler.start()
+    try:
+        with torch.no_grad():
+            model(*inputs)
+        torch.cuda.synchronize(device)
+    finally:
+        torch.cuda.profiler.stop()

@@ -1,0 +1,175 @@
+"""Nsight Compute around a candidate's worker: where ncu is, its command line, and the digest of
+what it printed (parent side; nothing here decides a verdict).
+
+ncu runs as the worker's parent inside the worker's own sandbox (tools/sandbox/, Sandbox.launch's
+`wrapper`): the same namespaces, seccomp filter and unprivileged uid. It collects only inside the
+CUDA profiler's range, which the worker opens around one forward (tools/worker/profile.py,
+counted_forward), and it leaves the card's clocks alone (`--clock-control none`: the evaluator
+never changes the device's settings, and other evaluations may be timing on it).
+
+What it prints reaches the parent through the worker's log, which the candidate can also write:
+the digest is advice for the model, never evidence for a verdict, and a candidate that forges it
+misleads only itself. Lines are parsed strictly (CSV rows of the header's width, numbers as
+numbers) and the digest is bounded.
+"""
+from __future__ import annotations
+
+import csv
+import os
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SECTIONS = ("SpeedOfLight", "Occupancy", "LaunchStats", "WarpStateStats")
+EXTRA_METRICS = ("dram__bytes.sum.per_second",)
+MAX_KERNELS = 64  # launches profiled in the forward (each is replayed once per counter pass)
+TOP_KERNELS = 8  # kernels in the digest, by GPU time
+TOP_STALLS = 3
+NAME_CHARS = 160
+LOG_BYTES = 8 << 20  # of the worker's log read back
+PERMISSION = "ERR_NVGPUCTRPERM"
+
+# raw metric name -> digest field; several names per field where architectures or versions differ
+FIELDS: dict[str, tuple[str, ...]] = {
+    "time_us": ("gpu__time_duration.sum",),
+    "dram_pct": ("gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+                 "dram__throughput.avg.pct_of_peak_sustained_elapsed"),
+    "memory_pct": ("gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",),
+    "sm_pct": ("sm__throughput.avg.pct_of_peak_sustained_elapsed",),
+    "dram_gb_s": ("dram__bytes.sum.per_second",),
+    "occupancy_pct": ("sm__warps_active.avg.pct_of_peak_sustained_active",),
+    "theoretical_occupancy_pct": ("sm__maximum_warps_per_active_cycle_pct",),
+    "registers": ("launch__registers_per_thread",),
+    "block": ("launch__block_size",),
+    "grid": ("launch__grid_size",),
+    "shared_kb": ("launch__shared_mem_per_block_dynamic", "launch__shared_mem_per_block_static"),
+}
+# a warp-state metric: the reason a warp could not issue, in cycles per issued instruction
+STALL = re.compile(r"^smsp__average_warps?_(?:latency_)?issue_stalled_([a-z_]+?)_per_(?:warp|issue)_active\.ratio$")
+# units ncu may print for the fields above, to the digest's own (times in us, bandwidth in GB/s, memory in KB)
+SCALE = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6,
+         "byte/second": 1e-9, "Kbyte/second": 1e-6, "Mbyte/second": 1e-3, "Gbyte/second": 1.0, "Tbyte/second": 1e3,
+         "byte": 1 / 1024, "Kbyte": 1.0, "Mbyte": 1024.0}
+
+
+def find_ncu() -> Path | None:
+    """ncu as RATCHET_NCU names it, else on PATH, else under the CUDA toolkit's usual homes."""
+    named = os.environ.get("RATCHET_NCU")
+    if named:
+        return Path(named) if Path(named).is_file() else None
+    found = shutil.which("ncu")
+    if found:
+        return Path(found).resolve()
+    for home in (os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+        if home and (Path(home) / "bin" / "ncu").is_file():
+            return (Path(home) / "bin" / "ncu").resolve()
+    return None
+
+
+def command(ncu: Path) -> list[str]:
+    """ncu's command line up to the worker's own."""
+    argv = [str(ncu), "--profile-from-start", "off", "--clock-control", "none", "--target-processes", "all",
+            "--launch-count", str(MAX_KERNELS), "--csv", "--page", "raw"]
+    for section in SECTIONS:
+        argv += ["--section", section]
+    return argv + ["--metrics", ",".join(EXTRA_METRICS)]
+
+
+def installation(ncu: Path) -> list[Path]:
+    """What ncu reads of its own: its installation (the launcher script's directory, whose parent
+    holds the target libraries and sections), and the CUDA home it came with."""
+    real = ncu.resolve()
+    top = real.parent.parent if real.parent.name == "bin" else real.parent
+    return [top]
+
+
+@dataclass
+class Kernel:
+    name: str
+    calls: int = 0
+    time_us: float = 0.0
+    metrics: dict[str, float | str] = field(default_factory=dict)
+    stalls: list[tuple[str, float]] = field(default_factory=list)
+
+
+def parse(text: str) -> list[Kernel]:
+    """The kernels of ncu's raw CSV page in `text` (other lines, the worker's or the candidate's,
+    are skipped), one per kernel name, its numeric metrics averaged over its launches by time."""
+    rows = [r for r in csv.reader(line for line in text.splitlines() if line.startswith('"'))]
+    header = next((r for r in rows if "Kernel Name" in r and "ID" in r), None)
+    if header is None:
+        return []
+    width, name_at = len(header), header.index("Kernel Name")
+    units = next((r for r in rows if len(r) == width and r is not header and not r[0].strip()), [""] * width)
+    kernels: dict[str, Kernel] = {}
+    sums: dict[str, dict[str, float]] = {}
+    for row in rows:
+        if len(row) != width or row is header or row is units or not row[0].strip().isdigit():
+            continue
+        name = row[name_at][:NAME_CHARS]
+        values = {header[i]: _number(row[i], units[i]) for i in range(width)}
+        time_us = values.get("gpu__time_duration.sum")
+        if not isinstance(time_us, float):
+            continue
+        k = kernels.setdefault(name, Kernel(name))
+        acc = sums.setdefault(name, {})
+        k.calls += 1
+        k.time_us += time_us
+        for key, value in values.items():
+            if isinstance(value, float):
+                acc[key] = acc.get(key, 0.0) + value * time_us
+            elif key in ("launch__block_size", "launch__grid_size") and value:
+                k.metrics.setdefault(key, value)
+    for name, k in kernels.items():
+        mean = {key: total / k.time_us for key, total in sums[name].items()} if k.time_us > 0 else {}
+        for out, names in FIELDS.items():
+            if out == "time_us":
+                continue
+            found = next((mean[n] for n in names if n in mean), None)
+            if found is None:
+                found = next((k.metrics[n] for n in names if n in k.metrics), None)
+            if found is not None:
+                k.metrics[out] = round(found, 2) if isinstance(found, float) else found
+        for key in list(k.metrics):
+            if "__" in key:
+                del k.metrics[key]
+        stalls = [(m.group(1), v) for key, v in mean.items() if (m := STALL.match(key)) and m.group(1) != "selected"]
+        k.stalls = [(reason, round(v, 2)) for reason, v in sorted(stalls, key=lambda s: -s[1])[:TOP_STALLS] if v > 0]
+        k.time_us = round(k.time_us, 3)
+    return sorted(kernels.values(), key=lambda k: -k.time_us)
+
+
+def _number(text: str, unit: str) -> float | str:
+    cleaned = text.strip().replace(",", "")
+    try:
+        value = float(cleaned)
+    except ValueError:
+        return text.strip()[:40]
+    if value != value or value in (float("inf"), float("-inf")):
+        return text.strip()[:40]
+    return value * SCALE.get(unit.strip(), 1.0)
+
+
+def digest(kernels: list[Kernel], own: list[str]) -> list[dict[str, Any]]:
+    """The model's view: the TOP_KERNELS longest kernels, each marked as the candidate's own (a name
+    its source defines) or a library's."""
+    out = []
+    for k in kernels[:TOP_KERNELS]:
+        entry = {"name": k.name, "own": any(n and n in k.name for n in own), "calls": k.calls, "time_us": k.time_us,
+                 **k.metrics, "top_stalls": [{"reason": r, "cycles_per_issue": v} for r, v in k.stalls]}
+        out.append(entry)
+    return out
+
+
+def refusal(text: str) -> str | None:
+    """Why ncu collected nothing, in one line, when its output says (permission, no kernel)."""
+    if PERMISSION in text:
+        return ("the GPU driver lets only administrators read performance counters (ERR_NVGPUCTRPERM: "
+                "NVreg_RestrictProfilingToAdminUsers=1), and a candidate's worker runs without privileges; "
+                "ratchet does not read them outside the sandbox")
+    errors = [line.strip() for line in text.splitlines() if line.startswith("==ERROR==")]
+    return errors[0][:300] if errors else None
+
+
