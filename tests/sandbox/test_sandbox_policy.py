@@ -142,3 +142,39 @@ def test_flags_are_one_shell_word_each():
 def test_options_the_evaluator_does_not_build_are_refused(options_, fragment):
     with pytest.raises(BuildError, match=fragment):
         checked_options(options_)
+
+
+def test_a_wrapper_runs_inside_the_workers_sandbox_and_never_without_bubblewrap(tmp_path, monkeypatch):
+    """get_ncu_profile's Nsight Compute runs as the parent of a candidate's worker (tools/counters/):
+    inside the worker's own pid namespace, as its unprivileged uid when the evaluator is root, and
+    not at all where there is no bubblewrap (it would run as the evaluator's own user)."""
+    from tools.sandbox import Wrapper
+
+    with Evaluator(PROBLEMS / "elementwise.py", options(tmp_path)) as ev:
+        proc = ev.spawner.spawn("candidate", "run", wrapper=Wrapper(["/usr/bin/timeout", "300"], []))
+        try:
+            assert proc.wait_ready(120).get("op") == "ready"
+            wrapped = [p for p in os.listdir("/proc") if p.isdigit() and _cmdline(p)[:2] == ["/usr/bin/timeout", "300"]
+                       and "tools.worker" in _cmdline(p)]
+            assert len(wrapped) == 1, wrapped
+            pid = wrapped[0]
+            assert os.readlink(f"/proc/{pid}/ns/pid") != os.readlink("/proc/self/ns/pid")
+            if os.geteuid() == 0:
+                assert os.stat(f"/proc/{pid}").st_uid != 0
+        finally:
+            proc.close()
+    monkeypatch.setenv("RATCHET_BWRAP", NO_BWRAP)
+    probe.cache_clear()
+    try:
+        with pytest.raises(SandboxUnavailable, match="only inside bubblewrap"):
+            Sandbox("best-effort").launch((3, 4, 5), scratch=tmp_path, profile="run", device="cpu", gpu=False,
+                                          extra_env={}, wrapper=["/usr/bin/timeout", "300"])
+    finally:
+        probe.cache_clear()
+
+
+def _cmdline(pid: str) -> list[str]:
+    try:
+        return open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace").split("\0")
+    except OSError:
+        return []
