@@ -48,10 +48,10 @@ FIELDS: dict[str, tuple[str, ...]] = {
 }
 # a warp-state metric: the reason a warp could not issue, in cycles per issued instruction
 STALL = re.compile(r"^smsp__average_warps?_(?:latency_)?issue_stalled_([a-z_]+?)_per_(?:warp|issue)_active\.ratio$")
-# units ncu may print for the fields above, to the digest's own (times in us, bandwidth in GB/s, memory in KB)
-SCALE = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6,
-         "byte/second": 1e-9, "Kbyte/second": 1e-6, "Mbyte/second": 1e-3, "Gbyte/second": 1.0, "Tbyte/second": 1e3,
-         "byte": 1 / 1024, "Kbyte": 1.0, "Mbyte": 1024.0}
+# units ncu prints (`--print-units base`, or scaled): times to us, bandwidth to GB/s, memory to KB
+PREFIX = {"": 1.0, "K": 1e3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+TIME_UNITS = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3, "s": 1e6, "second": 1e6}
+UNIT = re.compile(r"^(?P<prefix>[KkMGT]?)(?:byte|B)(?P<rate>/s(?:econd)?)?(?:/block)?$")
 
 
 def find_ncu() -> Path | None:
@@ -71,18 +71,21 @@ def find_ncu() -> Path | None:
 def command(ncu: Path) -> list[str]:
     """ncu's command line up to the worker's own."""
     argv = [str(ncu), "--profile-from-start", "off", "--clock-control", "none", "--target-processes", "all",
-            "--launch-count", str(MAX_KERNELS), "--csv", "--page", "raw"]
+            "--launch-count", str(MAX_KERNELS), "--csv", "--page", "raw", "--print-units", "base"]
     for section in SECTIONS:
         argv += ["--section", section]
     return argv + ["--metrics", ",".join(EXTRA_METRICS)]
 
 
 def installation(ncu: Path) -> list[Path]:
-    """What ncu reads of its own: its installation (the launcher script's directory, whose parent
-    holds the target libraries and sections), and the CUDA home it came with."""
+    """What ncu reads of its own: the toolkit its launcher is in, and the Nsight Compute
+    installation the launcher looks for (next to the toolkit, or under /opt/nvidia; seen on an
+    H100 image: /usr/local/cuda/bin/ncu, a script, running /opt/nvidia/nsight-compute/2025.3.1)."""
     real = ncu.resolve()
     top = real.parent.parent if real.parent.name == "bin" else real.parent
-    return [top]
+    found = [top, *sorted(top.glob("nsight-compute*")), *sorted(top.parent.glob("nsight-compute*"))]
+    found += sorted(Path("/opt/nvidia").glob("nsight-compute*")) if Path("/opt/nvidia").is_dir() else []
+    return [p for p in found if p.is_dir()]
 
 
 @dataclass
@@ -149,7 +152,17 @@ def _number(text: str, unit: str) -> float | str:
         return text.strip()[:40]
     if value != value or value in (float("inf"), float("-inf")):
         return text.strip()[:40]
-    return value * SCALE.get(unit.strip(), 1.0)
+    return value * _scale(unit.strip())
+
+
+def _scale(unit: str) -> float:
+    if unit in TIME_UNITS:
+        return TIME_UNITS[unit]
+    m = UNIT.match(unit)
+    if not m:
+        return 1.0
+    factor = PREFIX[m.group("prefix")]
+    return factor / 1e9 if m.group("rate") else factor / 1024
 
 
 def digest(kernels: list[Kernel], own: list[str]) -> list[dict[str, Any]]:
