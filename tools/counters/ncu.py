@@ -70,7 +70,9 @@ def find_ncu() -> Path | None:
 
 def command(ncu: Path) -> list[str]:
     """ncu's command line up to the worker's own."""
-    argv = [str(ncu), "--profile-from-start", "off", "--clock-control", "none", "--target-processes", "all",
+    # its temporary files in the sandbox's own /tmp: the worker's TMPDIR (below its scratch) does
+    # not exist yet when ncu starts ("Failed to create temporary file", seen on an H100)
+    argv = ["/usr/bin/env", "TMPDIR=/tmp", str(ncu), "--profile-from-start", "off", "--clock-control", "none", "--target-processes", "all",
             "--launch-count", str(MAX_KERNELS), "--csv", "--page", "raw", "--print-units", "base"]
     for section in SECTIONS:
         argv += ["--section", section]
