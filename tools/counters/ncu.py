@@ -70,9 +70,10 @@ def find_ncu() -> Path | None:
 
 def command(ncu: Path) -> list[str]:
     """ncu's command line up to the worker's own."""
-    # its temporary files in the sandbox's own /tmp: the worker's TMPDIR (below its scratch) does
-    # not exist yet when ncu starts ("Failed to create temporary file", seen on an H100)
-    argv = ["/usr/bin/env", "TMPDIR=/tmp", str(ncu), "--profile-from-start", "off", "--clock-control", "none", "--target-processes", "all",
+    # its temporary files in the worker's TMPDIR (below its scratch), made first: it does not exist
+    # yet when ncu starts ("Failed to create temporary file", seen on an H100), and the worker's
+    # own TMPDIR must stay where it may write (elsewhere in /tmp its guard refuses the write)
+    argv = ["/bin/sh", "-c", 'mkdir -p "$TMPDIR" && exec "$@"', "sh", str(ncu), "--profile-from-start", "off", "--clock-control", "none", "--target-processes", "all",
             "--launch-count", str(MAX_KERNELS), "--csv", "--page", "raw", "--print-units", "base"]
     for section in SECTIONS:
         argv += ["--section", section]
