@@ -346,7 +346,8 @@ def rl_rows(paths: Iterable[str | Path], *, device: str | None = "cpu", gpu: str
             "language": lang, "auxiliary_tools": aux,
         }
         stats.rows += 1
-        yield {"prompt": prompt, "tools": tool_schemas(aux), "problem": str(problem_file), "entry": entry,
+        # the RL environment's tools (it does not offer get_ncu_profile: agent/learn/rl_env.py)
+        yield {"prompt": prompt, "tools": tool_schemas(aux, counters=False), "problem": str(problem_file), "entry": entry,
                "metadata": metadata}
 
 

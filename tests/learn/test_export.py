@@ -107,7 +107,7 @@ def test_rl_rows_are_the_environments_prompts(workspace, tmp_path, capsys):
     assert len(rows) == 1 and summary["duplicates"] == 1  # one row per problem
     row = rows[0]
     meta = row["metadata"]
-    assert Path(row["problem"]) == PROBLEM.resolve() and row["entry"] == "Model" and row["tools"] == tool_schemas(True)
+    assert Path(row["problem"]) == PROBLEM.resolve() and row["entry"] == "Model" and row["tools"] == tool_schemas(True, counters=False)
     assert meta["input_shapes"] == [[1024], [1024]] and meta["reference_source"] == PROBLEM.read_text()
     assert meta["attempts"] == 5 and meta["correct_attempts"] == 3 and meta["best"]["verdict"] == "ok"
     with KernelEnv(EnvConfig(gpu="an H100"), RewardConfig(device="cpu", trials=1, spares=1)) as env:

@@ -37,9 +37,11 @@ def test_reset_gives_the_agents_prompts_and_tools(reward):
     messages, tools = env.reset(PROBLEM)
     # the agent's tools but get_ncu_profile (seconds of GPU per call in every rollout: not offered)
     assert tools == tool_schemas(True, counters=False) and [m["role"] for m in messages] == ["system", "user"]
-    # exactly what `ratchet optimize` sends first for this problem and these settings
+    # exactly what `ratchet optimize` sends first for this problem and these settings (with
+    # max_counter_calls = 0: no get_ncu_profile, whose session call is then None)
     config = SimpleNamespace(auxiliary_tools=True, max_attempts=5, gpu=None, precision="fp32")  # the settings nodes read
-    ctx = SimpleNamespace(evaluator=env.evaluator, config=config, gpu=target_name(str(env.evaluator.device), config.gpu))
+    ctx = SimpleNamespace(evaluator=env.evaluator, config=config, gpu=target_name(str(env.evaluator.device), config.gpu),
+                          counters=None)
     state = {"language": "triton", "entry": "Model", "problem": str(PROBLEM),
              "baseline": {**nodes.empty_baseline(), **env.evaluator.baseline()}}  # as agent.loop.runner starts a run
     assert messages[0]["content"] == nodes.system_prompt(state, ctx)

@@ -93,12 +93,13 @@ def test_templates_are_strict():
 
 def test_system_prompt_languages():
     triton = render("system", language="triton", gpu="NVIDIA H100", entry="Model", single_op="aten::relu", auxiliary=True,
-                    precision="fp32")
+                    precision="fp32", counters=True)
     assert "@triton.jit" in triton and "NVIDIA H100" in triton and "aten::relu" in triton and "get_best" in triton
+    assert "get_ncu_profile" in triton
     assert "## Precision: fp32" in triton and 'input_precision="tf32x3"' in triton  # IEEE baselines: say so
     cuda = render("system", language="cuda", gpu="NVIDIA H100", entry="Model", single_op=None, auxiliary=False,
-                  precision="tf32")
-    assert "load_inline" in cuda and "@triton.jit" not in cuda and "get_best" not in cuda
+                  precision="tf32", counters=False)
+    assert "load_inline" in cuda and "@triton.jit" not in cuda and "get_best" not in cuda and "get_ncu" not in cuda
     assert "## Precision: tf32" in cuda and "on TF32 tensor cores" in cuda and "tf32x3" not in cuda
 
 
