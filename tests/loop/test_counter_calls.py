@@ -1,0 +1,25 @@
+"""get_ncu_profile's budget in an agent run (agent/loop/counters.py): at most max_counter_calls
+per session, each while no wide-step branch is judged; on a CPU every call says why there are no
+counters, and starts nothing."""
+from __future__ import annotations
+
+import threading
+
+from helpers_eval import PROBLEMS, options, source
+from agent.loop.counters import CounterCalls
+from tools import Evaluator
+
+
+def test_calls_past_the_budget_are_refused_and_a_cpu_evaluator_says_why(tmp_path):
+    judging = threading.Lock()
+    with Evaluator(PROBLEMS / "elementwise.py", options(tmp_path / "cache", trials=2, spares=0)) as ev:
+        spawned = ev.spawner.spawned
+        calls = CounterCalls(ev, 2, judging)
+        for _ in range(2):
+            found, why = calls(source("elementwise_ok"))
+            assert why is None and found == {"available": False, "kernels": [], "seconds": 0.0,
+                                             "reason": "hardware counters need a GPU; this evaluator runs on the CPU"}
+        assert calls(source("elementwise_ok")) == (None, "this run's 2 get_ncu_profile calls are spent (max_counter_calls)")
+        assert ev.spawner.spawned == spawned  # no worker was started for them
+    assert not judging.locked()
+    assert CounterCalls(object(), 3, judging)("x") == (None, "this evaluator does not read hardware counters")
