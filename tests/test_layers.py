@@ -32,8 +32,10 @@ ALLOWED: dict[str, set[str]] = {
     "timing": {"judge", "processes", "wire", "worker", "options", "record"},
     "pipeline": {"judge", "timing", "processes", "record"},
     "selfcheck": {"judge", "timing", "processes", "problem", "record"},  # the evaluator's own work, no candidate
+    # hardware counters for the model (advice, no verdict): judge's first steps, a worker under ncu in its sandbox
+    "counters": {"judge", "processes", "sandbox", "record"},
     "evaluate": {"pipeline", "judge", "timing", "processes", "options", "precision", "problem", "record", "env",
-                 "selfcheck"},
+                 "selfcheck", "counters"},
     "reward": {"evaluate", "options", "precision", "problem", "record", "sandbox", "toolcalls", "env"},
     "__init__": {"record"},
 }
