@@ -103,7 +103,9 @@ class Kernel:
 def parse(text: str) -> list[Kernel]:
     """The kernels of ncu's raw CSV page in `text` (other lines, the worker's or the candidate's,
     are skipped), one per kernel name, its numeric metrics averaged over its launches by time."""
-    rows = [r for r in csv.reader(line for line in text.splitlines() if line.startswith('"'))]
+    # each line read by itself: a stray quote (the candidate's own output in the same log) must not
+    # join the lines after it into one field
+    rows = [row for line in text.splitlines() if line.startswith('"') for row in csv.reader([line])]
     header = next((r for r in rows if "Kernel Name" in r and "ID" in r), None)
     if header is None:
         return []
