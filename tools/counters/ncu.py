@@ -135,7 +135,7 @@ def parse(text: str) -> list[Kernel]:
         for out, names in FIELDS.items():
             if out == "time_us":
                 continue
-            found = next((mean[n] for n in names if n in mean), None)
+            found: float | str | None = next((mean[n] for n in names if n in mean), None)
             if found is None:
                 found = next((k.metrics[n] for n in names if n in k.metrics), None)
             if found is not None:
