@@ -70,7 +70,7 @@ class AgentConfig:
     memory_roofline_target: float = 0.8  # the same for a memory-bound problem (the record's roofline.bound)
     stop_untimed: bool = True  # where nothing is timed (a CPU), the first correct kernel ends the run
     context_tokens: int = 32_000  # budget of one request's messages (approximate tokens)
-    auxiliary_tools: bool = True  # offer get_best, diff_against_best, get_profile
+    auxiliary_tools: bool = True  # offer get_best, diff_against_best, get_profile (and get_ncu_profile)
     max_aux_rounds: int = 4  # auxiliary-only turns in a row before it counts as a malformed reply
     max_counter_calls: int = 3  # get_ncu_profile calls per run (Nsight Compute, seconds of GPU each); 0: not offered
     keep_reasoning: bool = False  # send earlier reasoning text back to the model

@@ -72,6 +72,7 @@ class Evaluator:
         self._scratches: list[Path] = []  # with a pool: the scratch directories of the workers this evaluator used
         self._baseline: dict[str, Any] | None = None
         self._in_flight = 0  # evaluations running now (threads): the device is quiet only with none
+        self._counters_refused: str | None = None  # the driver refused Nsight Compute its counters (ERR_NVGPUCTRPERM)
         # evaluate() may run in several threads at once (RL rewards): this guards what they share,
         # the reference worker (and its output cache) and the pool of spare candidate workers
         self._lock = threading.RLock()
@@ -145,7 +146,7 @@ class Evaluator:
         candidate's own sandbox (tools/counters/): advice for the model, never a verdict, and an
         answer saying why not where they cannot be read confined. Never raises for what the
         candidate does."""
-        from tools.counters.measure import measure
+        from tools.counters.measure import Counters, measure
 
         def spawn(wrapper: Any) -> WorkerProcess:
             proc = self.spawner.spawn("candidate", "run", wrapper=wrapper)
@@ -154,8 +155,28 @@ class Evaluator:
             proc.max_reply_bytes = self._reply_cap()
             return proc
 
-        return measure(self.bench, spawn, self._new_result, source,
-                       sandboxed=bool(self.spawner.sandbox.mechanisms.bwrap))
+        if self._counters_refused is not None:  # the driver's answer does not change while this evaluator lives
+            return Counters(False, self._counters_refused)
+        with self._lock:
+            self._in_flight += 1  # a candidate's worker is about: no quiet re-measure meanwhile
+        try:
+            found = measure(self.bench, spawn, self._new_result, source,
+                            sandboxed=bool(self.spawner.sandbox.mechanisms.bwrap))
+        except Exception as exc:  # noqa: BLE001 - advice, not a verdict: the call says why, the run goes on
+            return Counters(False, f"the evaluator could not read the counters: {_cause(exc)}")
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+        if found.reason and "ERR_NVGPUCTRPERM" in found.reason:
+            self._counters_refused = found.reason
+        return found
+
+    def counters_unavailable(self) -> str | None:
+        """Why counters() cannot read anything here, known before starting anything (no GPU, no
+        bubblewrap, no ncu), or None: an agent offers get_ncu_profile only where this is None."""
+        from tools.counters.measure import unavailable
+
+        return unavailable(self.bench, sandboxed=bool(self.spawner.sandbox.mechanisms.bwrap))
 
     def keeps_every_trial_output(self) -> bool:
         """Whether the reference's output cache holds every trial's outputs at once. Where it
@@ -288,6 +309,7 @@ class Evaluator:
             return False
         why = without_candidate(self.bench)
         if why is not None:
+            self.reference.proc.kill()  # restarted, and its need measured, before the next evaluation
             raise RuntimeError(f"the restarted reference worker failed the evaluator's own work, with no "
                                f"candidate running: {why}")
         return True

@@ -160,7 +160,7 @@ def counters_payload(attempt: int | None, counters: dict[str, Any] | None, why_n
     """JSON text of an attempt's hardware counters (tools/counters/measure.py, Counters.as_dict), or
     why there are none."""
     if counters is None:
-        return json.dumps({"attempt": attempt, "error": why_not or "no such evaluated attempt"})
+        return json.dumps({"attempt": attempt, "available": False, "reason": why_not or "no such evaluated attempt"})
     return json.dumps({"attempt": attempt, **counters}, indent=1)
 
 

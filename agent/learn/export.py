@@ -246,7 +246,9 @@ def _sft_from_trajectory(path: Path, traj: dict[str, Any], attempts: list[Attemp
                 by_hash[a.source_sha256] = a
     base = {"problem": traj.get("problem"), "problem_hash": problem_hash, "workspace": str(path), "run_id": run_id,
             "model": traj.get("model"), "language": traj.get("language")}
-    tools = tool_schemas(auxiliary)
+    # the tools the run offered (get_ncu_profile only where counters could be read; a trajectory
+    # written before its "tools" field had no such tool)
+    tools = tool_schemas(auxiliary, counters="get_ncu_profile" in (traj.get("tools") or []))
     cleaned = [clean_message(m, reasoning=reasoning) for m in messages]
     if unit == "attempt":
         for i, message in enumerate(messages):

@@ -342,7 +342,8 @@ def trajectory_text(state: AgentState, ctx: Session) -> str:
     data = {
         "schema": TRAJECTORY_SCHEMA, "run_id": state.get("run_id"), "problem": state.get("problem"),
         "problem_hash": state.get("problem_hash"), "model": state.get("model"), "language": state.get("language"),
-        "config": public(ctx.config), "messages": state.get("messages", []), "usage": state.get("usage", []),
+        "config": public(ctx.config), "tools": [t["function"]["name"] for t in ctx.tools],
+        "messages": state.get("messages", []), "usage": state.get("usage", []),
         "tokens_used": state.get("tokens_used", 0), "cost_usd": spend(state.get("usage") or [])[1],
         "price": ctx.price.to_dict() if ctx.price is not None else None,
         "attempts": state.get("attempts", []), "best": state.get("best"),

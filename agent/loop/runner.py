@@ -85,7 +85,10 @@ def optimize(problem: Path, config: AgentConfig, model: ModelClient, *, resume: 
         run_config = {"configurable": {"thread_id": run_id},
                       "recursion_limit": steps_needed(config.max_attempts)}
         free = model.name == BUILTIN  # the built-in policy: no model, no tokens, $0
-        offer_counters = config.auxiliary_tools and config.max_counter_calls > 0
+        # get_ncu_profile only where counters can be read confined (a GPU, bubblewrap, ncu): elsewhere
+        # every call would only say why not
+        unavailable = getattr(evaluator, "counters_unavailable", lambda: "not an evaluator of ratchet's")
+        offer_counters = config.auxiliary_tools and config.max_counter_calls > 0 and unavailable() is None
         ctx = Session(config=config, model=model, evaluator=evaluator, repo=repo,
                            tools=tool_schemas(config.auxiliary_tools, counters=offer_counters),
                            gpu=target_name(str(evaluator.device), config.gpu), log=log,

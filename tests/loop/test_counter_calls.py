@@ -1,6 +1,6 @@
 """get_ncu_profile's budget in an agent run (agent/loop/counters.py): at most max_counter_calls
-per session, each while no wide-step branch is judged; on a CPU every call says why there are no
-counters, and starts nothing."""
+per session; on a CPU every call says why there are no counters, and starts nothing (an agent
+does not offer the tool there: tests/loop/test_agent_e2e.py)."""
 from __future__ import annotations
 
 import threading
@@ -21,5 +21,5 @@ def test_calls_past_the_budget_are_refused_and_a_cpu_evaluator_says_why(tmp_path
                                              "reason": "hardware counters need a GPU; this evaluator runs on the CPU"}
         assert calls(source("elementwise_ok")) == (None, "this run's 2 get_ncu_profile calls are spent (max_counter_calls)")
         assert ev.spawner.spawned == spawned  # no worker was started for them
-    assert not judging.locked()
+        assert ev.counters_unavailable() == "hardware counters need a GPU; this evaluator runs on the CPU"
     assert CounterCalls(object(), 3, judging)("x") == (None, "this evaluator does not read hardware counters")

@@ -9,6 +9,7 @@ import mmap
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -146,12 +147,17 @@ def test_options_the_evaluator_does_not_build_are_refused(options_, fragment):
 
 def test_a_wrapper_runs_inside_the_workers_sandbox_and_never_without_bubblewrap(tmp_path, monkeypatch):
     """get_ncu_profile's Nsight Compute runs as the parent of a candidate's worker (tools/counters/):
-    inside the worker's own pid namespace, as its unprivileged uid when the evaluator is root, and
-    not at all where there is no bubblewrap (it would run as the evaluator's own user)."""
+    inside the worker's own pid namespace, under its seccomp filter and no_new_privs, as its
+    unprivileged uid when the evaluator is root, and under the worker's landlock rules (here: a
+    program copied to its TMPDIR may not be executed); and not at all where there is no bubblewrap
+    (it would run as the evaluator's own user)."""
     from tools.sandbox import Wrapper
 
+    probe_exec = ('cp /usr/bin/true "$TMPDIR/t" && if "$TMPDIR/t" 2>/dev/null; then echo EXEC-ALLOWED >&2; '
+                  'else echo EXEC-REFUSED >&2; fi; exec /usr/bin/timeout 300 "$@"')
+    system = [Path(p).resolve() for p in ("/usr/bin", "/bin")]
     with Evaluator(PROBLEMS / "elementwise.py", options(tmp_path)) as ev:
-        proc = ev.spawner.spawn("candidate", "run", wrapper=Wrapper(["/usr/bin/timeout", "300"], []))
+        proc = ev.spawner.spawn("candidate", "run", wrapper=Wrapper(["/bin/sh", "-c", probe_exec, "sh"], [], system))
         try:
             assert proc.wait_ready(120).get("op") == "ready"
             wrapped = [p for p in os.listdir("/proc") if p.isdigit() and _cmdline(p)[:2] == ["/usr/bin/timeout", "300"]
@@ -159,8 +165,11 @@ def test_a_wrapper_runs_inside_the_workers_sandbox_and_never_without_bubblewrap(
             assert len(wrapped) == 1, wrapped
             pid = wrapped[0]
             assert os.readlink(f"/proc/{pid}/ns/pid") != os.readlink("/proc/self/ns/pid")
+            status = dict(line.split(":", 1) for line in open(f"/proc/{pid}/status").read().splitlines() if ":" in line)
+            assert status["Seccomp"].strip() == "2" and status["NoNewPrivs"].strip() == "1", status
             if os.geteuid() == 0:
                 assert os.stat(f"/proc/{pid}").st_uid != 0
+            assert "EXEC-REFUSED" in proc.log.read_text(), proc.log.read_text()[-2000:]
         finally:
             proc.close()
     monkeypatch.setenv("RATCHET_BWRAP", NO_BWRAP)
@@ -168,7 +177,7 @@ def test_a_wrapper_runs_inside_the_workers_sandbox_and_never_without_bubblewrap(
     try:
         with pytest.raises(SandboxUnavailable, match="only inside bubblewrap"):
             Sandbox("best-effort").launch((3, 4, 5), scratch=tmp_path, profile="run", device="cpu", gpu=False,
-                                          extra_env={}, wrapper=["/usr/bin/timeout", "300"])
+                                          extra_env={}, wrapper=Wrapper(["/usr/bin/timeout", "300"], [], []))
     finally:
         probe.cache_clear()
 

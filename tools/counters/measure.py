@@ -18,6 +18,7 @@ from tools.counters import ncu as nsight
 from tools.judge import build, static
 from tools.judge.evaluation import Evaluation
 from tools.judge.verdict import reply_failure
+from tools.processes.allowance import Allowance
 from tools.processes.process import WorkerGone, WorkerProcess
 from tools.sandbox import Wrapper
 
@@ -64,7 +65,7 @@ def measure(bench: "Bench", spawn: Callable[[Wrapper], WorkerProcess], new_resul
         return Counters(False, why)
     ncu = nsight.find_ncu()
     assert ncu is not None
-    wrapper = Wrapper(nsight.command(ncu), nsight.installation(ncu))
+    wrapper = Wrapper(nsight.command(ncu), nsight.installation(ncu), nsight.executables(ncu))
     evaluation = Evaluation(source, new_result(source))
     counted = dataclasses.replace(bench, take_worker=lambda: spawn(wrapper))
     try:
@@ -74,6 +75,8 @@ def measure(bench: "Bench", spawn: Callable[[Wrapper], WorkerProcess], new_resul
                 return Counters(False, f"the candidate did not build under the profiler: {failure.detail}"[:300])
         worker = evaluation.worker
         assert worker is not None
+        # its own allowance: the build's was the evaluation's deadline, and ncu replays every kernel
+        worker.allowance = Allowance(COUNTED_TIMEOUT_S)
         with bench.lock:  # the card to this forward alone: ncu serializes and replays its kernels
             trees, payload = bench.feed(worker, [(None, bench.seeds[0], "problem")])
             header, _ = worker.request({"op": "counters", "inputs": trees[0]}, COUNTED_TIMEOUT_S, payload)
@@ -81,6 +84,7 @@ def measure(bench: "Bench", spawn: Callable[[Wrapper], WorkerProcess], new_resul
             return Counters(False, f"the counted forward failed: {failure.detail}"[:300])
         worker.close(grace=EXIT_GRACE_S)
         text = _tail(worker)
+        kernels = nsight.parse(text)
     except WorkerGone as exc:
         text = _tail(evaluation.worker) if evaluation.worker is not None else ""
         return Counters(False, nsight.refusal(text) or f"the profiled worker stopped: {exc}"[:300],
@@ -88,7 +92,6 @@ def measure(bench: "Bench", spawn: Callable[[Wrapper], WorkerProcess], new_resul
     finally:
         if evaluation.worker is not None:
             evaluation.worker.kill()
-    kernels = nsight.parse(text)
     if not kernels:
         return Counters(False, nsight.refusal(text) or "Nsight Compute reported no kernel for the forward",
                         seconds=round(time.monotonic() - started, 2))

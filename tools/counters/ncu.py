@@ -15,12 +15,16 @@ numbers) and the digest is bounded.
 from __future__ import annotations
 
 import csv
+import math
 import os
 import re
 import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
 
 SECTIONS = ("SpeedOfLight", "Occupancy", "LaunchStats", "WarpStateStats")
 EXTRA_METRICS = ("dram__bytes.sum.per_second",)
@@ -29,6 +33,7 @@ TOP_KERNELS = 8  # kernels in the digest, by GPU time
 TOP_STALLS = 3
 NAME_CHARS = 160
 LOG_BYTES = 8 << 20  # of the worker's log read back
+LINE_CHARS = 64 << 10  # a longer line is not ncu's (its raw page's rows are about 10 KB)
 PERMISSION = "ERR_NVGPUCTRPERM"
 
 # raw metric name -> digest field; several names per field where architectures or versions differ
@@ -41,11 +46,12 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "dram_gb_s": ("dram__bytes.sum.per_second",),
     "occupancy_pct": ("sm__warps_active.avg.pct_of_peak_sustained_active",),
     "theoretical_occupancy_pct": ("sm__maximum_warps_per_active_cycle_pct",),
-    "registers": ("launch__registers_per_thread",),
+    "registers": ("launch__registers_per_thread",),  # the launch's own: of its first launch, not averaged
     "block": ("launch__block_size",),
     "grid": ("launch__grid_size",),
-    "shared_kb": ("launch__shared_mem_per_block_dynamic", "launch__shared_mem_per_block_static"),
+    "shared_kb": ("launch__shared_mem_per_block",),
 }
+LAUNCH = ("launch__registers_per_thread", "launch__block_size", "launch__grid_size", "launch__shared_mem_per_block")
 # a warp-state metric: the reason a warp could not issue, in cycles per issued instruction
 STALL = re.compile(r"^smsp__average_warps?_(?:latency_)?issue_stalled_([a-z_]+?)_per_(?:warp|issue)_active\.ratio$")
 # units ncu prints (`--print-units base`, or scaled): times to us, bandwidth to GB/s, memory to KB
@@ -69,11 +75,10 @@ def find_ncu() -> Path | None:
 
 
 def command(ncu: Path) -> list[str]:
-    """ncu's command line up to the worker's own."""
-    # its temporary files in the worker's TMPDIR (below its scratch), made first: it does not exist
-    # yet when ncu starts ("Failed to create temporary file", seen on an H100), and the worker's
-    # own TMPDIR must stay where it may write (elsewhere in /tmp its guard refuses the write)
-    argv = ["/bin/sh", "-c", 'mkdir -p "$TMPDIR" && exec "$@"', "sh", str(ncu), "--profile-from-start", "off", "--clock-control", "none", "--target-processes", "all",
+    """ncu's command line up to the worker's own (started by tools/worker/wrap.py, which makes the
+    worker's TMPDIR first: ncu needs it when it starts, "Failed to create temporary file" on an
+    H100, and the worker's own TMPDIR must stay where its guard lets it write)."""
+    argv = [str(ncu), "--profile-from-start", "off", "--clock-control", "none", "--target-processes", "all",
             "--launch-count", str(MAX_KERNELS), "--csv", "--page", "raw", "--print-units", "base"]
     for section in SECTIONS:
         argv += ["--section", section]
@@ -81,14 +86,30 @@ def command(ncu: Path) -> list[str]:
 
 
 def installation(ncu: Path) -> list[Path]:
-    """What ncu reads of its own: the toolkit its launcher is in, and the Nsight Compute
-    installation the launcher looks for (next to the toolkit, or under /opt/nvidia; seen on an
-    H100 image: /usr/local/cuda/bin/ncu, a script, running /opt/nvidia/nsight-compute/2025.3.1)."""
+    """The Nsight Compute installations ncu's launcher may run: next to its toolkit, or under
+    /opt/nvidia (seen on an H100 image: /usr/local/cuda/bin/ncu, a script, running
+    /opt/nvidia/nsight-compute/2025.3.1), and the directory ncu itself is in when that is one of
+    them or a directory of its own: never one that holds the user's home or the project (whose
+    caches a candidate must not see), nor the root."""
     real = ncu.resolve()
     top = real.parent.parent if real.parent.name == "bin" else real.parent
-    found = [top, *sorted(top.glob("nsight-compute*")), *sorted(top.parent.glob("nsight-compute*"))]
+    found = [*sorted(top.glob("nsight-compute*")), *sorted(top.parent.glob("nsight-compute*"))]
     found += sorted(Path("/opt/nvidia").glob("nsight-compute*")) if Path("/opt/nvidia").is_dir() else []
-    return [p for p in found if p.is_dir()]
+    if real.parent.name != "bin":
+        found.append(real.parent)
+    kept = []
+    for path in (p.resolve() for p in found if p.is_dir()):
+        if all(path != q and path not in q.parents for q in (Path.home().resolve(), PROJECT_ROOT)) and path not in kept:
+            kept.append(path)
+    return kept
+
+
+def executables(ncu: Path) -> list[Path]:
+    """What ncu may execute, besides the worker's own list: its launcher, its installation, and the
+    system's programs its launcher script runs (a shell and coreutils; a candidate's worker can
+    already run those through the ELF loader it keeps)."""
+    system = [Path(p).resolve() for p in ("/usr/bin", "/bin") if Path(p).is_dir()]
+    return list(dict.fromkeys([ncu.resolve(), *installation(ncu), *system, Path(sys.executable).resolve()]))
 
 
 @dataclass
@@ -105,7 +126,8 @@ def parse(text: str) -> list[Kernel]:
     are skipped), one per kernel name, its numeric metrics averaged over its launches by time."""
     # each line read by itself: a stray quote (the candidate's own output in the same log) must not
     # join the lines after it into one field
-    rows = [row for line in text.splitlines() if line.startswith('"') for row in csv.reader([line])]
+    rows = [row for line in text.splitlines() if line.startswith('"') and len(line) <= LINE_CHARS
+            for row in _rows(line)]
     header = next((r for r in rows if "Kernel Name" in r and "ID" in r), None)
     if header is None:
         return []
@@ -126,10 +148,10 @@ def parse(text: str) -> list[Kernel]:
         k.calls += 1
         k.time_us += time_us
         for key, value in values.items():
-            if isinstance(value, float):
-                acc[key] = acc.get(key, 0.0) + value * time_us
-            elif key in ("launch__block_size", "launch__grid_size") and value:
+            if key in LAUNCH:
                 k.metrics.setdefault(key, value)
+            elif isinstance(value, float):
+                acc[key] = acc.get(key, 0.0) + value * time_us
     for name, k in kernels.items():
         mean = {key: total / k.time_us for key, total in sums[name].items()} if k.time_us > 0 else {}
         for out, names in FIELDS.items():
@@ -138,15 +160,26 @@ def parse(text: str) -> list[Kernel]:
             found: float | str | None = next((mean[n] for n in names if n in mean), None)
             if found is None:
                 found = next((k.metrics[n] for n in names if n in k.metrics), None)
-            if found is not None:
+            if isinstance(found, float) and not math.isfinite(found):  # sums past a float's range
+                continue
+            if isinstance(found, float) and found.is_integer() and abs(found) < 1 << 53:
+                k.metrics[out] = int(found)
+            elif found is not None:
                 k.metrics[out] = round(found, 2) if isinstance(found, float) else found
         for key in list(k.metrics):
             if "__" in key:
                 del k.metrics[key]
-        stalls = [(m.group(1), v) for key, v in mean.items() if (m := STALL.match(key)) and m.group(1) != "selected"]
+        stalls = [(m.group(1), v) for key, v in mean.items() if (m := STALL.match(key)) and m.group(1) != "selected" and math.isfinite(v)]
         k.stalls = [(reason, round(v, 2)) for reason, v in sorted(stalls, key=lambda s: -s[1])[:TOP_STALLS] if v > 0]
         k.time_us = round(k.time_us, 3)
     return sorted(kernels.values(), key=lambda k: -k.time_us)
+
+
+def _rows(line: str) -> list[list[str]]:
+    try:
+        return list(csv.reader([line]))
+    except csv.Error:  # not ncu's: a candidate's line
+        return []
 
 
 def _number(text: str, unit: str) -> float | str:
@@ -155,9 +188,10 @@ def _number(text: str, unit: str) -> float | str:
         value = float(cleaned)
     except ValueError:
         return text.strip()[:40]
-    if value != value or value in (float("inf"), float("-inf")):
+    value *= _scale(unit.strip())
+    if not math.isfinite(value):
         return text.strip()[:40]
-    return value * _scale(unit.strip())
+    return value
 
 
 def _scale(unit: str) -> float:
@@ -175,10 +209,16 @@ def digest(kernels: list[Kernel], own: list[str]) -> list[dict[str, Any]]:
     its source defines) or a library's."""
     out = []
     for k in kernels[:TOP_KERNELS]:
-        entry = {"name": k.name, "own": any(n and n in k.name for n in own), "calls": k.calls, "time_us": k.time_us,
+        entry = {"name": k.name, "own": _defines(k.name, own), "calls": k.calls, "time_us": k.time_us,
                  **k.metrics, "top_stalls": [{"reason": r, "cycles_per_issue": v} for r, v in k.stalls]}
         out.append(entry)
     return out
+
+
+def _defines(kernel: str, own: list[str]) -> bool:
+    """Whether `kernel` (a name as ncu prints it: a Triton kernel's own name, or a CUDA kernel's
+    demangled signature) is one of the source's own: one of `own` as a whole identifier in it."""
+    return any(n and re.search(rf"(?<![A-Za-z0-9_]){re.escape(n)}(?![A-Za-z0-9_])", kernel) for n in own)
 
 
 def refusal(text: str) -> str | None:

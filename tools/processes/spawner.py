@@ -122,7 +122,7 @@ class Spawner:
             launch = lambda fds: self.sandbox.launch(fds, scratch=scratch, profile=profile_name, device=device,  # noqa: E731
                                                      gpu=device.startswith("cuda"), extra_env=extra, readable=readable,
                                                      fork=self.fork and wrapper is None,
-                                                     wrapper=wrapper.argv if wrapper else None)
+                                                     wrapper=wrapper)
         if files:
             config["files"] = files[0]
         proc = WorkerProcess(config, launch=launch, cwd=self.root, log=scratch / "output.log", limits=limits,

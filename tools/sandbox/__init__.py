@@ -19,7 +19,9 @@ lacks in every result's environment. See docs/sandbox.md.
 from __future__ import annotations
 
 import itertools
+import json
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,6 +61,7 @@ class Wrapper:
 
     argv: list[str]
     readable: list[Path]
+    executable: list[Path]  # what it may execute besides the worker's own (its installation, a shell)
 
 
 @dataclass
@@ -130,20 +133,19 @@ class Sandbox:
 
     def launch(self, fds: tuple[int, ...], *, scratch: Path, profile: str, device: str, gpu: bool,
                extra_env: dict[str, str], readable: list[Path] | None = None, fork: bool = False,
-               wrapper: list[str] | None = None) -> Launch:
+               wrapper: Wrapper | None = None) -> Launch:
         """The command, environment and self-confinement of one worker of `profile`; `readable`:
         more directories it may read (bound read-only under bwrap); `fork`: the worker will be a
         fork of a zygote, confining itself as Launch.fork says (else bwrap starts it by exec);
         `wrapper`: a trusted program the worker runs under, inside the same sandbox (Nsight Compute,
         tools/counters/): its own directories must be in `readable`. Only under bwrap, by exec: the
-        wrapper is then as confined as the worker (namespaces, seccomp, the uid), and is not
-        landlocked, which the worker applies to itself."""
+        wrapper then has the worker's namespaces, seccomp filter and uid, and applies the worker's
+        limits and landlock rules to itself before it starts (tools/worker/wrap.py), with its own
+        installation executable too."""
         m = self.mechanisms
         command = bw.python_command(fds)
-        if wrapper is not None:
-            if fork or not m.bwrap:
-                raise SandboxUnavailable("a worker runs under a wrapper only inside bubblewrap, by exec")
-            command = [*wrapper, *command]
+        if wrapper is not None and (fork or not m.bwrap):
+            raise SandboxUnavailable("a worker runs under a wrapper only inside bubblewrap, by exec")
         env = candidate_env(device, scratch, profile, extra_env)
         uid = UID_BASE + (os.getpid() % 20_000) * 100 + next(_uids) % 100 if m.root and m.drop_uid else None
         writable = [str(scratch), "/dev/shm"] + (["/tmp"] if m.bwrap else [])
@@ -152,6 +154,15 @@ class Sandbox:
             devices = ["/dev/null", "/dev/zero", "/dev/full"] + (bw.gpu_devices() if gpu else [])
             confine["landlock"] = {"writable": writable, "devices": devices,
                                    "executable": [str(p) for p in paths.executables(profile)]}
+        if wrapper is not None:  # confined as the worker is, by tools/worker/wrap.py, before it execs the wrapper
+            wrapped = dict(confine)
+            if "landlock" in wrapped:
+                rules = dict(wrapped["landlock"])
+                # its own programs, and the interpreter it starts the worker with
+                rules["executable"] = rules["executable"] + [str(p) for p in wrapper.executable] + [
+                    str(Path(sys.executable).resolve())]
+                wrapped["landlock"] = rules
+            command = [sys.executable, "-m", "tools.worker.wrap", json.dumps(wrapped), *wrapper.argv, *command]
         if not m.bwrap:  # best effort: the worker runs on the host file system, as its own uid if we are root
             if uid is not None:
                 _hand_over(scratch, uid)
