@@ -161,6 +161,10 @@ class Sandbox:
                 # its own programs, and the interpreter it starts the worker with
                 rules["executable"] = rules["executable"] + [str(p) for p in wrapper.executable] + [
                     str(Path(sys.executable).resolve())]
+                # /proc (bwrap's own: the sandbox's processes only), not just the wrapper's entry: its rules
+                # are the worker's until the worker adds its own, and CUDA starting in the worker (under
+                # ncu's injection, before that) writes its own entry (Error 304 on an H100 without this)
+                rules["writable"] = rules["writable"] + ["/proc"]
                 wrapped["landlock"] = rules
             command = [sys.executable, "-m", "tools.worker.wrap", json.dumps(wrapped), *wrapper.argv, *command]
         if not m.bwrap:  # best effort: the worker runs on the host file system, as its own uid if we are root
