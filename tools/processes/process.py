@@ -372,9 +372,8 @@ class WorkerProcess:
 
     def close(self, grace: float = 5.0) -> None:
         """Ask the worker to exit; kill it if it does not within `grace` seconds. One never asked
-        whether it started (a spare still starting up) holds nothing of ours: killed at once, rather
-        than waiting for it to finish starting only to be told to exit (seconds, at the end of every
-        evaluator's life)."""
+        whether it started (a spare still starting up) holds nothing of ours: killed at once, not
+        told to exit once it has started (seconds, at the end of every evaluator's life)."""
         if self.proc.poll() is None and self._to_child >= 0 and self.started:
             try:
                 write_frame(self._to_child, {"op": "exit"}, deadline=time.monotonic() + 5)
