@@ -71,8 +71,10 @@ def measure(bench: "Bench", spawn: Callable[[Wrapper], WorkerProcess], new_resul
     try:
         for step in (static.static, build.cuda_build, build.worker, build.build):
             failure = step(counted, evaluation)
-            if failure is not None:
-                return Counters(False, f"the candidate did not build under the profiler: {failure.detail}"[:300])
+            if failure is not None:  # a driver that refuses the counters may stop the worker's start too
+                denied = nsight.PERMISSION in (_tail(evaluation.worker) if evaluation.worker is not None else "")
+                return Counters(False, nsight.refusal(nsight.PERMISSION) if denied else
+                                f"the candidate did not build under the profiler: {failure.detail}"[:300])
         worker = evaluation.worker
         assert worker is not None
         # its own allowance: the build's was the evaluation's deadline, and ncu replays every kernel
