@@ -43,16 +43,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--entry", metavar="CLASS", help="the reference class (default Model)")
     p.add_argument("--resume", action="store_true", help="continue this problem's interrupted run")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object on stdout")
-    p.add_argument("--device", metavar="DEV", help="evaluation device (default: cuda:0 when there is a GPU, else cpu)")
+    p.add_argument("--device", metavar="DEV[,DEV...]", help="evaluation device (default: cuda:0 when there is a GPU, "
+                   "else cpu); several, comma-separated, judge a wide step's candidates at once, one per device")
     add_settings(p, "of the run")
     p.set_defaults(func=run)
+
+
+def check_devices(devices: str, given_as: str) -> str:
+    """Each of a comma-separated device list checked (check_device), as one string again. A GPU named
+    twice is refused: two evaluators timing on one card would each disturb the other's times."""
+    resolved = [check_device(d.strip(), given_as) or "" for d in devices.split(",")]
+    gpus = [d for d in resolved if d != "cpu"]
+    if len(set(gpus)) != len(gpus):
+        raise UsageError(f"{given_as}: a GPU is named twice; each device judges one candidate at a time, alone on its card")
+    return ",".join(resolved)
 
 
 def run(args: argparse.Namespace) -> int:
     config = settings(args, extra=("entry", "device"))
     module = readable_file(args.module, "the problem module")
     if config.device is not None:  # named as it was given: the flag, RATCHET_DEVICE or the config file's key
-        config.device = check_device(config.device, device_origin(config.device, config.sources()["device"]))
+        config.device = check_devices(config.device, device_origin(config.device, config.sources()["device"]))
     if args.resume:
         from agent.loop.runner import NothingToResume, resumable_run
         from agent.workspace.root import WorkspaceError

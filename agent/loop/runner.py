@@ -26,6 +26,7 @@ from typing import Any
 from agent.config import AgentConfig
 from agent.cost import BUILTIN, spend
 from agent.loop.counters import CounterCalls
+from agent.loop.judges import Judges
 from agent.loop.graph import compile_graph, steps_needed
 from agent.loop.kept_eager import kept_eager
 from agent.model import ModelClient, ModelError
@@ -69,7 +70,11 @@ def optimize(problem: Path, config: AgentConfig, model: ModelClient, *, resume: 
         # the evaluator first: an invalid problem gets no workspace
         # back to back: the built-in policy answers at once, and a wide step's candidates arrive together
         back_to_back = getattr(model, "answers_at_once", False) or config.width > 1
-        evaluator = stack.enter_context(_evaluator(problem, config, pools, back_to_back=back_to_back))
+        devices = run_devices(config)
+        evaluator = stack.enter_context(_evaluator(problem, config, pools, back_to_back=back_to_back, device=devices[0]))
+        # one more evaluator per further device (`--device cuda:0,cuda:1`): a wide step's candidates judged at once
+        judges = Judges([evaluator] + [stack.enter_context(_evaluator(problem, config, None, back_to_back=back_to_back,
+                                                                     device=device)) for device in devices[1:]])
         opened = stack.enter_context(store.open(problem))
         repo = opened.repo
         conflict = precision_conflict(repo.attempts(), config.precision)
@@ -92,9 +97,9 @@ def optimize(problem: Path, config: AgentConfig, model: ModelClient, *, resume: 
         ctx = Session(config=config, model=model, evaluator=evaluator, repo=repo,
                            tools=tool_schemas(config.auxiliary_tools, counters=offer_counters),
                            gpu=target_name(str(evaluator.device), config.gpu), log=log,
-                           price=None if free else config.model_price(model.name), free=free)
+                           price=None if free else config.model_price(model.name), free=free, judges=judges)
         if offer_counters:
-            ctx.counters = CounterCalls(evaluator, config.max_counter_calls, ctx.judging)
+            ctx.counters = CounterCalls(judges, config.max_counter_calls)
 
         if resume:
             snapshot = graph.get_state(run_config)
@@ -212,7 +217,16 @@ def _kept_eager(repo, number: int) -> bool:
     return attempt is not None and kept_eager(attempt, repo.record(attempt))
 
 
-def _evaluator(problem: Path, config: AgentConfig, pools: Any = None, *, back_to_back: bool = False):
+def run_devices(config: AgentConfig) -> list[str | None]:
+    """The devices a run judges on: `device` is one, or several separated by commas (`cuda:0,cuda:1`,
+    checked by the command line: agent/cli/optimize.py); [None] where none is named (the default)."""
+    if not config.device:
+        return [None]
+    return [d.strip() for d in config.device.split(",")]
+
+
+def _evaluator(problem: Path, config: AgentConfig, pools: Any = None, *, back_to_back: bool = False,
+               device: str | None = None):
     """`back_to_back`: the model answers at once (the built-in policy), so the next evaluation starts
     as soon as one ends. On a GPU a candidate worker takes longer to start (torch, a CUDA context:
     4.5-4.8 s on an H100, docs/evaluator.md "Worker start") than one evaluation of a small problem
@@ -222,7 +236,7 @@ def _evaluator(problem: Path, config: AgentConfig, pools: Any = None, *, back_to
     from tools import EvalOptions, Evaluator
     from tools.env import resolve_device
 
-    device = config.device or resolve_device(None)  # the default, where the command line left it to us
+    device = device or resolve_device(None)  # the default, where the command line left it to us
     ahead = 2 if back_to_back and device.startswith("cuda") else 1
     options = EvalOptions(device=device, trials=config.trials, timing=True, sandbox=config.sandbox,
                           precision=config.precision, spares=ahead)

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from agent.loop.judges import Judges
+
 if TYPE_CHECKING:
     from agent.config import AgentConfig
     from agent.cost import Price
@@ -50,10 +52,17 @@ class Session:
     mark: float = field(default_factory=time.monotonic)
     price: Price | None = None  # the model's price (agent/cost.py); None: no price, or the built-in policy
     free: bool = False  # the built-in policy: no model, no tokens, $0
-    # a wide step's branches (agent/loop/beam.py) judge and commit one at a time: timing has the card to itself
+    # a wide step's branches (agent/loop/beam.py) commit one at a time
     judging: threading.Lock = field(default_factory=threading.Lock)
+    # the evaluators candidates are judged on, one per device, each a candidate at a time (agent/loop/judges.py);
+    # None: the one evaluator above
+    judges: Judges = None  # type: ignore[assignment]  # set in __post_init__
     # get_ncu_profile's budgeted call (agent/loop/counters.py); None: the tool is not offered
     counters: Callable[[str], tuple[dict[str, Any] | None, str | None]] | None = None
+
+    def __post_init__(self) -> None:
+        if self.judges is None:
+            self.judges = Judges([self.evaluator])
 
     def tick(self) -> float:
         """Seconds since the last tick (or since this session began)."""
