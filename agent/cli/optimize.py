@@ -56,6 +56,9 @@ def check_devices(devices: str, given_as: str) -> str:
     gpus = [d for d in resolved if d != "cpu"]
     if len(set(gpus)) != len(gpus):
         raise UsageError(f"{given_as}: a GPU is named twice; each device judges one candidate at a time, alone on its card")
+    if gpus and len(gpus) != len(resolved):
+        raise UsageError(f"{given_as}: GPUs and the CPU mixed; a CPU times nothing, so its attempts would not compare "
+                         "with the GPUs'")
     return ",".join(resolved)
 
 

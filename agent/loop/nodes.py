@@ -88,30 +88,32 @@ def compile(state: Branch, runtime: Node) -> dict[str, Any]:  # noqa: A001 (the 
     # the turns since the last commit are this attempt's (a malformed reply's land on the next attempt)
     tokens, cost = spend(turns[state.get("billed_turns", 0):])
     updates["billed_turns"] = len(turns)
-    # Each candidate on an evaluator of its own for its whole evaluation (agent/loop/judges.py: one
-    # per device; timing must have the card to itself, docs/integrity.md), commits one at a time (the
-    # session's judging lock), and a source two branches of a wide step send (docs/search.md) is
-    # judged once: the second waits for the first's commit and reuses it
+    # Each candidate on an evaluator of its own for its whole evaluation and its commit (agent/loop/
+    # judges.py: one per device; timing must have the card to itself, docs/integrity.md), commits one
+    # at a time (the session's judging lock), and a source two branches of a wide step send
+    # (docs/search.md) is judged once: under its claim, the second finds the first's commit
     with ctx.judges.claim(digest):
         with ctx.judging:
             done = committed_attempt(ctx.repo, digest, state["run_id"])
         if done is None:
-            started = time.monotonic()
             with ctx.judges.take() as evaluator:
+                started = time.monotonic()  # not the wait for a free evaluator
                 try:
                     result = evaluator.evaluate(source)
                 except Exception as exc:  # noqa: BLE001 - an evaluator fault is an attempt with verdict error, not the run's end
                     ctx.log(f"evaluator fault: {describe_exception(exc)}")
                     result = fault_result(exc, problem=state["problem"], source=source)
                     result.problem_hash = state["problem_hash"]
-            ended = time.monotonic()
-            updates["judge_s"] = state.get("judge_s", 0.0) + (ended - started)
-            updates["judged"] = [started, ended]
-            with ctx.judging:
-                attempt = ctx.repo.commit_attempt(source, result, model=ctx.model.name, run_id=state["run_id"],
-                                                  summary=change_summary(state), trajectory=trajectory_text(state, ctx),
-                                                  spend={"tokens": tokens, "cost_usd": cost, "run_cost_usd": spend(turns)[1]},
-                                                  lineage=(state.get("lineage", 0), state.get("parent")))
+                ended = time.monotonic()
+                updates["judge_s"] = state.get("judge_s", 0.0) + (ended - started)
+                updates["judged"] = [started, ended]
+                # committed before its card is free: on one device no evaluation overlaps a commit, as before
+                with ctx.judging:
+                    attempt = ctx.repo.commit_attempt(source, result, model=ctx.model.name, run_id=state["run_id"],
+                                                      summary=change_summary(state), trajectory=trajectory_text(state, ctx),
+                                                      spend={"tokens": tokens, "cost_usd": cost,
+                                                             "run_cost_usd": spend(turns)[1]},
+                                                      lineage=(state.get("lineage", 0), state.get("parent")))
             record = result.to_dict()
         else:
             record = ctx.repo.record(done)

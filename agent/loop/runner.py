@@ -75,13 +75,13 @@ def optimize(problem: Path, config: AgentConfig, model: ModelClient, *, resume: 
         # one more evaluator per further device (`--device cuda:0,cuda:1`): a wide step's candidates judged at once
         judges = Judges([evaluator] + [stack.enter_context(_evaluator(problem, config, None, back_to_back=back_to_back,
                                                                      device=device)) for device in devices[1:]])
-        for other in judges.all[1:]:  # its baselines before any candidate, as the run's own evaluator's below
-            other.baseline()
         opened = stack.enter_context(store.open(problem))
         repo = opened.repo
         conflict = precision_conflict(repo.attempts(), config.precision)
         if conflict:  # before any attempt: its times could not be compared with the best's
             raise WorkspaceError(f"{repo.path}: {conflict}")
+        for other in judges.all[1:]:  # each further card's baselines before any candidate runs there (resume too)
+            other.baseline()
         pointer = opened.read_pointer()
         if resume:
             run_id = _run_to_resume(problem, pointer)

@@ -109,7 +109,7 @@ class AgentState(TypedDict, total=False):
     since_improvement: int
     baseline: dict[str, Any]  # eager/compile/floor times as the evaluator last reported them
     wall_s: float  # time spent in this run over all sessions
-    judge_s: float  # ... of it, in the evaluator judging candidates (its GPU busy at most this long)
+    judge_s: float  # ... of it, with some evaluator judging a candidate (over several devices: any of them busy)
     stop_reason: str | None
     # the search (agent/loop/beam.py)
     lineages: list[Lineage]  # the conversations the next step asks, best first
