@@ -72,7 +72,8 @@ def measure(bench: "Bench", spawn: Callable[[Wrapper], WorkerProcess], new_resul
         for step in (static.static, build.cuda_build, build.worker, build.build):
             failure = step(counted, evaluation)
             if failure is not None:  # a driver that refuses the counters may stop the worker's start too
-                denied = nsight.PERMISSION in (_tail(evaluation.worker) if evaluation.worker is not None else "")
+                log = evaluation.worker.log_tail(nsight.LOG_BYTES) if evaluation.worker is not None else ""
+                denied = nsight.PERMISSION in log
                 return Counters(False, nsight.refusal(nsight.PERMISSION) if denied else
                                 f"the candidate did not build under the profiler: {failure.detail}"[:300])
         worker = evaluation.worker
@@ -85,10 +86,10 @@ def measure(bench: "Bench", spawn: Callable[[Wrapper], WorkerProcess], new_resul
         if (failure := reply_failure(header, "counters")) is not None:
             return Counters(False, f"the counted forward failed: {failure.detail}"[:300])
         worker.close(grace=EXIT_GRACE_S)
-        text = _tail(worker)
+        text = worker.log_tail(nsight.LOG_BYTES)  # ncu's output is in it, after the worker's own
         kernels = nsight.parse(text)
     except WorkerGone as exc:
-        text = _tail(evaluation.worker) if evaluation.worker is not None else ""
+        text = evaluation.worker.log_tail(nsight.LOG_BYTES) if evaluation.worker is not None else ""
         return Counters(False, nsight.refusal(text) or f"the profiled worker stopped: {exc}"[:300],
                         seconds=round(time.monotonic() - started, 2))
     finally:
@@ -100,14 +101,3 @@ def measure(bench: "Bench", spawn: Callable[[Wrapper], WorkerProcess], new_resul
     own = list(evaluation.scan.triton_kernels + evaluation.scan.cuda_kernels) if evaluation.scan else []
     return Counters(True, kernels=nsight.digest(kernels, own), seconds=round(time.monotonic() - started, 2))
 
-
-def _tail(worker: WorkerProcess) -> str:
-    """The end of the worker's log (ncu's output is in it, after the worker's own)."""
-    try:
-        with worker.log.open("rb") as f:
-            f.seek(0, 2)
-            size = f.tell()
-            f.seek(max(0, size - nsight.LOG_BYTES))
-            return f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""

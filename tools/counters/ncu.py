@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent.parent
+from tools.sandbox.paths import PROJECT_ROOT
 
 SECTIONS = ("SpeedOfLight", "Occupancy", "LaunchStats", "WarpStateStats")
 EXTRA_METRICS = ("dram__bytes.sum.per_second",)
@@ -38,7 +38,6 @@ PERMISSION = "ERR_NVGPUCTRPERM"
 
 # raw metric name -> digest field; several names per field where architectures or versions differ
 FIELDS: dict[str, tuple[str, ...]] = {
-    "time_us": ("gpu__time_duration.sum",),
     "dram_pct": ("gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
                  "dram__throughput.avg.pct_of_peak_sustained_elapsed"),
     "memory_pct": ("gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",),
@@ -155,8 +154,6 @@ def parse(text: str) -> list[Kernel]:
     for name, k in kernels.items():
         mean = {key: total / k.time_us for key, total in sums[name].items()} if k.time_us > 0 else {}
         for out, names in FIELDS.items():
-            if out == "time_us":
-                continue
             found: float | str | None = next((mean[n] for n in names if n in mean), None)
             if found is None:
                 found = next((k.metrics[n] for n in names if n in k.metrics), None)
@@ -169,7 +166,8 @@ def parse(text: str) -> list[Kernel]:
         for key in list(k.metrics):
             if "__" in key:
                 del k.metrics[key]
-        stalls = [(m.group(1), v) for key, v in mean.items() if (m := STALL.match(key)) and m.group(1) != "selected" and math.isfinite(v)]
+        stalls = [(m.group(1), v) for key, v in mean.items()
+                  if (m := STALL.match(key)) and m.group(1) != "selected" and math.isfinite(v)]
         k.stalls = [(reason, round(v, 2)) for reason, v in sorted(stalls, key=lambda s: -s[1])[:TOP_STALLS] if v > 0]
         k.time_us = round(k.time_us, 3)
     return sorted(kernels.values(), key=lambda k: -k.time_us)
