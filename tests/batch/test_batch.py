@@ -107,8 +107,11 @@ def test_cpu_batch_killed_and_resumed(batch_env, tmp_path, capsys):
         row = latest[name]
         assert row["schema"] == 5 and row["price"]["input"] == 2.0
         # schema 5: the seconds its evaluator judged, within the run's wall time (every session of it)
-        assert 0 < row["judge_s"] <= row["agent_wall_s"] and row["judge_share"] == pytest.approx(
-            row["judge_s"] / row["agent_wall_s"], abs=1e-3)
+        # both seconds are rounded to 3 decimals and the share (of the unrounded ones) to 4: the share
+        # lies between the ratios of the rounded seconds' extremes, not within a fixed distance of theirs
+        judge_s, wall_s, half = row["judge_s"], row["agent_wall_s"], 0.0005
+        assert 0 < judge_s <= wall_s
+        assert (judge_s - half) / (wall_s + half) - 5e-5 <= row["judge_share"] <= (judge_s + half) / (wall_s - half) + 5e-5
         assert row["cost_usd"] == pytest.approx(row["tokens"] * 2e-6)
         with Workspace(tmp_path / "ws").open_existing(SUITE / f"{name}.py") as repo:
             attempts = repo.attempts()
