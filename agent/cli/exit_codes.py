@@ -43,7 +43,7 @@ EXIT_FLAGGED = 1  # suite check: at least one problem flagged (an error or a war
 EXIT_KEPT_EAGER = 14  # no correct attempt is faster than eager PyTorch beyond noise: nothing written (--reference writes the reference)
 
 # `ratchet batch --ray`
-EXIT_CLUSTER = 15  # the Ray cluster named by --ray could not be reached or started, or cannot run the batch (no GPU)
+EXIT_CLUSTER = 15  # the Ray cluster named by --ray could not be reached or started, or cannot run the batch or judges (GPUs)
 
 # `ratchet extract`, `ratchet apply`
 EXIT_USER_MODEL = 16  # the user's model (or its inputs function) could not be imported, built or run forward
@@ -124,9 +124,9 @@ TABLE: tuple[ExitCode, ...] = (
              "best: no kernel faster than PyTorch: the best attempt and eager were both timed and the attempt is not "
              "faster beyond noise; nothing is written (one line on stderr says why); --reference writes the "
              "reference as ModelNew instead (exit 0)"),
-    ExitCode("EXIT_CLUSTER", EXIT_CLUSTER, (BATCH,),
-             "--ray: the Ray cluster could not be reached or started, or has no GPU for a GPU run (one line on "
-             "stderr names the address); nothing was run and no run directory was written"),
+    ExitCode("EXIT_CLUSTER", EXIT_CLUSTER, (OPTIMIZE, BATCH),
+             "--ray: the Ray cluster could not be reached or started, or has no GPU for a GPU run (optimize: fewer "
+             "GPUs than --judges); one line on stderr says which; nothing was run and no run directory was written"),
     ExitCode("EXIT_NOT_APPLIED", EXIT_NOT_APPLIED, (APPLY,),
              "a kept kernel could not be put into the model (its ModelNew raised while built, loading the module's "
              "state dict, or in the patched forward); one line on stderr"),

@@ -12,11 +12,13 @@ goes to stdout, as one JSON object with --json. Exit codes:
         in the module: one line says why, and nothing is attempted
     2   usage error: bad flags or settings, a model name needed (docs/model.md), nothing to resume
     3   the module is not a valid problem
+    15  --ray: the Ray cluster could not be reached, or cannot hold the judges (no GPU, fewer than --judges)
     130 interrupted (Ctrl-C); continue with --resume
 """
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 from typing import TYPE_CHECKING
@@ -27,9 +29,10 @@ from agent.config import ConfigError
 from agent.cost import cost_phrase
 from agent.loop.kept_eager import NO_FASTER
 from agent.model_choice import NoModelNamed, model_client
-from agent.cli.exit_codes import EXIT_BAD_PROBLEM, EXIT_MODEL, EXIT_SANDBOX, EXIT_UNRECOGNIZED
+from agent.cli.exit_codes import EXIT_BAD_PROBLEM, EXIT_CLUSTER, EXIT_MODEL, EXIT_SANDBOX, EXIT_UNRECOGNIZED
 
 if TYPE_CHECKING:  # the runner imports langgraph: only when a run starts
+    from agent.loop.ray_judges import RayJudging
     from agent.loop.runner import RunResult
 
 
@@ -45,6 +48,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object on stdout")
     p.add_argument("--device", metavar="DEV[,DEV...]", help="evaluation device (default: cuda:0 when there is a GPU, "
                    "else cpu); several, comma-separated, judge a wide step's candidates at once, one per device")
+    p.add_argument("--ray", metavar="ADDRESS", help="judge the candidates on a Ray cluster's GPUs, one judge per GPU "
+                   "(the run stays here): local, auto, HOST:PORT or ray://HOST:PORT; with --device cpu, on its CPUs")
+    p.add_argument("--judges", type=int, metavar="N", help="with --ray: how many judges (default: one per GPU of the "
+                   "cluster; with --device cpu, one)")
+    p.add_argument("--ray-code", choices=("ship", "installed"), default="ship",
+                   help="with --ray: ship this project's code to the nodes (default) or use the one installed there")
     add_settings(p, "of the run")
     p.set_defaults(func=run)
 
@@ -62,10 +71,32 @@ def check_devices(devices: str, given_as: str) -> str:
     return ",".join(resolved)
 
 
+def ray_judging(args: argparse.Namespace, device: str | None) -> RayJudging | None:
+    """The --ray flags checked (agent/loop/ray_judges.py), or None without --ray."""
+    from agent.loop.ray_judges import RayJudging
+
+    if args.ray is None:
+        if args.judges is not None or args.ray_code != "ship":
+            raise UsageError("--judges and --ray-code go with --ray")
+        return None
+    if args.judges is not None and args.judges < 1:
+        raise UsageError("--judges must be at least 1")
+    if device not in (None, "cpu"):
+        raise UsageError(f"--ray judges on the GPUs Ray gives each judge; --device takes only cpu with it, not {device}")
+    try:
+        importlib.import_module("ray")  # only whether it is there
+    except ImportError:
+        from agent.batch.ray_slots import INSTALL_LINE
+
+        raise UsageError(INSTALL_LINE) from None
+    return RayJudging(address=args.ray, judges=args.judges, code=args.ray_code)
+
+
 def run(args: argparse.Namespace) -> int:
     config = settings(args, extra=("entry", "device"))
     module = readable_file(args.module, "the problem module")
-    if config.device is not None:  # named as it was given: the flag, RATCHET_DEVICE or the config file's key
+    ray = ray_judging(args, config.device)
+    if config.device is not None and ray is None:  # named as it was given: the flag, RATCHET_DEVICE or the config file's key
         config.device = check_devices(config.device, device_origin(config.device, config.sources()["device"]))
     if args.resume:
         from agent.loop.runner import NothingToResume, resumable_run
@@ -101,11 +132,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"ratchet optimize: {unrecognized}", file=sys.stderr)
         return EXIT_UNRECOGNIZED
     from agent.builtin import NothingRecognized
+    from agent.batch.ray_slots import ClusterError
+    from agent.loop.ray_judges import JudgesUnavailable
     from agent.loop.runner import NothingToResume, optimize
     from tools.sandbox import SandboxUnavailable
 
     try:
-        result = optimize(module, config, client, resume=args.resume)
+        result = optimize(module, config, client, resume=args.resume, ray=ray)
     except NothingRecognized as exc:
         print(f"ratchet optimize: {exc}", file=sys.stderr)
         return EXIT_UNRECOGNIZED
@@ -119,6 +152,9 @@ def run(args: argparse.Namespace) -> int:
     except SandboxUnavailable as exc:
         print(f"ratchet optimize: {exc}", file=sys.stderr)
         return EXIT_SANDBOX
+    except (ClusterError, JudgesUnavailable) as exc:
+        print(f"ratchet optimize: {exc}", file=sys.stderr)
+        return EXIT_CLUSTER
     finally:
         close = getattr(client, "close", None)
         if close:

@@ -29,6 +29,7 @@ from agent.loop.counters import CounterCalls
 from agent.loop.judges import Judges
 from agent.loop.graph import compile_graph, steps_needed
 from agent.loop.kept_eager import kept_eager
+from agent.loop.ray_judges import RayJudging
 from agent.model import ModelClient, ModelError
 from agent.loop.nodes import empty_baseline, trajectory_text
 from agent.loop.session import Session
@@ -60,21 +61,33 @@ def new_run_id() -> str:
 
 
 def optimize(problem: Path, config: AgentConfig, model: ModelClient, *, resume: bool = False,
-             log: Callable[[str], None] | None = None, store: Store | None = None, pools: Any = None) -> RunResult:
+             log: Callable[[str], None] | None = None, store: Store | None = None, pools: Any = None,
+             ray: RayJudging | None = None) -> RunResult:
     """Run (or resume) the agent on one problem. Raises ProblemError, WorkspaceError, NothingToResume.
     `store`: where the repository, checkpoints and run pointer live (default: config.workspace here).
-    `pools`: a tools.processes.warm.WarmPools whose workers, started ahead, the evaluator takes (a batch slot's)."""
+    `pools`: a tools.processes.warm.WarmPools whose workers, started ahead, the evaluator takes (a batch slot's).
+    `ray`: judge on a Ray cluster's GPUs (agent/loop/ray_judges.py; ClusterError, JudgesUnavailable)."""
     log = log or (lambda line: print(line, file=sys.stderr, flush=True))
     store = store or LocalStore(config.workspace)
     with ExitStack() as stack:
         # the evaluator first: an invalid problem gets no workspace
         # back to back: the built-in policy answers at once, and a wide step's candidates arrive together
         back_to_back = getattr(model, "answers_at_once", False) or config.width > 1
-        devices = run_devices(config)
-        evaluator = stack.enter_context(_evaluator(problem, config, pools, back_to_back=back_to_back, device=devices[0]))
-        # one more evaluator per further device (`--device cuda:0,cuda:1`): a wide step's candidates judged at once
-        judges = Judges([evaluator] + [stack.enter_context(_evaluator(problem, config, None, back_to_back=back_to_back,
-                                                                     device=device)) for device in devices[1:]])
+        remote: list[Any] = []
+        if ray is not None:  # every judge an actor on the cluster (agent/loop/ray_judges.py), the run here
+            from agent.loop.ray_judges import ray_judges
+
+            device = "cpu" if config.device == "cpu" else "cuda:0"  # the GPU Ray gives each judge
+            remote = stack.enter_context(ray_judges(problem, _options(config, device, back_to_back), config.entry,
+                                                    ray, log))
+            evaluator, judges = remote[0], Judges(remote)
+        else:
+            devices = run_devices(config)
+            evaluator = stack.enter_context(_evaluator(problem, config, pools, back_to_back=back_to_back,
+                                                       device=devices[0]))
+            # one more evaluator per further device (`--device cuda:0,cuda:1`): a wide step's candidates judged at once
+            judges = Judges([evaluator] + [stack.enter_context(_evaluator(problem, config, None, back_to_back=back_to_back,
+                                                                         device=device)) for device in devices[1:]])
         opened = stack.enter_context(store.open(problem))
         repo = opened.repo
         conflict = precision_conflict(repo.attempts(), config.precision)
@@ -98,7 +111,8 @@ def optimize(problem: Path, config: AgentConfig, model: ModelClient, *, resume: 
         offer_counters = config.auxiliary_tools and config.max_counter_calls > 0 and unavailable() is None
         ctx = Session(config=config, model=model, evaluator=evaluator, repo=repo,
                            tools=tool_schemas(config.auxiliary_tools, counters=offer_counters),
-                           gpu=target_name(str(evaluator.device), config.gpu), log=log,
+                           gpu=config.gpu or getattr(evaluator, "target", None) or target_name(str(evaluator.device)),
+                           log=log,
                            price=None if free else config.model_price(model.name), free=free, judges=judges)
         if offer_counters:
             ctx.counters = CounterCalls(judges, config.max_counter_calls)
@@ -147,6 +161,8 @@ def optimize(problem: Path, config: AgentConfig, model: ModelClient, *, resume: 
             opened.write_pointer({**(opened.read_pointer() or {}), "finished": True})
         summary = run_summary(state, repo, error=error)
         summary["price"] = ctx.price.to_dict() if ctx.price is not None else None
+        if remote:  # where each judge was, and how many attempts it judged
+            summary["judges"] = [j.summary() for j in remote]
         code = EXIT_MODEL if error else (EXIT_FOUND if state.get("best") else EXIT_NONE_CORRECT)
         summary["exit_code"] = code
         return RunResult(summary, code)
@@ -235,14 +251,19 @@ def _evaluator(problem: Path, config: AgentConfig, pools: Any = None, *, back_to
     lasts (1.4-2.5 s), so two are kept started ahead instead of one; a
     model behind a server gives the one spare its answer's time to start. On the CPU a run stops
     at its first correct kernel (nothing is timed), where a second spare would start for nothing."""
-    from tools import EvalOptions, Evaluator
+    from tools import Evaluator
     from tools.env import resolve_device
 
-    device = device or resolve_device(None)  # the default, where the command line left it to us
-    ahead = 2 if back_to_back and device.startswith("cuda") else 1
-    options = EvalOptions(device=device, trials=config.trials, timing=True, sandbox=config.sandbox,
-                          precision=config.precision, spares=ahead)
+    options = _options(config, device or resolve_device(None), back_to_back)  # the default device, where left to us
     return Evaluator(problem, options, entry=config.entry, pool=pools.for_options(options) if pools else None)
+
+
+def _options(config: AgentConfig, device: str, back_to_back: bool):
+    from tools import EvalOptions
+
+    ahead = 2 if back_to_back and device.startswith("cuda") else 1
+    return EvalOptions(device=device, trials=config.trials, timing=True, sandbox=config.sandbox,
+                       precision=config.precision, spares=ahead)
 
 
 def resumable_run(problem: Path, config: AgentConfig) -> str:

@@ -1,0 +1,98 @@
+"""`ratchet optimize --ray` (agent/loop/ray_judges.py): one problem's candidates judged by actors on
+a real local Ray cluster (CPUs, Triton's interpreter), the run and its workspace on the driver. A
+wide step's two candidates go to two judges at once, each attempt is committed here, the summary
+says which judge judged what, and no judge (nor any worker of its evaluator) outlives the run. Then
+the flags' mistakes: each is one line and its exit code."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agent.cli import main
+from agent.cli.exit_codes import EXIT_CLUSTER, EXIT_USAGE
+from agent.workspace.root import Workspace
+from helpers_agent import quiet_agent_env
+from helpers_ray import LocalCluster, alive, descendants
+from loopback import Loopback, submit
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBLEM = ROOT / "tests" / "agent_problems" / "relu_add.py"
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    os.environ["RAY_AUTH_MODE"] = "disabled"  # a throwaway cluster on this host; its drivers inherit this
+    c = LocalCluster(num_cpus=2, env={"TRITON_INTERPRET": "1"})
+    yield c
+    c.stop()
+
+
+@pytest.fixture
+def agent_env(monkeypatch):
+    quiet_agent_env(monkeypatch, "RAY_ADDRESS", RATCHET_STOP_UNTIMED="0", RATCHET_PATIENCE="0")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+
+
+def judge_processes(cluster: LocalCluster) -> set[int]:
+    """The cluster's processes that are, or were started by, a judge actor."""
+    found = set()
+    for pid in descendants(cluster.proc.pid):
+        try:
+            title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+        except OSError:
+            continue
+        if title.startswith(b"ray::JudgeActor") and alive(pid):
+            found |= {pid} | {p for p in descendants(pid) if alive(p)}
+    return found
+
+
+def test_a_wide_step_is_judged_by_two_judges_on_the_cluster(cluster, agent_env, tmp_path, capsys):
+    sys.path.insert(0, str(PROBLEM.parent))
+    from relu_add_candidates import BROKEN, FIXED
+
+    with Loopback([submit(BROKEN, meet=2), submit(FIXED, meet=2)]) as server:
+        code = main(["optimize", str(PROBLEM), "--model", "scripted", "--base-url", server.url, "--workspace",
+                     str(tmp_path), "--json", "--width", "2", "--max-attempts", "2", "--device", "cpu",
+                     "--ray", cluster.address, "--judges", "2"])
+        captured = capsys.readouterr()
+    summary = json.loads(captured.out)
+    assert code == 0, captured.err
+    assert "starting 2 judges" in captured.err
+    with Workspace(tmp_path).open_existing(PROBLEM) as repo:  # committed here, on the driver
+        done = repo.attempts()
+        records = [repo.record(a) for a in done]
+    assert sorted(a.ok for a in done) == [False, True] and summary["attempts"] == 2
+    # both judges were asked at once (the replies came together): one candidate each, on two processes
+    judges = summary["judges"]
+    assert [j["judged"] for j in judges] == [1, 1] and all(j["device"] == "cpu" for j in judges), judges
+    assert {r["environment"]["host"] for r in records} == {j["host"] for j in judges}
+    deadline = time.monotonic() + 30
+    while judge_processes(cluster) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not judge_processes(cluster)  # every judge, and its evaluator's workers, ended with the run
+
+
+def test_the_flags_mistakes_are_one_line_each(cluster, agent_env, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("RATCHET_DEVICE", raising=False)  # a GPU run unless --device cpu is given
+    base = ["optimize", str(PROBLEM), "--model", "scripted", "--base-url", "http://127.0.0.1:9/v1",
+            "--workspace", str(tmp_path)]
+    cases = [
+        (["--judges", "2"], EXIT_USAGE, "--judges and --ray-code go with --ray"),
+        (["--ray", cluster.address, "--judges", "0", "--device", "cpu"], EXIT_USAGE, "--judges must be at least 1"),
+        (["--ray", cluster.address, "--device", "cuda:1"], EXIT_USAGE, "--device takes only cpu with it"),
+        (["--ray", "127.0.0.1:1", "--device", "cpu"], EXIT_CLUSTER, "cannot reach the Ray cluster"),
+        # a GPU run on a cluster of CPUs: refused before any judge starts (Ray would wait for a GPU for ever)
+        (["--ray", cluster.address], EXIT_CLUSTER, "the Ray cluster has no GPU to judge on"),
+    ]
+    for extra, expected, words in cases:
+        code = main(base + extra)
+        err = capsys.readouterr().err
+        assert code == expected and words in err and "Traceback" not in err, (extra, code, err)
+        assert len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "relu_add").exists() and not any(tmp_path.iterdir())  # no workspace was made
