@@ -20,7 +20,7 @@ order, so a wide step's candidates are judged at once, each alone on its card
 - Faults: an evaluation that raises there raises here as its own exception (the agent commits it
   as verdict error, an evaluator fault, and the source may be judged again). A judge whose process
   or node died is restarted by Ray (`MAX_RESTARTS`), which makes its evaluator again and measures
-  its baselines again before its next candidate; the candidate it was judging is an evaluator
+  its baselines again; its next call waits for that. The candidate it was judging is an evaluator
   fault. Nothing is retried by Ray itself: a candidate is never judged twice behind the run's back.
 - The end: every judge's evaluator is closed (its sandboxed workers with it), then the actor is
   killed; a judge's workers die with its process in any case (PR_SET_PDEATHSIG, bubblewrap's
@@ -33,15 +33,18 @@ import contextlib
 import os
 import shutil
 import socket
+import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 MAX_RESTARTS = 3  # a judge whose process or node died is made again, at most this often
-CLOSE_TIMEOUT_S = 120.0  # for each judge to close its evaluator at the end, before it is killed
+CLOSE_TIMEOUT_S = 120.0
+REVIVE_S = 900.0  # for a judge Ray is making again (a new process: imports, evaluator, baselines)  # for each judge to close its evaluator at the end, before it is killed
 
 
 @dataclass(frozen=True)
@@ -108,18 +111,47 @@ class RayJudge:
         self.problem = replace(facts["problem"], path=problem)  # the driver's file, as a local evaluator's
         self.device: str = facts["device"]
         self.target = facts["gpu"]  # the GPU's name as the node's driver gives it (None on a CPU)
+        self._known(facts)
+        self.judged = 0
+        self.restarts = 0
+        self._lost = False  # its process died: Ray is making it again
+        self._lock = threading.Lock()
+
+    def _known(self, facts: dict[str, Any]) -> None:
         self.where = {k: facts[k] for k in ("host", "node", "device", "gpu", "gpu_ids")}
         self._baseline = facts["baseline"]
-        self.judged = 0
-        self._lock = threading.Lock()
+
+    def _revive(self) -> None:
+        """After its process died: wait until Ray has made the judge again (its evaluator, its
+        baselines: `ready` asks nothing of a candidate, so it may be asked again), or raise once it
+        is gone for good (ActorDiedError) or not back within REVIVE_S."""
+        import ray
+
+        deadline = time.monotonic() + REVIVE_S
+        while True:
+            try:
+                facts = ray.get(self.actor.ready.remote())
+                break
+            except ray.exceptions.ActorUnavailableError:  # restarting
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        self._known(facts)
+        self._lost = False
+        self.restarts += 1
 
     def _call(self, method: str, *args: Any) -> Any:
         import ray
 
+        if self._lost:
+            self._revive()
         try:
             return ray.get(getattr(self.actor, method).remote(*args))
         except ray.exceptions.RayTaskError as exc:  # the evaluator's own exception, not Ray's wrapper
             raise exc.as_instanceof_cause() from None
+        except ray.exceptions.RayActorError:  # its process died under the call: a fault, and it comes back
+            self._lost = True
+            raise
 
     def evaluate(self, source: str) -> Any:
         with self._lock:
@@ -136,7 +168,7 @@ class RayJudge:
         return self._call("counters_unavailable")
 
     def summary(self) -> dict[str, Any]:
-        return {**self.where, "judged": self.judged}
+        return {**self.where, "judged": self.judged, "restarts": self.restarts}
 
 
 class JudgesUnavailable(Exception):
@@ -164,9 +196,12 @@ def ray_judges(problem: Path, options: Any, entry: str, ray: RayJudging, log: An
 
     ray_lib = ray_module()
     cpu = options.device == "cpu"
-    info = connect(ray.address, code=ray.code)
     actors: list[Any] = []
+    # Ray's driver prints its raylets' messages (a worker died, say) on stdout, which is the summary's
+    stack = contextlib.ExitStack()
+    stack.enter_context(contextlib.redirect_stdout(sys.stderr))
     try:
+        info = connect(ray.address, code=ray.code)
         count = judge_count(ray.judges, gpus=info["cluster_gpus"], cpu=cpu)
         on_node = replace(options, device="cpu" if cpu else "cuda:0")  # the one GPU Ray gave the actor
         resources = {"num_cpus": 1} if cpu else {"num_gpus": 1}
@@ -187,8 +222,11 @@ def ray_judges(problem: Path, options: Any, entry: str, ray: RayJudging, log: An
             log(f"judge: {j.where['host']} node {j.where['node'][:8]} {j.device}" + (f" ({j.target})" if j.target else ""))
         yield judges
     finally:
-        _close(ray_lib, actors)
-        ray_lib.shutdown()
+        try:
+            _close(ray_lib, actors)
+            ray_lib.shutdown()
+        finally:
+            stack.close()
 
 
 def _close(ray_lib: Any, actors: list[Any]) -> None:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -76,6 +78,55 @@ def test_a_wide_step_is_judged_by_two_judges_on_the_cluster(cluster, agent_env, 
     while judge_processes(cluster) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not judge_processes(cluster)  # every judge, and its evaluator's workers, ended with the run
+
+
+def evaluating_judges(cluster: LocalCluster) -> list[int]:
+    """The judge processes judging a candidate now (Ray titles a busy actor's process by its method)."""
+    out = []
+    for pid in descendants(cluster.proc.pid):
+        try:
+            title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+        except OSError:
+            continue
+        if title.startswith(b"ray::JudgeActor.evaluate"):
+            out.append(pid)
+    return out
+
+
+def test_a_judge_killed_mid_evaluation_is_an_evaluator_fault_and_comes_back(cluster, agent_env, tmp_path, capsys):
+    sys.path.insert(0, str(PROBLEM.parent))
+    from relu_add_candidates import FASTER, FIXED
+
+    killed: list[int] = []
+
+    def kill_the_judge() -> None:
+        deadline = time.monotonic() + 200
+        while not killed and time.monotonic() < deadline:
+            busy = evaluating_judges(cluster)
+            if busy:
+                os.kill(busy[0], signal.SIGKILL)
+                killed.append(busy[0])
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_the_judge, daemon=True)
+    killer.start()
+    with Loopback([submit(FIXED), submit(FASTER)]) as server:
+        code = main(["optimize", str(PROBLEM), "--model", "scripted", "--base-url", server.url, "--workspace",
+                     str(tmp_path), "--json", "--max-attempts", "2", "--device", "cpu", "--ray", cluster.address])
+        captured = capsys.readouterr()
+    killer.join(1)
+    summary = json.loads(captured.out)
+    assert killed and code == 0, captured.err[-4000:]
+    with Workspace(tmp_path).open_existing(PROBLEM) as repo:
+        done = repo.attempts()
+    # the first candidate's judge died under it: an evaluator fault, not a verdict on the candidate;
+    # Ray made the judge again (its evaluator, its baselines), and it judged the next one
+    assert [a.verdict.value for a in done] == ["error", "ok"], done
+    assert summary["judges"][0]["judged"] == 2 and summary["judges"][0]["restarts"] == 1 and not alive(killed[0])
+    deadline = time.monotonic() + 30
+    while judge_processes(cluster) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not judge_processes(cluster)
 
 
 def test_the_flags_mistakes_are_one_line_each(cluster, agent_env, tmp_path, capsys, monkeypatch):
