@@ -14,6 +14,7 @@ Each problem is run once first, one attempt, and not reported: the first run pay
   seconds from the run's start to the commit of its final best, with the best's speedup.
 
     python benchmarks/width_busy.py suite/11_row_softmax.py --widths 1,4 --max-attempts 8 --think 20
+    python benchmarks/width_busy.py suite/11_row_softmax.py --widths 1,4,8 --device cuda:0,cuda:1   # two cards
 """
 from __future__ import annotations
 
@@ -85,6 +86,11 @@ def run(problem: Path, width: int, args: argparse.Namespace, workspace: Path) ->
                "--width", str(width), "--max-attempts", str(args.max_attempts), "--patience", "0",
                "--roofline-target", "0", "--memory-roofline-target", "0",
                "--precision", args.precision]
+    for flag in ("device", "ray", "judges"):  # where the candidates are judged
+        if getattr(args, flag) is not None:
+            command += [f"--{flag}", str(getattr(args, flag))]
+    if args.beam is not None:
+        command += ["--beam", str(min(args.beam, width))]
     server = None
     if args.think > 0:
         server = PolicyServer(problem, args.think, args.precision)
@@ -117,6 +123,10 @@ def main() -> int:
     parser.add_argument("--max-attempts", type=int, default=8)
     parser.add_argument("--think", type=float, default=20.0, help="seconds per model reply (0: the built-in policy itself)")
     parser.add_argument("--precision", default="fp32")
+    parser.add_argument("--device", help="passed to ratchet optimize: cuda:0,cuda:1 judges on two cards at once")
+    parser.add_argument("--beam", type=int, help="passed to ratchet optimize (default: half the width)")
+    parser.add_argument("--ray", help="passed to ratchet optimize: judge on a Ray cluster's GPUs")
+    parser.add_argument("--judges", type=int, help="passed to ratchet optimize with --ray")
     args = parser.parse_args()
     widths = [int(w) for w in args.widths.split(",")]
     for problem in args.problems:

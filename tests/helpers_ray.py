@@ -18,7 +18,8 @@ from pathlib import Path
 
 HEAD = """
 import sys, time, ray
-info = ray.init(address="local", num_cpus=int(sys.argv[1]), num_gpus=0, include_dashboard=False, object_store_memory=100_000_000,
+info = ray.init(address="local", num_cpus=int(sys.argv[1]), num_gpus=int(sys.argv[2]), include_dashboard=False,
+                object_store_memory=100_000_000,
                 logging_level="ERROR")
 print(info.address_info["gcs_address"], flush=True)
 sys.stdin.read()  # held until the test closes our stdin (or dies)
@@ -29,10 +30,11 @@ class LocalCluster:
     """A head node held by a small Python process (ray.init starts the GCS and the raylet as its
     children and stops them when it exits); drivers join it by address, as on a real cluster."""
 
-    def __init__(self, num_cpus: int = 2, env: dict[str, str] | None = None):
-        """`env`: the nodes' own environment, over this process's (their workers inherit it)."""
+    def __init__(self, num_cpus: int = 2, env: dict[str, str] | None = None, num_gpus: int = 0):
+        """`env`: the nodes' own environment, over this process's (their workers inherit it);
+        `num_gpus`: the GPUs the node offers (0: none, whatever the host has)."""
         env = {**{k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}, **(env or {})}
-        self.proc = subprocess.Popen([sys.executable, "-c", HEAD, str(num_cpus)], env=env, stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, "-c", HEAD, str(num_cpus), str(num_gpus)], env=env, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True, text=True)
         line = self.proc.stdout.readline().strip()
         if not line:
