@@ -66,6 +66,9 @@ class AgentConfig:
     # the search (agent/loop/beam.py): candidates per step, judged at once, and the lineages kept
     width: int = 1  # candidates per step: one conversation each (a lineage), asked and judged concurrently
     beam: int = 0  # the best lineages carried to the next step, each forked to fill the width; 0: half the width
+    # a wide step's lineages send their next requests as soon as they are judged, before the fan-in
+    # (agent/loop/ahead.py): the model and the GPU overlap across steps, for the tokens of requests not used
+    ahead: bool = False
     roofline_target: float = 0.9  # stop when the best (faster than eager) reaches this fraction of the roofline floor; 0: never
     memory_roofline_target: float = 0.8  # the same for a memory-bound problem (the record's roofline.bound)
     stop_untimed: bool = True  # where nothing is timed (a CPU), the first correct kernel ends the run

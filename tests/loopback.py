@@ -90,6 +90,8 @@ class Request:
     headers: dict[str, str]
     body: Any
     met: bool | None = None  # for a step with `meet`: whether that many requests were in flight at once
+    arrived: float = field(default_factory=time.monotonic)  # when it came in
+    answered: float | None = None  # when its answer went out
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -209,6 +211,7 @@ class Loopback:
                 try:
                     number, step = loop._next_step(request)
                     self._answer(request, number, step)
+                    request.answered = time.monotonic()
                 finally:
                     with loop._flight:
                         loop.in_flight -= 1

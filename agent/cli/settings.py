@@ -44,6 +44,9 @@ SETTINGS = (
             "(default 1; docs/search.md)", int, "N"),
     Setting("--beam", "beam", "the best K lineages carried to the next step, forked to fill the width (default: "
             "half the width)", int, "K"),
+    Setting("--ahead", "ahead", "on: in a wide search, each lineage's next request goes out as soon as its "
+            "candidate is judged, before the step's other candidates are (default off; a request for a lineage the "
+            "beam then drops is paid for and unused; docs/search.md)", choices=("on", "off")),
     Setting("--patience", "patience", "stop after N attempts without a new best (0: never)", int, "N"),
     Setting("--roofline-target", "roofline_target", "stop when the best, faster than eager, reaches F of the "
             "roofline floor (default 0.9; 0: never)", float, "F"),

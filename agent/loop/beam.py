@@ -75,16 +75,18 @@ def branch(state: AgentState, one: Lineage, *, first: bool) -> Branch:
     origin = {k: (len(values.get(k) or []) if k in ("usage", "attempts") else int(values.get(k) or 0)) for k in COUNTERS}
     out: dict[str, Any] = {**run, "lineage": one["id"], "seed": one["seed"], "parent": one["parent"],
                            "messages": list(one["messages"]), "proposal": None, "record": None, "latest": None,
-                           "phases": {}, "improved": False, "origin": origin, "judged": None}
+                           "phases": {}, "improved": False, "origin": origin, "judged": None,
+                           "step_size": len(state["lineages"])}
     return Branch(**out)  # type: ignore[typeddict-item]
 
 
-def report(state: Branch) -> dict[str, Any]:
-    """The branch's report to the fan-in: its lineage as it now stands and what it added to the run."""
+def report(state: Branch, answer: Message | None = None) -> dict[str, Any]:
+    """The branch's report to the fan-in: its lineage as it now stands and what it added to the run.
+    `answer`: the answer its next request was sent ahead with (agent/loop/ahead.py), if one was."""
     origin = state["origin"]
     one = Lineage(id=state["lineage"], seed=state["seed"], parent=state["parent"], messages=state["messages"],
                   proposal=state.get("proposal"), record=state.get("record"), latest=state.get("latest"),
-                  phases=state.get("phases") or {}, improved=bool(state.get("improved")))
+                  phases=state.get("phases") or {}, improved=bool(state.get("improved")), answer=answer)
     return {"lineage": one, "usage": list(state.get("usage") or [])[origin["usage"]:],
             "attempts": list(state.get("attempts") or [])[origin["attempts"]:],
             "attempts_used": state["attempts_used"] - origin["attempts_used"],
@@ -149,7 +151,8 @@ def next_lineages(state: AgentState, config: AgentConfig, answer) -> dict[str, A
     lineage's latest outcome, given the run's state with that lineage's keys over it."""
     n = max(1, min(config.width, config.max_attempts - state["attempts_used"]))
     keep = state["lineages"][:kept(config)]
-    answers = [answer({**state, **{k: v for k, v in one.items() if k != "id"}}) for one in keep]
+    # a lineage whose next request went ahead keeps the answer it was sent with (agent/loop/ahead.py)
+    answers = [one.get("answer") or answer({**state, **{k: v for k, v in one.items() if k != "id"}}) for one in keep]
     taken: set[int] = set()
     number = state.get("next_lineage", len(state["lineages"]))
     out: list[Lineage] = []

@@ -38,6 +38,7 @@ from langgraph.runtime import Runtime
 from agent.config import AgentConfig, public
 from agent.cost import spend
 from agent.loop import beam
+from agent.loop.ahead import send_ahead, unused_turns
 from agent.loop.session import Session
 from agent.loop.state import AgentState, AttemptSummary, Branch, latest_attempt, latest_record
 from agent.loop.turns import ask_model, feedback_message, first_line, system_text, task_text
@@ -63,7 +64,10 @@ def draft(state: AgentState, runtime: Node) -> dict[str, Any]:
     ctx = runtime.context
     messages = [{"role": "system", "content": system_prompt(state, ctx), "_kind": "system"},
                 {"role": "user", "content": task_prompt(state, ctx), "_kind": "task"}]
-    return {"messages": messages, **beam.first_lineages(state, ctx.config, messages)}
+    first = beam.first_lineages(state, ctx.config, messages)
+    if ctx.ahead is not None:
+        ctx.ahead.board.start((state["run_id"], state.get("attempts_used", 0)), state.get("best"))
+    return {"messages": messages, **first}
 
 
 def ask(state: Branch, runtime: Node) -> dict[str, Any]:
@@ -152,13 +156,34 @@ def profile(state: Branch, runtime: Node) -> dict[str, Any]:
 
 
 def report(state: Branch, runtime: Node) -> dict[str, Any]:
-    """The branch's outcome, for the fan-in."""
-    return {"branches": [beam.report(state)]}
+    """The branch's outcome, for the fan-in; with config `ahead`, its lineage's next request is
+    sent now where the lineage looks kept and another step can follow (agent/loop/ahead.py)."""
+    ctx = runtime.context
+    answer = send_ahead(state, ctx) if ctx.ahead is not None and another_step(state, ctx) else None
+    return {"branches": [beam.report(state, answer)]}
+
+
+def another_step(state: Branch, ctx: Session) -> bool:
+    """Whether a step can follow this one as far as a branch can tell: attempts are left after it,
+    and no untimed correct kernel ends the run (stop_untimed)."""
+    config = ctx.config
+    if config.max_attempts - state["origin"]["attempts_used"] - state["step_size"] <= 0:
+        return False
+    record = state.get("record")
+    return not (config.stop_untimed and record is not None and record["verdict"] == Verdict.OK.value
+                and timing_unavailable(record))
 
 
 def select(state: AgentState, runtime: Node) -> dict[str, Any]:
-    """The fan-in: the step's candidates merged into the run, its lineages ranked best first."""
-    return beam.select(state)
+    """The fan-in: the step's candidates merged into the run, its lineages ranked best first; and
+    the requests sent ahead that nobody took and whose replies are in, counted as the run's."""
+    merged = beam.select(state)
+    unused = unused_turns(runtime.context)
+    if unused:  # the run's tokens and cost, in no attempt's
+        merged["usage"] = merged["usage"] + unused
+        merged["billed_turns"] = len(merged["usage"])
+        merged["tokens_used"] += sum(t["tokens"] for t in unused)
+    return merged
 
 
 def decide(state: AgentState, runtime: Node) -> dict[str, Any]:
@@ -210,7 +235,11 @@ def stop_untimed(state: AgentState, runtime: Node) -> dict[str, Any]:
 def refine(state: AgentState, runtime: Node) -> dict[str, Any]:
     """Answer the kept lineages' latest proposals with their outcomes: the next step's lineages."""
     ctx = runtime.context
-    return beam.next_lineages(state, ctx.config, lambda view: feedback_message(view, ctx))
+    step = beam.next_lineages(state, ctx.config, lambda view: feedback_message(view, ctx))
+    if ctx.ahead is not None:  # a request sent ahead for a lineage that does not go on is unused
+        ctx.ahead.keep({one["id"] for one in step["lineages"]})
+        ctx.ahead.board.start((state["run_id"], state["attempts_used"]), state.get("best"))
+    return step
 
 
 # --- routing -----------------------------------------------------------------------------------

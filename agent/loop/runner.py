@@ -25,6 +25,7 @@ from typing import Any
 
 from agent.config import AgentConfig
 from agent.cost import BUILTIN, spend
+from agent.loop.ahead import Ahead, unused_turns
 from agent.loop.counters import CounterCalls
 from agent.loop.judges import Judges
 from agent.loop.graph import compile_graph, steps_needed
@@ -116,6 +117,8 @@ def optimize(problem: Path, config: AgentConfig, model: ModelClient, *, resume: 
                            price=None if free else config.model_price(model.name), free=free, judges=judges)
         if offer_counters:
             ctx.counters = CounterCalls(judges, config.max_counter_calls)
+        if config.ahead and config.width > 1:  # a single line has no fan-in to send ahead of
+            ctx.ahead = Ahead()
 
         if resume:
             snapshot = graph.get_state(run_config)
@@ -154,6 +157,13 @@ def optimize(problem: Path, config: AgentConfig, model: ModelClient, *, resume: 
             error = exc
             state = _with_finished_branches(graph.get_state(run_config)) or state
             log(f"model error: {exc}")
+        if ctx.ahead is not None:  # requests sent ahead that no step took: paid for all the same
+            if ctx.ahead.out():
+                log(f"waiting for {ctx.ahead.out()} request(s) sent ahead and not needed: their tokens count")
+            unused = unused_turns(ctx, wait=True)
+            if unused:
+                state = {**state, "usage": list(state.get("usage") or []) + unused,  # type: ignore[assignment]
+                         "tokens_used": state.get("tokens_used", 0) + sum(t["tokens"] for t in unused)}
         if error is None and state.get("stop_reason"):
             repo.save_trajectory(run_id, trajectory_text(state, ctx))  # with the last attempt's outcome
         finished = error is None and bool(state.get("stop_reason"))

@@ -19,6 +19,7 @@ from agent.loop.judges import Judges
 
 if TYPE_CHECKING:
     from agent.config import AgentConfig
+    from agent.loop.ahead import Ahead
     from agent.cost import Price
     from agent.model import ModelClient
     from agent.workspace.root import ProblemRepo
@@ -59,6 +60,8 @@ class Session:
     judges: Judges = None  # type: ignore[assignment]  # set in __post_init__
     # get_ncu_profile's budgeted call (agent/loop/counters.py); None: the tool is not offered
     counters: Callable[[str], tuple[dict[str, Any] | None, str | None]] | None = None
+    # requests sent ahead of a wide step's fan-in (agent/loop/ahead.py, config `ahead`); None: not used
+    ahead: Ahead | None = None
 
     def __post_init__(self) -> None:
         if self.judges is None:

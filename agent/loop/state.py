@@ -13,7 +13,7 @@ them. The run's own `messages`, `proposal`, `record`, `latest` and `phases` are 
 """
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, TypedDict
+from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
 Message = dict[str, Any]  # an OpenAI chat message; keys starting with "_" are metadata, never sent
 
@@ -60,6 +60,9 @@ class TurnUsage(TypedDict):
     cached_tokens: int | None  # the part of the prompt the server read from its cache, as reported
     tokens: int  # what the turn added to tokens_used (server counts; approximations where absent)
     cost_usd: float | None  # dollars at the run's price (agent/cost.py); None: no price; 0 for the built-in policy
+    # a request sent ahead of its step's fan-in (agent/loop/ahead.py): "used" (its reply was this
+    # turn), "unused" (nobody took its reply: the run's tokens and cost, no conversation's; turn 0)
+    ahead: NotRequired[str]
 
 
 class Lineage(TypedDict):
@@ -74,6 +77,9 @@ class Lineage(TypedDict):
     latest: AttemptSummary | None
     phases: dict[str, str]
     improved: bool  # its latest candidate became the run's best
+    # the answer to its latest outcome, where a request was sent ahead with it (agent/loop/ahead.py):
+    # the next step's conversations of this lineage take it, as sent
+    answer: NotRequired[Message | None]
 
 
 def gather(old: list[dict[str, Any]] | None, new: list[dict[str, Any]] | None) -> list[dict[str, Any]]:

@@ -7,11 +7,12 @@ only through get_ncu_profile's budgeted call (agent/loop/counters.py).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from agent.loop import context as ctxbudget
 from agent.loop.render import render, render_feedback
@@ -58,33 +59,25 @@ def ask_model(state: AgentState, ctx: "Session", messages: list[Message]) -> dic
     messages = list(messages)
     usage = list(state.get("usage", []))
     tokens_used = state.get("tokens_used", 0)
+    # a wide search's lineage and its seed (agent/loop/beam.py); no seed at width 1
+    lineage, seed = cast(int, state.get("lineage", 0)), cast("int | None", state.get("seed"))
     for _round in range(max(1, ctx.config.max_aux_rounds + 1)):
-        view = ctxbudget.fit(messages, ctx.config.context_tokens, tools=ctx.tools,
-                             keep_reasoning=ctx.config.keep_reasoning)
-        sent_tokens = ctxbudget.count(view) + ctxbudget.tools_tokens(ctx.tools)
-        start = time.monotonic()
-        seed = state.get("seed")  # a wide search's lineage (agent/loop/beam.py); none at width 1, and
-        # then none is passed: a client written before seeds (no `seed` keyword) still works there
-        reply = ctx.model.complete(view, ctx.tools, seed=seed) if isinstance(seed, int) else ctx.model.complete(view, ctx.tools)
-        seconds = time.monotonic() - start
+        view, sent_tokens = request_of(messages, ctx)
+        # the reply to exactly this request, where it was sent ahead of the fan-in (agent/loop/ahead.py)
+        waiting = (ctx.ahead.take(lineage, request_key(view, ctx.tools, seed))
+                   if ctx.ahead is not None and _round == 0 else None)
+        reply, seconds = waiting if waiting is not None else call_model(ctx, view, seed)
         turn = len(usage) + 1
-        completion = reply.usage.completion_tokens
-        if completion is None:
-            completion = ctxbudget.approx_tokens((reply.content or "") + (reply.reasoning or "")
-                                                 + "".join(c.arguments for c in reply.tool_calls))
-        prompt = reply.usage.prompt_tokens if reply.usage.prompt_tokens is not None else sent_tokens
-        cached = reply.usage.cached_tokens
-        cost = 0.0 if ctx.free else (None if ctx.price is None else ctx.price.cost(prompt, completion, cached or 0))
-        usage.append(TurnUsage(turn=turn, prompt_tokens=reply.usage.prompt_tokens,
-                               completion_tokens=reply.usage.completion_tokens,
-                               context_tokens=sent_tokens, seconds=round(seconds, 3), cached_tokens=cached,
-                               tokens=prompt + completion, cost_usd=cost))
-        tokens_used += prompt + completion
+        usage.append(turn_usage(reply, seconds, sent_tokens, ctx, turn=turn))
+        if waiting is not None:
+            usage[-1]["ahead"] = "used"
+        tokens_used += usage[-1]["tokens"]
         assistant = reply.to_message()
         assistant["_turn"] = turn
         assistant["_usage"] = {"prompt_tokens": reply.usage.prompt_tokens,
                                "completion_tokens": reply.usage.completion_tokens,
-                               "context_tokens": sent_tokens, "cached_tokens": cached, "cost_usd": cost}
+                               "context_tokens": sent_tokens, "cached_tokens": reply.usage.cached_tokens,
+                               "cost_usd": usage[-1]["cost_usd"]}
         messages.append(assistant)
 
         reading = read_turn([(c.id, c.name, c.arguments) for c in reply.tool_calls], reply.content,
@@ -103,6 +96,41 @@ def ask_model(state: AgentState, ctx: "Session", messages: list[Message]) -> dic
         # only auxiliary calls, all answered: ask again
     proposal = _format_error(None, render("aux_exhausted", rounds=ctx.config.max_aux_rounds + 1))
     return _turn_updates(messages, usage, tokens_used, proposal)
+
+
+def request_of(messages: list[Message], ctx: "Session") -> tuple[list[Message], int]:
+    """What one request sends of a conversation: its messages within the context budget, and
+    their approximate tokens with the tools'."""
+    view = ctxbudget.fit(messages, ctx.config.context_tokens, tools=ctx.tools, keep_reasoning=ctx.config.keep_reasoning)
+    return view, ctxbudget.count(view) + ctxbudget.tools_tokens(ctx.tools)
+
+
+def request_key(view: list[Message], tools: list[dict[str, Any]], seed: int | None) -> str:
+    """What identifies a request: the messages as sent (metadata keys, `_`, never are), the tools, the seed."""
+    sent = [{k: v for k, v in m.items() if not k.startswith("_")} for m in view]
+    return hashlib.sha256(json.dumps([sent, tools, seed], sort_keys=True, default=str).encode()).hexdigest()
+
+
+def call_model(ctx: "Session", view: list[Message], seed: int | None) -> tuple[Any, float]:
+    """One model request: the reply and its seconds. Without a seed (width 1) none is passed, so a
+    client written before seeds (no `seed` keyword) still works there."""
+    start = time.monotonic()
+    reply = ctx.model.complete(view, ctx.tools, seed=seed) if isinstance(seed, int) else ctx.model.complete(view, ctx.tools)
+    return reply, time.monotonic() - start
+
+
+def turn_usage(reply: Any, seconds: float, sent_tokens: int, ctx: "Session", *, turn: int) -> TurnUsage:
+    """What one reply cost: the server's counts (approximations where it gave none) and dollars."""
+    completion = reply.usage.completion_tokens
+    if completion is None:
+        completion = ctxbudget.approx_tokens((reply.content or "") + (reply.reasoning or "")
+                                             + "".join(c.arguments for c in reply.tool_calls))
+    prompt = reply.usage.prompt_tokens if reply.usage.prompt_tokens is not None else sent_tokens
+    cached = reply.usage.cached_tokens
+    cost = 0.0 if ctx.free else (None if ctx.price is None else ctx.price.cost(prompt, completion, cached or 0))
+    return TurnUsage(turn=turn, prompt_tokens=reply.usage.prompt_tokens, completion_tokens=reply.usage.completion_tokens,
+                     context_tokens=sent_tokens, seconds=round(seconds, 3), cached_tokens=cached,
+                     tokens=prompt + completion, cost_usd=cost)
 
 
 @dataclass
