@@ -15,6 +15,7 @@ Each problem is run once first, one attempt, and not reported: the first run pay
 
     python benchmarks/width_busy.py suite/11_row_softmax.py --widths 1,4 --max-attempts 8 --think 20
     python benchmarks/width_busy.py suite/11_row_softmax.py --widths 1,4,8 --device cuda:0,cuda:1   # two cards
+    python benchmarks/width_busy.py suite/11_row_softmax.py --widths 4,8 --ahead      # requests sent ahead
 """
 from __future__ import annotations
 
@@ -91,6 +92,8 @@ def run(problem: Path, width: int, args: argparse.Namespace, workspace: Path) ->
             command += [f"--{flag}", str(getattr(args, flag))]
     if args.beam is not None:
         command += ["--beam", str(min(args.beam, width))]
+    if args.ahead:
+        command += ["--ahead", "on"]
     server = None
     if args.think > 0:
         server = PolicyServer(problem, args.think, args.precision)
@@ -111,7 +114,7 @@ def run(problem: Path, width: int, args: argparse.Namespace, workspace: Path) ->
                                capture_output=True, text=True, check=True).stdout.strip()
         best_at = int(stamp) - started
     return {"width": width, "wall_s": summary["wall_s"], "judge_s": summary["judge_s"],
-            "judge_share": summary["judge_share"], "attempts": summary["attempts"],
+            "judge_share": summary["judge_share"], "attempts": summary["attempts"], "model_calls": summary["model_calls"],
             "best_speedup": (summary.get("best") or {}).get("speedup_vs_eager"), "best_at_s": best_at,
             "exit": done.returncode}
 
@@ -127,6 +130,7 @@ def main() -> int:
     parser.add_argument("--beam", type=int, help="passed to ratchet optimize (default: half the width)")
     parser.add_argument("--ray", help="passed to ratchet optimize: judge on a Ray cluster's GPUs")
     parser.add_argument("--judges", type=int, help="passed to ratchet optimize with --ray")
+    parser.add_argument("--ahead", action="store_true", help="--ahead on: each lineage asks again once judged")
     args = parser.parse_args()
     widths = [int(w) for w in args.widths.split(",")]
     for problem in args.problems:
@@ -137,7 +141,7 @@ def main() -> int:
         for width in widths:
             with tempfile.TemporaryDirectory() as tmp:
                 rows.append(run(problem.resolve(), width, args, Path(tmp)))
-            print(json.dumps({"problem": problem.name, "think_s": args.think, **rows[-1]}), flush=True)
+            print(json.dumps({"problem": problem.name, "think_s": args.think, "ahead": args.ahead, **rows[-1]}), flush=True)
         first = rows[0]
         for row in rows[1:]:
             share = (row["judge_share"] or 0) / first["judge_share"] if first["judge_share"] else None

@@ -48,6 +48,10 @@ ELEMENTWISE = {"relu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "abs", 
                "minimum", "gt", "lt", "ge", "le", "eq", "ne", "pow", "clamp", "clip", "hardtanh", "clamp_min",
                "clamp_max", "leaky_relu", "elu", "gelu", "softplus", "where", "xlogy", "max", "min"}
 PASS = {"detach", "alias", "lift_fresh_copy"}  # the same tensor
+# elementwise by position: an element kept where its column less its row is at least (triu), or at
+# most (tril), the diagonal, else 0 (KernelBench L1 14 and 15 were kept eager for want of it). Each
+# is a kernel's own output, so the kernel's last two indices are its rows and columns
+TRIANGLE = {"triu": ">=", "tril": "<="}
 # private aten ops (the guard's rule private-api) as the public calls that compute the same ({k}: argument k)
 PUBLIC = {"_softmax": "torch.softmax({0}, {1})", "_log_softmax": "torch.log_softmax({0}, {1})",
           "_unsafe_view": "torch.reshape({0}, {1})",
@@ -139,6 +143,11 @@ def from_graph(traced: Any, problem: Problem, why: Unrecognized) -> Plan:
         if any(isinstance(env.get(x), tuple) and env[x][0] == "unusable" for x in node.all_input_nodes):
             env[node] = next(env[x] for x in node.all_input_nodes if env[x][0] == "unusable")
             continue
+        if base in TRIANGLE and isinstance(v, torch.Tensor) and v.dim() >= 2 and str(v.dtype) in KERNEL_DTYPES[:3]:
+            diagonal = node.args[1] if len(node.args) > 1 else node.kwargs.get("diagonal", 0)
+            if isinstance(diagonal, int):
+                env[node] = b.add("ew", base, [operand(node.args[0])], _shape(v), str(v.dtype), diagonal=diagonal)
+                continue
         if base in ELEMENTWISE and isinstance(v, torch.Tensor) and str(v.dtype) in KERNEL_DTYPES:
             mark = len(b.nodes)
             try:
@@ -256,7 +265,7 @@ def materialized(plan: Plan) -> list[int]:
             if r[0] == "node":
                 readers.setdefault(r[1], set()).add(n.op)
     return [i for i, n in enumerate(plan.nodes)
-            if n.op == "ew" and (i == plan.out or readers.get(i, set()) - {"ew"})]
+            if n.op == "ew" and (i == plan.out or readers.get(i, set()) - {"ew"} or n.name in TRIANGLE)]
 
 
 def _closure(plan: Plan, m: int, outputs: set[int]) -> tuple[list[int], list[tuple[str, int]]]:
@@ -293,7 +302,11 @@ def _kernel(plan: Plan, m: int, outputs: set[int]) -> tuple[dict[str, Any], list
                 if isinstance(a, Runtime) and a not in scalars and a.name not in {s.name for s in scalars}:
                     scalars.append(a)
                 args.append(literal(a))
-        expr, pre = expression(node, args)
+        if node.name in TRIANGLE:  # node m itself (materialized): its rows and columns are the last two indices
+            expr, pre = (f"tl.where(i{rank - 1} - i{rank - 2} {TRIANGLE[node.name]} {node.attrs['diagonal']}, "
+                         f"{args[0]}, 0.0)"), []
+        else:
+            expr, pre = expression(node, args)
         lines += pre + [f"t{i} = {expr}"]
     kernel = {"name": f"fused_{m}_kernel", "rank": rank, "operands": len(operands), "body": lines,
               "result": f"t{m}", "scalars": [s.name for s in scalars]}

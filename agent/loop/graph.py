@@ -12,7 +12,8 @@ candidates at once, one per lineage (agent/loop/beam.py); width 1 is the single 
                                               └──────────┴───────────────────┘
 
 draft poses the task to each lineage; each runs the candidate subgraph in a branch of its own (a
-build failure or a wrong result goes straight to report); select merges the branches and ranks the
+build failure or a wrong result goes straight to report; with config `ahead`, report also sends the
+lineage's next request, agent/loop/ahead.py); select merges the branches and ranks the
 lineages; decide (budget left) sends the best through refine, which answers each with its outcome
 and fans the next step out. Decide, not the model, ends the run; where nothing is timed (a CPU:
 Triton's interpreter), nothing could tell a faster kernel from a correct one, so the first correct

@@ -43,8 +43,8 @@ from pathlib import Path
 from typing import Any
 
 MAX_RESTARTS = 3  # a judge whose process or node died is made again, at most this often
-CLOSE_TIMEOUT_S = 120.0
-REVIVE_S = 900.0  # for a judge Ray is making again (a new process: imports, evaluator, baselines)  # for each judge to close its evaluator at the end, before it is killed
+CLOSE_TIMEOUT_S = 120.0  # for each judge to close its evaluator at the end, before it is killed
+REVIVE_S = 900.0  # for a judge Ray is making again (a new process: imports, evaluator, baselines)
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ class RayJudging:
 
 
 class JudgeActor:
-    """Runs on a node (made a Ray actor by `start`): one evaluator of the problem, on the device it holds."""
+    """Runs on a node (made a Ray actor by `ray_judges`): one evaluator of the problem, on the device it holds."""
 
     def __init__(self, text: str, name: str, entry: str, options: Any) -> None:
         from tools import Evaluator

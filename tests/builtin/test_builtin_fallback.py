@@ -32,6 +32,9 @@ CASES = {
     # unrecognized for it: traced on the meta device, its value was lost)
     "fallback_group_norm_floor.py": ("graph node get_attr _tensor_constant0", ["aten.native_group_norm"], 1,
                                      {"batch_size": 3, "channels": 12, "length": 10}),
+    # a triangle of a product, written by position (KernelBench L1 14 and 15 were kept eager for it)
+    "fallback_triu_product.py": ("aten.triu.default has no built-in template", ["aten.mm"], 1,
+                                 {"rows": 9, "inner": 5, "cols": 13}),
 }
 
 
@@ -77,19 +80,34 @@ def test_a_module_scalar_reaches_the_kernel_at_run_time(tmp_path):
 
 
 def test_library_ops_alone_are_kept_eager_with_the_reason(tmp_path):
-    """A lower-triangular product has no elementwise work: a draft would only call torch, which the
+    """A flipped product has no elementwise work: a draft would only call torch, which the
     evaluator rejects, so nothing is attempted and the one line says the reference is kept."""
-    problem = tmp_path / "tril_product.py"
+    problem = tmp_path / "flip_product.py"
     problem.write_text("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
-                       "    def forward(self, a, b):\n        return torch.tril(a @ b)\n\n\n"
+                       "    def forward(self, a, b):\n        return torch.flip(a @ b, [0])\n\n\n"
                        "def get_inputs():\n    return [torch.randn(8, 8), torch.randn(8, 8)]\n\n\n"
                        "def get_init_inputs():\n    return []\n")
     rec = recognize(problem)
     assert rec.plan is None and rec.kept_eager, rec.reason
-    assert "aten.tril.default has no built-in template" in rec.reason and "aten.mm, aten.tril" in rec.reason
+    assert "aten.flip outside a scan" in rec.reason and "aten.flip, aten.mm" in rec.reason
     policy = BuiltinPolicy(problem)
     line = policy.unrecognized
-    assert policy.kept_eager and line is not None and line.startswith("tril_product.py: kept eager") and "\n" not in line
+    assert policy.kept_eager and line is not None and line.startswith("flip_product.py: kept eager") and "\n" not in line
+
+
+@pytest.mark.parametrize("op, diagonal", [("tril", 0), ("triu", -2), ("tril", 3)])
+def test_a_triangle_keeps_its_diagonal_and_batches(op, diagonal, tmp_path):
+    """tril and triu by position, any diagonal, over the last two dims of a batch."""
+    problem = tmp_path / f"{op}_batched.py"
+    problem.write_text("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+                       f"    def forward(self, a, b):\n        return torch.{op}(torch.bmm(a, b), {diagonal}) * 2.0\n\n\n"
+                       "def get_inputs():\n    return [torch.randn(3, 7, 5), torch.randn(3, 5, 9)]\n\n\n"
+                       "def get_init_inputs():\n    return []\n")
+    rec = recognize(problem)
+    assert rec.plan is not None and rec.plan.kind == "fallback", rec.reason
+    source = codegen.draft(rec.plan, rec.problem, search.space(rec.plan)[0])
+    expected, got = draft_outputs(problem, source, tmp_path)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("name, kind", [("linear_gelu.py", "matmul"), ("conv2d_bias_relu.py", "conv"),
