@@ -1,6 +1,7 @@
 """Scans along one dim: cumsum and cumprod, reverse (flip, scan, flip), exclusive (torch.cat of a
-zero slice in front, as KernelBench writes it, or cumsum(x) - x), masked (cumsum(x * mask) with a
-bool mask). Template kernels/scan.py.j2.
+zero slice in front, before the cumsum or after it (of the input less its last entries), as
+KernelBench writes it, or cumsum(x) - x), masked (cumsum(x * mask) with a bool mask). Template
+kernels/scan.py.j2.
 
 The scan's input is an elementwise prologue P of the leaves (x, x * mask), possibly padded with
 zeros along the scanned dim (the exclusive form) and cut to a prefix of its leading dim (`[:-1]`);
@@ -71,7 +72,7 @@ def _chain(leaves: list[Leaf], nodes: list[Node], index: int) -> Shape:
     cur = index
     while True:
         following = users(nodes, cur)
-        if len(following) == 1 and nodes[following[0]].op in ("flip", "slice"):
+        if len(following) == 1 and nodes[following[0]].op in CHAIN:
             post.append(following[0])
             cur = following[0]
         else:
@@ -101,8 +102,13 @@ def _normalize(nodes: list[Node], index: int, end: int, source, src_shape, pre: 
                     raise Unrecognized(f"a flip along dims {list(a['dims'])} around a scan along dim {d}")
                 flips[stage] += 1
             elif node.op == "pad":
-                if stage or a["dim"] != d:
-                    raise Unrecognized("zeros concatenated along another dim than the scanned one, or after the scan")
+                # zeros in front of a cumsum's result are the cumsum of zeros in front of its input (KernelBench
+                # L1 92 writes the exclusive scan so: the scan of the input less its last element, a zero put
+                # in front): the kernel's form, zeros before the scan
+                behind = stage and (a["after"] or nodes[index].name != "sum")
+                if a["dim"] != d or behind:
+                    raise Unrecognized("zeros concatenated along another dim than the scanned one, or after the scan "
+                                       "other than in front of a cumsum")
                 before, after = before + a["before"], after + a["after"]
                 size = sizes[d]
                 sizes[d] = Size(size.value + a["before"] + a["after"],

@@ -159,6 +159,24 @@ def test_scans_in_half_precision_and_the_exclusive_form_by_subtraction(tmp_path)
         torch.testing.assert_close(got.float(), expected.float(), rtol=tol, atol=tol * 10)
 
 
+def test_zeros_put_in_front_after_a_cumsum_are_the_exclusive_scan(tmp_path):
+    """The exclusive scan written as a shift (KernelBench L1 92's way: the scan of all but the last
+    element, a zero in front of it) is the scan of zeros in front of the input; a prefix of the
+    scanned dim first, two zeros, a middle dim. Zeros after a cumsum's result, or in front of a
+    cumprod's, are not that, and stay refused."""
+    shift = "torch.cat((torch.zeros_like(x.narrow(1, 0, {k})), torch.cumsum(x.narrow(1, 0, x.size(1) - {k}), 1)), 1)"
+    for k, inputs in ((1, "torch.randn(6, 131)"), (2, "torch.randn(3, 40, 5)")):
+        path = _problem(tmp_path, f"shift{k}", shift.format(k=k), inputs)
+        candidate, rec = _candidate(path, tmp_path)
+        assert rec.plan.kind == "scan" and rec.plan.summary.startswith("exclusive cumsum along dim 1"), rec.plan.summary
+        torch.manual_seed(5)
+        _same(path, candidate, [], [eval(inputs)])  # noqa: S307 - the test's own input expression
+    for forward in ("torch.cat((torch.cumsum(x, 1), torch.zeros_like(x[:, :1])), 1)",
+                    "torch.cat((torch.zeros_like(x[:, :1]), torch.cumprod(x[:, :-1], 1)), 1)"):
+        rec = recognize(_problem(tmp_path, "behind", forward, "torch.randn(4, 30)"))
+        assert rec.plan is None or rec.plan.kind != "scan", rec.plan.summary
+
+
 @pytest.mark.parametrize("forward, words", [
     ("torch.argmax(x)", "argmax over all elements"),
     ("torch.argmax(x, 1).float() * 2.0", "work after argmax"),
