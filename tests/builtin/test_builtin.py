@@ -31,6 +31,7 @@ RECOGNIZED = {
     "mid_mean.py": ("colwise", "dims [1]"),
     "linear_gelu.py": ("matmul", "linear"),
     "bmm_scale.py": ("matmul", "3x20x18"),
+    "einsum_batched_matrix.py": ("matmul", "210x9"),
     "normalize.py": ("rowwise", "norm"),
     "channel_rmsnorm.py": ("colwise", "dims [1] of 2x24x6x10"),
     "channel_softmax.py": ("colwise", "softmax"),
@@ -90,6 +91,27 @@ def test_every_configuration_of_the_looped_rows_is_correct(tmp_path):
         assert source.count("for r0 in range") == (2 if config["looped"] else 0)  # online: max and sum together
         expected, got = draft_outputs(PROBLEMS / "wide_softmax.py", source, tmp_path)
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-6)
+
+
+def test_a_permute_that_moves_only_ones_is_a_reshape_and_a_transpose_is_not(tmp_path):
+    """After a product, a permute moving only dims of size 1 keeps the elements' order (a reshape:
+    a product family's, correct); one that swaps two real dims is a transpose, left to the fallback."""
+    def problem(name: str, forward: str) -> Path:
+        path = tmp_path / f"{name}.py"
+        path.write_text("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+                        f"    def forward(self, a, b):\n        return {forward}\n\n\n"
+                        "def get_inputs():\n    return [torch.randn(6, 5), torch.randn(5, 7)]\n\n\n"
+                        "def get_init_inputs():\n    return []\n")
+        return path
+
+    ones = problem("ones", "torch.relu((a @ b).unsqueeze(1).permute(1, 0, 2))")
+    rec = recognize(ones)
+    assert rec.plan is not None and rec.plan.kind in ("matmul", "gemv"), rec.reason
+    expected, got = draft_outputs(ones, codegen.draft(rec.plan, rec.problem, search.space(rec.plan)[0]), tmp_path)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    rec = recognize(problem("swap", "torch.relu((a @ b).transpose(0, 1))"))
+    assert rec.plan is None or rec.plan.kind not in ("matmul", "gemv"), rec.plan.summary
+    assert rec.plan is None or "(a transpose) of a computed value" in rec.plan.summary
 
 
 def test_unrecognized_problems_say_why():
