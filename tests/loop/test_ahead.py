@@ -21,7 +21,7 @@ sys.path.insert(0, str(PROBLEM.parent))
 from relu_add_candidates import BROKEN, FASTER, FIXED, WRONG  # noqa: E402
 
 pytestmark = pytest.mark.timeout(240)
-SLOW_S = 12.0  # the second lineage's first reply: well after the first lineage's candidate is judged
+SLOW_S = 8.0  # the second lineage's first reply: well after the first lineage's candidate is judged
 
 
 @pytest.fixture(autouse=True)
