@@ -166,8 +166,10 @@ def report(state: Branch, runtime: Node) -> dict[str, Any]:
 def another_step(state: Branch, ctx: Session) -> bool:
     """Whether a step can follow this one as far as a branch can tell: attempts are left after it,
     and no untimed correct kernel ends the run (stop_untimed)."""
-    config = ctx.config
-    if config.max_attempts - state["origin"]["attempts_used"] - state["step_size"] <= 0:
+    config, step_size = ctx.config, state.get("step_size")
+    if step_size is None:  # a branch checkpointed by a ratchet before `ahead`: nothing to tell
+        return False
+    if config.max_attempts - state["origin"]["attempts_used"] - step_size <= 0:
         return False
     record = state.get("record")
     return not (config.stop_untimed and record is not None and record["verdict"] == Verdict.OK.value
