@@ -11,6 +11,13 @@ sys.path.insert(0, str(Path(__file__).parent))
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# Every Ray cluster the tests start is a throwaway one on this host, without token authentication.
+# Set for the whole session, before any test connects: a driver process keeps the mode of its first
+# ray.init, and one that first joined a cluster with tokens then had every actor of a cluster without
+# them cancelled before it ran (ActorDiedError: tests/learn/test_reward_ray.py, then a Ray test in the
+# same xdist worker)
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
 
 def pytest_collection_modifyitems(config, items):
     """RATCHET_TEST_SHARD=i/n keeps every n-th test from the i-th (0-based): n pytest processes
