@@ -167,7 +167,7 @@ def _family_plan(traced, problem: Problem) -> Plan:
                     raise Unrecognized(f"a cast to {target_dtype}")
                 env[node] = b.ew("cast", [arg(args[0])], target_dtype)
                 continue
-            if base in FLAT_GLUE or (base in ("permute", "transpose") and _moves_ones_only(node, args)):
+            if base in FLAT_GLUE or (base in ("permute", "transpose") and _moves_ones_only(base, args)):
                 if first[0] == "node" and b.shape(first) == tuple(v.shape):  # a view to the same shape
                     env[node] = first
                     continue
@@ -198,12 +198,12 @@ def _family_plan(traced, problem: Problem) -> Plan:
     return classify(b, output_ref[1], out_glue, out_shape, out_node.dtype)
 
 
-def _moves_ones_only(node, args: list[Any]) -> bool:
+def _moves_ones_only(base: str, args: list[Any]) -> bool:
     """Whether a permute or transpose moves only dims of size 1 (einsum writes such permutes around
     its batched product, KernelBench L1 11): the other dims keep their order, so the elements keep
     their row-major order and it is a reshape, flat glue."""
     source = args[0].meta["val"].shape
-    if node.target.overloadpacket.__name__.rstrip("_") == "transpose":
+    if base == "transpose":
         rank = len(source)
         a, c = (int(d) % rank for d in args[1:3])
         order = list(range(rank))

@@ -190,3 +190,11 @@ def unused_turns(ctx: Session, *, wait: bool = False) -> list[TurnUsage]:
         turn["ahead"] = "unused"
         turns.append(turn)
     return turns
+
+
+def with_unused(values: dict[str, Any], unused: list[TurnUsage]) -> dict[str, Any]:
+    """`values` (a run's state, or select's update of it) with the unused turns added to its usage
+    and tokens; an attempt's trailer never carries them (`billed_turns` past them)."""
+    usage = list(values.get("usage") or []) + unused
+    return {**values, "usage": usage, "billed_turns": len(usage),
+            "tokens_used": values.get("tokens_used", 0) + sum(t["tokens"] for t in unused)}

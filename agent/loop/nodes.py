@@ -38,7 +38,7 @@ from langgraph.runtime import Runtime
 from agent.config import AgentConfig, public
 from agent.cost import spend
 from agent.loop import beam
-from agent.loop.ahead import send_ahead, unused_turns
+from agent.loop.ahead import send_ahead, unused_turns, with_unused
 from agent.loop.session import Session
 from agent.loop.state import AgentState, AttemptSummary, Branch, latest_attempt, latest_record
 from agent.loop.turns import ask_model, feedback_message, first_line, system_text, task_text
@@ -181,11 +181,7 @@ def select(state: AgentState, runtime: Node) -> dict[str, Any]:
     the requests sent ahead that nobody took and whose replies are in, counted as the run's."""
     merged = beam.select(state)
     unused = unused_turns(runtime.context)
-    if unused:  # the run's tokens and cost, in no attempt's
-        merged["usage"] = merged["usage"] + unused
-        merged["billed_turns"] = len(merged["usage"])
-        merged["tokens_used"] += sum(t["tokens"] for t in unused)
-    return merged
+    return with_unused(merged, unused) if unused else merged  # the run's tokens and cost, in no attempt's
 
 
 def decide(state: AgentState, runtime: Node) -> dict[str, Any]:

@@ -198,35 +198,31 @@ def ray_judges(problem: Path, options: Any, entry: str, ray: RayJudging, log: An
     cpu = options.device == "cpu"
     actors: list[Any] = []
     # Ray's driver prints its raylets' messages (a worker died, say) on stdout, which is the summary's
-    stack = contextlib.ExitStack()
-    stack.enter_context(contextlib.redirect_stdout(sys.stderr))
-    try:
-        info = connect(ray.address, code=ray.code)
-        count = judge_count(ray.judges, gpus=info["cluster_gpus"], cpu=cpu)
-        on_node = replace(options, device="cpu" if cpu else "cuda:0")  # the one GPU Ray gave the actor
-        resources = {"num_cpus": 1} if cpu else {"num_gpus": 1}
-        remote = ray_lib.remote(max_restarts=MAX_RESTARTS, max_task_retries=0, **resources)(JudgeActor)
-        text = problem.read_text()
-        actors = [remote.remote(text, problem.name, entry, on_node) for _ in range(count)]
-        log(f"judging on Ray ({ray.address}): starting {count} judge{'s' if count != 1 else ''}, "
-            f"each measuring its baselines")
+    with contextlib.redirect_stdout(sys.stderr):
         try:
-            facts = ray_lib.get([a.ready.remote() for a in actors])
-        except ray_lib.exceptions.RayTaskError as exc:  # the evaluator's own error (ProblemError, SandboxUnavailable)
-            raise exc.as_instanceof_cause() from None
-        except ray_lib.exceptions.RayActorError as exc:  # the judge's constructor raised, or its process died
-            cause = getattr(exc, "cause", None)
-            raise (cause.as_instanceof_cause() if isinstance(cause, ray_lib.exceptions.RayTaskError) else exc) from None
-        judges = [RayJudge(a, f, problem) for a, f in zip(actors, facts)]
-        for j in judges:
-            log(f"judge: {j.where['host']} node {j.where['node'][:8]} {j.device}" + (f" ({j.target})" if j.target else ""))
-        yield judges
-    finally:
-        try:
+            info = connect(ray.address, code=ray.code)
+            count = judge_count(ray.judges, gpus=info["cluster_gpus"], cpu=cpu)
+            on_node = replace(options, device="cpu" if cpu else "cuda:0")  # the one GPU Ray gave the actor
+            resources = {"num_cpus": 1} if cpu else {"num_gpus": 1}
+            remote = ray_lib.remote(max_restarts=MAX_RESTARTS, max_task_retries=0, **resources)(JudgeActor)
+            text = problem.read_text()
+            actors = [remote.remote(text, problem.name, entry, on_node) for _ in range(count)]
+            log(f"judging on Ray ({ray.address}): starting {count} judge{'s' if count != 1 else ''}, "
+                f"each measuring its baselines")
+            try:
+                facts = ray_lib.get([a.ready.remote() for a in actors])
+            except ray_lib.exceptions.RayTaskError as exc:  # the evaluator's own error (ProblemError, SandboxUnavailable)
+                raise exc.as_instanceof_cause() from None
+            except ray_lib.exceptions.RayActorError as exc:  # the judge's constructor raised, or its process died
+                cause = getattr(exc, "cause", None)
+                raise (cause.as_instanceof_cause() if isinstance(cause, ray_lib.exceptions.RayTaskError) else exc) from None
+            judges = [RayJudge(a, f, problem) for a, f in zip(actors, facts)]
+            for j in judges:
+                log(f"judge: {j.where['host']} node {j.where['node'][:8]} {j.device}" + (f" ({j.target})" if j.target else ""))
+            yield judges
+        finally:
             _close(ray_lib, actors)
             ray_lib.shutdown()
-        finally:
-            stack.close()
 
 
 def _close(ray_lib: Any, actors: list[Any]) -> None:

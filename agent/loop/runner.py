@@ -25,7 +25,7 @@ from typing import Any
 
 from agent.config import AgentConfig
 from agent.cost import BUILTIN, spend
-from agent.loop.ahead import Ahead, unused_turns
+from agent.loop.ahead import Ahead, unused_turns, with_unused
 from agent.loop.counters import CounterCalls
 from agent.loop.judges import Judges
 from agent.loop.graph import compile_graph, steps_needed
@@ -162,8 +162,7 @@ def optimize(problem: Path, config: AgentConfig, model: ModelClient, *, resume: 
                 log(f"waiting for {ctx.ahead.out()} request(s) sent ahead and not needed: their tokens count")
             unused = unused_turns(ctx, wait=True)
             if unused:
-                state = {**state, "usage": list(state.get("usage") or []) + unused,  # type: ignore[assignment]
-                         "tokens_used": state.get("tokens_used", 0) + sum(t["tokens"] for t in unused)}
+                state = with_unused(state, unused)  # type: ignore[assignment,arg-type]
         if error is None and state.get("stop_reason"):
             repo.save_trajectory(run_id, trajectory_text(state, ctx))  # with the last attempt's outcome
         finished = error is None and bool(state.get("stop_reason"))

@@ -42,17 +42,23 @@ def agent_env(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
 
 
-def judge_processes(cluster: LocalCluster) -> set[int]:
-    """The cluster's processes that are, or were started by, a judge actor."""
-    found = set()
+def titled(cluster: LocalCluster, prefix: bytes) -> list[int]:
+    """The cluster's live processes whose title starts with `prefix` (Ray titles an actor's process
+    `ray::Class` and, while a method runs, `ray::Class.method`)."""
+    found = []
     for pid in descendants(cluster.proc.pid):
         try:
             title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
         except OSError:
             continue
-        if title.startswith(b"ray::JudgeActor") and alive(pid):
-            found |= {pid} | {p for p in descendants(pid) if alive(p)}
+        if title.startswith(prefix) and alive(pid):
+            found.append(pid)
     return found
+
+
+def judge_processes(cluster: LocalCluster) -> set[int]:
+    """The cluster's processes that are, or were started by, a judge actor."""
+    return {p for pid in titled(cluster, b"ray::JudgeActor") for p in {pid} | descendants(pid) if alive(p)}
 
 
 def test_a_wide_step_is_judged_by_two_judges_on_the_cluster(cluster, agent_env, tmp_path, capsys):
@@ -81,19 +87,6 @@ def test_a_wide_step_is_judged_by_two_judges_on_the_cluster(cluster, agent_env, 
     assert not judge_processes(cluster)  # every judge, and its evaluator's workers, ended with the run
 
 
-def evaluating_judges(cluster: LocalCluster) -> list[int]:
-    """The judge processes judging a candidate now (Ray titles a busy actor's process by its method)."""
-    out = []
-    for pid in descendants(cluster.proc.pid):
-        try:
-            title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
-        except OSError:
-            continue
-        if title.startswith(b"ray::JudgeActor.evaluate"):
-            out.append(pid)
-    return out
-
-
 def test_a_judge_killed_mid_evaluation_is_an_evaluator_fault_and_comes_back(cluster, agent_env, tmp_path, capsys):
     sys.path.insert(0, str(PROBLEM.parent))
     from relu_add_candidates import FASTER, FIXED
@@ -103,7 +96,7 @@ def test_a_judge_killed_mid_evaluation_is_an_evaluator_fault_and_comes_back(clus
     def kill_the_judge() -> None:
         deadline = time.monotonic() + 200
         while not killed and time.monotonic() < deadline:
-            busy = evaluating_judges(cluster)
+            busy = titled(cluster, b"ray::JudgeActor.evaluate")
             if busy:
                 os.kill(busy[0], signal.SIGKILL)
                 killed.append(busy[0])
