@@ -8,6 +8,7 @@ import pytest
 from tools.record import TimeStats
 from tools.timing.clocks import (BURST_MAX, GAP_ALLOWANCE_MS, INTERCEPT_ALLOWANCE_MS, MORE_REPS, MORE_TIME, NOISE_MAX_FRACTION,
                                  NOISE_MAX_MS, PASS_MS, RATIO, REPS, Passes, burst_size, settle)
+from tools.timing.floor import FLOOR_SLACK_MS
 from tools.timing.paid import paid_time
 
 
@@ -43,6 +44,32 @@ def test_reading_a_pass_ahead_pads_the_one_call_pass_and_is_refused():
     parent, allowed, overhead = p.judge(k, median, 0.0138)
     assert overhead == pytest.approx(0.313 - (0.48 - 0.313) / 8 + INTERCEPT_ALLOWANCE_MS)
     assert parent > allowed, (parent, allowed)
+
+
+def test_the_references_passes_slowed_beside_the_candidate_cannot_raise_the_floor():
+    """A forger's worker reports 0.1 ms for a true 5 ms call (k = 2) and leaves a spin queued behind
+    its pass's DONE, so the reference's one-call passes of the same rounds read 11.4 ms (the case
+    docs/integrity.md worked out from the formulas): measured beside it, the floor is 11.4 - 5.3
+    and the forgery passes; held to the floor a quiet device gave (0.3 ms), it is refused."""
+    k, true_ms, reported = 2, 5.0, 0.1
+    cand_k, _ = walls(0.3, true_ms, k)
+    cand_one = [12.0] * 3  # its own one-call pass padded past the slowed reference's
+    eager_one, eager_k = [11.4] * 3, [0.3 + 2 * 5.3] * 3
+    beside = Passes(cand_k, cand_one, eager_one, eager_k)
+    parent, allowed, _ = beside.judge(k, reported, 5.3)
+    assert parent <= allowed, (parent, allowed)  # the hole, without a quiet floor
+    quiet = Passes(cand_k, cand_one, eager_one, eager_k, quiet_floor=0.3)
+    parent, allowed, overhead = quiet.judge(k, reported, 5.3)
+    assert overhead == pytest.approx(0.3 + FLOOR_SLACK_MS + INTERCEPT_ALLOWANCE_MS)
+    assert parent > allowed and parent == pytest.approx(true_ms - (FLOOR_SLACK_MS + INTERCEPT_ALLOWANCE_MS) / k)
+
+
+def test_a_quiet_floor_above_the_one_measured_beside_the_candidate_changes_nothing():
+    eager_k, eager_one = walls(0.28, 0.2, 10)
+    cand_k, cand_one = walls(0.29, 0.1, 10)
+    for quiet in (None, 0.28, 0.5):
+        parent, overhead = Passes(cand_k, cand_one, eager_one, eager_k, quiet_floor=quiet).per_call(10, 0.2)
+        assert parent == pytest.approx(0.1) and overhead == pytest.approx(0.29)
 
 
 def test_one_call_per_pass_charges_the_reference_overhead_plus_the_allowance():

@@ -47,6 +47,9 @@ class Bench:
     # eager timed on a quiet device: at open, before any candidate, and again when an evaluation's
     # interleaved eager arm read slower (tools/timing/quiet.py)
     quiet_eager: "TimeStats | None" = None
+    # ... and the second clock's floor with it (tools/timing/floor.py); why not, where it is unknown
+    quiet_floor: float | None = None
+    quiet_floor_note: str | None = None
     # float64 on sampled rows: per batch size, which inputs are cut to the rows (tools/judge/exact_rows.py)
     row_plan: dict[int, Any] = field(default_factory=dict)
     # whether sets can be evaluated in float64 on the host where their rows do not judge an output, the

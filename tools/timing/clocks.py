@@ -39,6 +39,7 @@ from tools.judge.trial_checks import calls_mismatch
 from tools.judge.verdict import Failure, passed, reply_failure
 from tools.processes.process import WorkerProcess
 from tools.record import Verdict
+from tools.timing.floor import held, pass_floor
 from tools.timing.paid import paid_time
 from tools.wire.transport import TransportError
 
@@ -88,6 +89,7 @@ class Passes:
     copy: float = 0.0  # ms charged for the copies of the last k-call pass (inputs in, outputs out)
     copy_timed: float = 0.0  # ... what those copies took by the parent's events
     handover: float = 0.0  # ms charged per call for the worker's hand-over of its outputs
+    quiet_floor: float | None = None  # the reference's floor on a quiet device (tools/timing/floor.py)
     copies: list[str] = field(default_factory=list)  # per pass: "in+out timed/predicted" (for the record)
     # per pass: the gate's opening to the worker's DONE, at the busy-wait it took (ms), and whether
     # the host's time was on the clock ("gate to done@busy-wait")
@@ -97,7 +99,8 @@ class Passes:
         def ms(xs: list[float]) -> str:
             return "/".join(f"{x:.3g}" for x in xs) or "-"
         return (f"passes in ms: candidate {ms(self.candidate)}, candidate x1 {ms(self.candidate_one)}, "
-                f"eager x1 {ms(self.eager_one)}, eager {ms(self.eager_k)}; copies charged {self.copy:.3g} "
+                f"eager x1 {ms(self.eager_one)}, eager {ms(self.eager_k)}; quiet floor "
+                f"{'-' if self.quiet_floor is None else f'{self.quiet_floor:.3g}'}; copies charged {self.copy:.3g} "
                 f"(timed {self.copy_timed:.3g}), hand-over {self.handover:.3g} per call; copies per pass, "
                 f"in+out timed/predicted: {', '.join(self.copies) or '-'}; gate to done@busy-wait: "
                 f"{', '.join(self.phases) or '-'}")
@@ -106,11 +109,10 @@ class Passes:
         """(candidate's time per call by the parent's clock, the pass's own cost subtracted).
 
         That cost is the candidate's own (from its passes of 1 and k calls) kept between the
-        eager reference's (trusted, measured in the same run) and that plus INTERCEPT_ALLOWANCE_MS:
-        padding its single call to shrink its slope gains a candidate at most the allowance."""
-        one, many = min(self.eager_one), min(self.eager_k)
-        slope = (many - one) / (k - 1) if k > 1 else eager_median_ms
-        floor = max(0.0, one - max(slope, 0.0))
+        eager reference's (trusted, measured in the same run, at most what it was on a quiet
+        device: tools/timing/floor.py) and that plus INTERCEPT_ALLOWANCE_MS: padding its single
+        call to shrink its slope gains a candidate at most the allowance."""
+        floor = held(pass_floor(min(self.eager_one), min(self.eager_k), k, eager_median_ms), self.quiet_floor)
         overhead = floor + INTERCEPT_ALLOWANCE_MS
         if k > 1 and self.candidate_one:
             c_one, c_many = min(self.candidate_one), min(self.candidate)
@@ -162,7 +164,7 @@ def two_clocks(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
 def _check(bench: "Bench", worker: WorkerProcess, plan: "TimingPlan", evaluation: "Evaluation") -> Failure | None:
     result = evaluation.result
     k = burst_size(bench.problem.input_bytes, bench.problem.output_bytes, plan.pool, result.candidate_time.median_ms or 0.0)
-    passes = Passes([], [], [], [], handover=copy_ms(bench, bench.problem.output_bytes))
+    passes = Passes([], [], [], [], handover=copy_ms(bench, bench.problem.output_bytes), quiet_floor=bench.quiet_floor)
     room = _output_room(bench, k)  # the parent's copy of the outputs: allocated before any clock starts
     from tools.timing.gate import GateClock
 
@@ -187,7 +189,8 @@ def _check(bench: "Bench", worker: WorkerProcess, plan: "TimingPlan", evaluation
               f"(allowed {allowed:.4g} ms; {k} calls per pass, request overhead {overhead:.4g} ms"
               + (f", slope of its own passes {slope:.4g} ms" if slope is not None else "")
               + (f"; {rounds} rounds, {first:.4g} ms after {REPS}" if first is not None else "")
-              + f"; {passes.describe()})")
+              + f"; {passes.describe()}"
+              + (f"; floor not held: {bench.quiet_floor_note}" if bench.quiet_floor_note else "") + ")")
     if parent > allowed:
         return Failure(Verdict.REJECTED, "timing:two-clocks", detail,
                        f"Rejected (rule two-clocks): {detail}. The times the worker reported are shorter than "
@@ -243,10 +246,10 @@ def _round(bench: "Bench", worker: WorkerProcess, plan: "TimingPlan", k: int, re
     passes.copy, passes.copy_timed = many.charged, many.timed
     passes.copies.append(many.copies)
     passes.phases.append(many.phases)
-    one = _request(bench, {"calls": calls[:1]}, gate) if k > 1 else None
+    one = reference_pass(bench, {"calls": calls[:1]}, gate) if k > 1 else None
     if isinstance(one, Failure):
         return one
-    eager = _request(bench, {"calls": calls}, gate)
+    eager = reference_pass(bench, {"calls": calls}, gate)
     if isinstance(eager, Failure):
         return eager
     one = one or eager  # one call per pass: the same pass
@@ -334,7 +337,7 @@ def burst_size(input_bytes: int, output_bytes: int, pool: int, median_ms: float)
     return max(1, min(BURST_MAX, pool, by_memory, by_time))
 
 
-def _request(bench: "Bench", fields: dict[str, Any],
+def reference_pass(bench: "Bench", fields: dict[str, Any],
              gate: "GateClock") -> tuple[dict[str, Any], bytes, "Reading"] | Failure:
     """A gated pass of the eager reference on its own pool sets: (header, payload, reading)."""
     msg = {"op": "time", "burst": True, "keep_outputs": True,

@@ -27,11 +27,13 @@ DRIFT = 0.05
 
 def measure(bench: "Bench") -> None:
     """Time eager on the device as it is now (the caller has made sure no candidate runs)."""
+    from tools.timing import floor
     from tools.timing.blocks import time_reference
     from tools.timing.plan import plan
 
     with bench.lock:
         bench.quiet_eager = time_reference(bench, plan(bench), "model")
+        floor.measure(bench)  # the second clock's floor, on the same quiet device
         bench.recheck_quiet = False
 
 
