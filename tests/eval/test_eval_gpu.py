@@ -106,3 +106,25 @@ def test_multi_gigabyte_input(cache_dir):
     print(f"setup {setup:.1f}s; phases {result.phases}")
     # a loose ceiling, only to catch host-side input generation or host copies coming back
     assert result.phases["correctness"] < 180, result.phases
+
+
+def test_an_arena_announced_in_a_reply_nobody_reads_is_mapped_all_the_same(gpu):
+    """A reference reply whose values are not wanted (a float64 evaluation skipped, a header read for
+    its samples) may announce new, larger memory; the next reply's tensors lie in it without a new
+    announcement. Left to the callers, the parent read them through its older, smaller mapping, and
+    at KernelBench's published size of level 1's 4D tensor-matrix product the evaluator failed to
+    open ("tensor does not lie within the arena"). The reference takes every handle as it comes."""
+    import torch
+
+    ref, problem = gpu.reference, gpu.problem
+    cap = 16 * problem.input_bytes
+    before = ref.proc.arena.numel() if ref.proc.arena is not None else 0
+    sets = [[None, seed, "problem"] for seed in range(8)]
+    assert 8 * problem.input_bytes > before  # more than the arena the trials left: a new one is made
+    header, _ = ref.checked({"op": "inputs", "sets": sets, "arena_cap": cap}, TRIAL_TIMEOUT)  # its values unread
+    assert "arena" not in header and ref.proc.arena.numel() >= 8 * problem.input_bytes  # mapped all the same
+    header, payload = ref.checked({"op": "inputs", "sets": sets[1:], "arena_cap": cap}, TRIAL_TIMEOUT)
+    seven = [[t.clone() for t in s] for s in ref.outputs(header, payload)]
+    header, payload = ref.checked({"op": "inputs", "sets": sets[7:], "arena_cap": cap}, TRIAL_TIMEOUT)
+    alone = ref.outputs(header, payload)[0]
+    assert all(torch.equal(a, b) for a, b in zip(seven[6], alone))

@@ -111,9 +111,20 @@ class Reference:
 
     # requests ---------------------------------------------------------------------------
     def request(self, msg: dict[str, Any], timeout: float) -> tuple[dict[str, Any], bytes]:
-        """A request whose error replies come back as they are (timing, compile baselines)."""
+        """A request whose error replies come back as they are (timing, compile baselines).
+
+        A reply that announces new memory has its handle taken here, at once and in order, and
+        comes back without the announcement: `outputs` reads the new arena. Left to the callers,
+        a reply whose values were not wanted (a float64 evaluation skipped, a header read for its
+        samples) left its handle queued, and the next announced arena was mapped from that older,
+        smaller allocation: at KernelBench's published size of level 1's 4D tensor-matrix product
+        on an H100, the evaluator failed to open ("tensor does not lie within the arena")."""
         try:
-            return self.proc.request(msg, timeout)
+            header, payload = self.proc.request(msg, timeout)
+            if header.get("arena"):
+                self.proc.map_arena(header)
+                header = {key: value for key, value in header.items() if key != "arena"}
+            return header, payload
         except WorkerGone as exc:  # dead, stuck or out of step: ensure_alive() starts a new one
             self.proc.kill()
             raise ReferenceLost(f"the reference worker ({self.problem.path.name}) is gone: {exc}") from None

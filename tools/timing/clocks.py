@@ -348,9 +348,7 @@ def reference_pass(bench: "Bench", fields: dict[str, Any],
                                         bench.options.trial_timeout)
     if (failure := reply_failure(header, "timing:two-clocks")) is not None:
         return failure
-    if header.get("arena"):  # new memory announced: its handle is taken now, in order, and once
-        bench.reference.proc.map_arena(header)
-        header = {key: value for key, value in header.items() if key != "arena"}
+    # new memory the reply announced is mapped already (Reference.request)
     if header.get("calls") != len(fields["calls"]):
         return Failure(Verdict.REJECTED, "timing:two-clocks", f"a burst of {len(fields['calls'])} calls was "
                        f"answered with {header.get('calls')!r}", "Rejected: the worker's reply does not match the request.")
