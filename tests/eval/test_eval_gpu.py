@@ -117,14 +117,14 @@ def test_an_arena_announced_in_a_reply_nobody_reads_is_mapped_all_the_same(gpu):
     import torch
 
     ref, problem = gpu.reference, gpu.problem
-    cap = 16 * problem.input_bytes
     before = ref.proc.arena.numel() if ref.proc.arena is not None else 0
-    sets = [[None, seed, "problem"] for seed in range(8)]
-    assert 8 * problem.input_bytes > before  # more than the arena the trials left: a new one is made
+    n = before // problem.input_bytes + 8  # more sets than the arena the trials left holds: a new one is made
+    cap = 2 * n * problem.input_bytes
+    sets = [[None, seed, "problem"] for seed in range(n)]
     header, _ = ref.checked({"op": "inputs", "sets": sets, "arena_cap": cap}, TRIAL_TIMEOUT)  # its values unread
-    assert "arena" not in header and ref.proc.arena.numel() >= 8 * problem.input_bytes  # mapped all the same
+    assert "arena" not in header and ref.proc.arena.numel() >= n * problem.input_bytes > before  # mapped all the same
     header, payload = ref.checked({"op": "inputs", "sets": sets[1:], "arena_cap": cap}, TRIAL_TIMEOUT)
-    seven = [[t.clone() for t in s] for s in ref.outputs(header, payload)]
-    header, payload = ref.checked({"op": "inputs", "sets": sets[7:], "arena_cap": cap}, TRIAL_TIMEOUT)
+    rest = [[t.clone() for t in s] for s in ref.outputs(header, payload)]  # beyond the old arena's end
+    header, payload = ref.checked({"op": "inputs", "sets": sets[-1:], "arena_cap": cap}, TRIAL_TIMEOUT)
     alone = ref.outputs(header, payload)[0]
-    assert all(torch.equal(a, b) for a, b in zip(seven[6], alone))
+    assert all(torch.equal(a, b) for a, b in zip(rest[-1], alone))
