@@ -16,9 +16,10 @@ bandwidth; what is left can be made longer by a candidate but never shorter than
 
 A pass costs a fixed amount besides its calls (the handshake and the second context's first
 kernel: 0.28 ms on an H200). The eager reference (trusted) runs gated passes of 1 and k calls in
-the same run: its slope and what is left over. The candidate's own passes of 1 and k calls give
-its own, kept within INTERCEPT_ALLOWANCE_MS of the reference's, so padding its one-call pass
-gains a candidate at most that much over k calls.
+the same run: its slope and what is left over, at most what a quiet device gave
+(tools/timing/floor.py). The candidate's own passes of 1 and k calls give its own, kept within
+INTERCEPT_ALLOWANCE_MS of the reference's, so padding its one-call pass gains a candidate at
+most that much over k calls.
 
 A disagreement, the parent's time per call above RATIO times the worker's median plus
 GAP_ALLOWANCE_MS plus the noise of the reference's passes, rejects the candidate under the rule
