@@ -9,7 +9,9 @@ one only takes what would otherwise end as `unrecognized`. The plan's nodes, in 
 - `aten`: any other op (a convolution, a matrix product, pooling, softmax, a norm, a reduction,
   indexing, a view or permute), called in forward through torch as `torch.ops.aten.<op>.<overload>`
   with the traced arguments; a device the trace saw (meta) becomes the inputs' device;
-- `item`: element k of an aten op's tuple result (a max's values, a norm's output).
+- `item`: element k of an aten op's tuple result (a max's values, a norm's output);
+- `red`: softmax, log-softmax, sum, mean, amax/amin or max/min's values over adjacent dims, a
+  kernel of the draft's own (agent.builtin.fallback_reduce).
 
 Every elementwise node whose value leaves the elementwise work (read by an aten op, or the output)
 is computed by a kernel of its own, `fused_<i>_kernel`, from its elementwise upstream: the chain
@@ -20,7 +22,7 @@ view's shape) are made expressions of the inputs' sizes by agent.builtin.general
 floats that reach an elementwise op, or an aten op's scalar argument, are passed at run time
 (agent.builtin.variants).
 
-A forward with no elementwise work at all (a convolution alone, softmax after a matrix product) is
+A forward with neither elementwise work nor such a reduction (a convolution alone, a sort) is
 not drafted: its draft would only call torch, and the evaluator rejects a candidate whose forward
 launches no kernel of its own (rule kernel-launched; a single-op problem's op left to torch is rule
 single-op). That ends as `KeptEager` (agent.builtin.ir): the reference stays the answer, and the
@@ -36,6 +38,7 @@ from agent.builtin.aten import lower_op
 from agent.builtin.builder import Builder, returned
 from agent.builtin.configs import unique
 from agent.builtin.expressions import expression, literal
+from agent.builtin.fallback_reduce import REDUCE, forward_line, reduction
 from agent.builtin.ir import FLOAT_DTYPES, KeptEager, Leaf, Node, Plan, Problem, Runtime, Unrecognized
 from agent.builtin.registry import Family, register
 from agent.builtin.templates import Context, common_variables, leaf_checks, local_name, render as render_template
@@ -126,6 +129,10 @@ def from_graph(traced: Any, problem: Problem, why: Unrecognized) -> Plan:
         v = node.meta.get("val")
         if node.target is operator.getitem:
             source = ref(node.args[0])
+            if isinstance(source, tuple) and source[0] == "node" and b.nodes[source[1]].op == REDUCE:
+                # max/min's values; reduction() took it only where its indices are read by nothing
+                env[node] = source if node.args[1] == 0 else ("unusable", "max/min's indices")
+                continue
             if not (isinstance(source, tuple) and source[0] == "node" and b.nodes[source[1]].op == LIBRARY):
                 raise Unrecognized("an element of a value that is not an aten op's tuple")
             env[node] = b.add(ITEM, "getitem", [source, int(node.args[1])], _shape(v), _dtype_of(v))
@@ -148,6 +155,10 @@ def from_graph(traced: Any, problem: Problem, why: Unrecognized) -> Plan:
             if isinstance(diagonal, int):
                 env[node] = b.add("ew", base, [operand(node.args[0])], _shape(v), str(v.dtype), diagonal=diagonal)
                 continue
+        if (reduced := reduction(base, overload, node)) is not None:
+            values = v[0] if isinstance(v, (tuple, list)) else v
+            env[node] = b.add(REDUCE, base, [operand(node.args[0])], _shape(values), str(values.dtype), **reduced)
+            continue
         if base in ELEMENTWISE and isinstance(v, torch.Tensor) and str(v.dtype) in KERNEL_DTYPES:
             mark = len(b.nodes)
             try:
@@ -236,8 +247,9 @@ def _plan(b: Builder, out: int, why: Unrecognized) -> Plan:
         nodes.append(Node(n.op, n.name, renumber(n.args), n.shape, n.dtype, renumber(n.attrs)))
     leaves = [b.leaves[k] for k in used]
     library = sorted({f"aten.{n.name.split('.')[0]}" for n in nodes if n.op == LIBRARY})
-    if not any(n.op == "ew" for n in nodes):
-        raise KeptEager(f"kept eager: no family claims the forward ({why}), and it has no elementwise work to fuse: "
+    if not any(n.op in ("ew", REDUCE) for n in nodes):
+        raise KeptEager(f"kept eager: no family claims the forward ({why}), and it has no elementwise work to fuse "
+                        f"nor a reduction for a kernel of its own: "
                         f"a draft would only call {', '.join(library) or 'torch'} through torch and launch no kernel "
                         f"of its own, which the evaluator rejects (rules kernel-launched, single-op); the reference "
                         f"stays the answer")
@@ -249,8 +261,10 @@ def _plan(b: Builder, out: int, why: Unrecognized) -> Plan:
     plan = Plan(kind="fallback", leaves=leaves, nodes=nodes, out=remap[out], out_glue=[], out_shape=out_node.shape,
                 out_dtype=out_node.dtype)
     kernels = len(materialized(plan))
+    reductions = sorted({n.name.lstrip("_") for n in nodes if n.op == REDUCE})
     plan.summary = (f"no family claims it ({why}); lowered op by op: {', '.join(library) or 'no library op'} in torch, "
-                    f"{kernels} fused elementwise kernel{'s' if kernels != 1 else ''}")
+                    f"{kernels} fused elementwise kernel{'s' if kernels != 1 else ''}"
+                    + (f", {', '.join(reductions)} by reduction kernels" if reductions else ""))
     return plan
 
 
@@ -343,6 +357,8 @@ def render(plan: Plan, problem: Problem, config: dict[str, Any], ctx: Context) -
     for i, node in enumerate(plan.nodes):
         if node.op == ITEM:
             forward.append(f"v{i} = v{node.args[0][1]}[{node.args[1]}]")
+        elif node.op == REDUCE:
+            forward.append(forward_line(i, _source(node.args[0], device, exprs), node.attrs))
         elif node.op == LIBRARY:
             op, overload = node.name.split(".")
             args = [_source(a, device, exprs) for a in node.args]
@@ -365,7 +381,8 @@ def render(plan: Plan, problem: Problem, config: dict[str, Any], ctx: Context) -
                            f"num_warps={config['num_warps']})")
     variables = common_variables(plan, problem, config, ctx)
     variables.update(leaf_checks=leaf_checks(plan, problem))
-    return render_template("fallback.py.j2", kernels=kernels, forward=forward, result=f"v{plan.out}", **variables)
+    return render_template("fallback.py.j2", kernels=kernels, forward=forward, result=f"v{plan.out}",
+                           reduces=any(n.op == REDUCE for n in plan.nodes), **variables)
 
 
 def space(plan: Plan) -> list[dict[str, Any]]:
