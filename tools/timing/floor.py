@@ -9,18 +9,14 @@ one-call pass reads long, the floor grows by as much, and so does what is subtra
 candidate's k-call pass. With k = 2 a true 5 ms per call reported as 0.1 ms passed that way
 (docs/integrity.md, from the formulas).
 
-So the floor is also measured on a quiet device, with eager's quiet time (tools/timing/quiet.py):
+So the floor is also measured on a quiet device, with eager's quiet time (tools/timing/quiet.py
+`measure_floor`):
 when the evaluator opens, before any candidate, and again whenever the quiet time is re-measured.
 A pass's floor is then at most that plus FLOOR_SLACK_MS (`held`): work a candidate queues can
 only lower what the parent subtracts, never raise it. The floor does not depend on k (it is what a
 pass costs besides its calls), so the quiet one is measured at the k eager's quiet median gives.
 """
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from tools.judge.bench import Bench
 
 # a pass's floor may exceed the quiet one by this much (ms): the spread of the fixed cost over a run
 # on an H200 was within 0.01 ms per pass (docs/integrity.md), and what exceeds it here costs an
@@ -39,45 +35,3 @@ def held(floor_ms: float, quiet_ms: float | None) -> float:
     """The floor a pass may subtract: the one measured beside the candidate, at most the quiet one
     plus FLOOR_SLACK_MS."""
     return floor_ms if quiet_ms is None else min(floor_ms, quiet_ms + FLOOR_SLACK_MS)
-
-
-def measure(bench: "Bench") -> None:
-    """The floor of the reference's gated passes on the device as it is now (the caller holds the
-    bench's lock and has made sure no candidate runs): REPS rounds of passes of 1 and k calls, the
-    minima. Sets `bench.quiet_floor`; where the parent's clock is unavailable here (the driver's
-    stream memory operations), leaves it unset with the reason: the second clock then fails with
-    the same reason for every candidate (`error`), so no candidate is paid with an unheld floor."""
-    from tools.judge.verdict import Failure
-    from tools.processes.reference import ReferenceLost
-    from tools.timing.clocks import FIRST_CALL, REPS, burst_size, copy_ms, reference_pass
-    from tools.timing.gate import GateClock
-    from tools.timing.plan import plan
-    from tools.wire.cuda_vmm import VmmError
-
-    bench.quiet_floor, bench.quiet_floor_note = None, None
-    eager = bench.quiet_eager.median_ms if bench.quiet_eager is not None else None
-    if eager is None:
-        bench.quiet_floor_note = "eager has no quiet time"
-        return
-    p = plan(bench)
-    k = burst_size(bench.problem.input_bytes, bench.problem.output_bytes, p.pool, eager)
-    handover = copy_ms(bench, bench.problem.output_bytes)
-    ones: list[float] = []
-    manys: list[float] = []
-    try:
-        gate = GateClock(bench.device)
-        for rep in range(REPS):
-            calls = [p.call(FIRST_CALL + rep * k + i) for i in range(k)]
-            for n, into in ((1, ones), (k, manys)):
-                got = reference_pass(bench, {"calls": calls[:n]}, gate)
-                if isinstance(got, Failure):  # the reference alone, before any candidate: ours
-                    raise ReferenceLost(f"the reference's gated pass failed on a quiet device: {got.detail}")
-                into.append(got[2].gate_to_done - n * handover)
-    except VmmError as exc:
-        bench.quiet_floor_note = f"the parent's GPU clock is unavailable here: {exc}"
-        return
-    finally:
-        import torch
-
-        torch.cuda.empty_cache()  # the gate's flush buffer is not kept from the candidates
-    bench.quiet_floor = pass_floor(min(ones), min(manys), k, eager)

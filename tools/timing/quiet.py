@@ -27,13 +27,12 @@ DRIFT = 0.05
 
 def measure(bench: "Bench") -> None:
     """Time eager on the device as it is now (the caller has made sure no candidate runs)."""
-    from tools.timing import floor
     from tools.timing.blocks import time_reference
     from tools.timing.plan import plan
 
     with bench.lock:
         bench.quiet_eager = time_reference(bench, plan(bench), "model")
-        floor.measure(bench)  # the second clock's floor, on the same quiet device
+        measure_floor(bench)  # the second clock's floor, on the same quiet device
         bench.recheck_quiet = False
 
 
@@ -52,3 +51,46 @@ def eager_for_speedup(bench: "Bench", result: "Result") -> TimeStats:
     passed(result, "eager-baseline", f"interleaved eager {interleaved.median_ms:.4g} ms, on a quiet device "
                                      f"{quiet.median_ms:.4g} ms (x{ratio:.3f}); the lower is the baseline")
     return used
+
+
+def measure_floor(bench: "Bench") -> None:
+    """The second clock's floor (tools/timing/floor.py) on the device as it is now (the caller
+    holds the bench's lock and has made sure no candidate runs): the reference's gated passes of 1
+    and k calls, REPS rounds, their minima. Sets `bench.quiet_floor`; where the parent's clock is unavailable here (the driver's
+    stream memory operations), leaves it unset with the reason: the second clock then fails with
+    the same reason for every candidate (`error`), so no candidate is paid with an unheld floor."""
+    from tools.judge.verdict import Failure
+    from tools.processes.reference import ReferenceLost
+    from tools.timing.clocks import FIRST_CALL, REPS, burst_size, copy_ms, reference_pass
+    from tools.timing.floor import pass_floor
+    from tools.timing.gate import GateClock
+    from tools.timing.plan import plan
+    from tools.wire.cuda_vmm import VmmError
+
+    bench.quiet_floor, bench.quiet_floor_note = None, None
+    eager = bench.quiet_eager.median_ms if bench.quiet_eager is not None else None
+    if eager is None:
+        bench.quiet_floor_note = "eager has no quiet time"
+        return
+    p = plan(bench)
+    k = burst_size(bench.problem.input_bytes, bench.problem.output_bytes, p.pool, eager)
+    handover = copy_ms(bench, bench.problem.output_bytes)
+    ones: list[float] = []
+    manys: list[float] = []
+    try:
+        gate = GateClock(bench.device)
+        for rep in range(REPS):
+            calls = [p.call(FIRST_CALL + rep * k + i) for i in range(k)]
+            for n, into in ((1, ones), (k, manys)):
+                got = reference_pass(bench, {"calls": calls[:n]}, gate)
+                if isinstance(got, Failure):  # the reference alone, before any candidate: ours
+                    raise ReferenceLost(f"the reference's gated pass failed on a quiet device: {got.detail}")
+                into.append(got[2].gate_to_done - n * handover)
+    except VmmError as exc:
+        bench.quiet_floor_note = f"the parent's GPU clock is unavailable here: {exc}"
+        return
+    finally:
+        import torch
+
+        torch.cuda.empty_cache()  # the gate's flush buffer is not kept from the candidates
+    bench.quiet_floor = pass_floor(min(ones), min(manys), k, eager)
