@@ -10,7 +10,6 @@ lines come back through the service into `logs/<problem>.log`; the service's own
 from __future__ import annotations
 
 import argparse
-import importlib
 import contextlib
 import os
 import shlex
@@ -25,7 +24,7 @@ from agent.batch.local import Slot
 from agent.batch.log import LOGS, RESULTS, RunLog
 from agent.batch.problem import make_spec, problem_key
 from agent.batch.scale import SCALE_VAR
-from agent.cli.checks import UsageError
+from agent.cli.checks import UsageError, ray_installed
 from agent.cli.exit_codes import EXIT_CLUSTER, EXIT_INTERRUPTED
 
 
@@ -37,12 +36,7 @@ def check_ray_args(args: argparse.Namespace) -> list[Slot]:
         raise UsageError("--cpu-workers must be at least 1")
     if args.api_key_env is not None and not args.api_key_env.strip():
         raise UsageError("--api-key-env names no variable")
-    try:
-        importlib.import_module("ray")  # only whether it is there
-    except ImportError:
-        from agent.batch.ray_slots import INSTALL_LINE
-
-        raise UsageError(INSTALL_LINE) from None
+    ray_installed()
     if args.cpu_workers is not None:
         return [Slot.cpu(i) for i in range(args.cpu_workers)]
     return [Slot("Ray GPUs", "cuda:0")]

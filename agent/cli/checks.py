@@ -8,9 +8,9 @@ problem is another matter: EXIT_BAD_PROBLEM, decided by the evaluator.
 """
 from __future__ import annotations
 
+import importlib
 import os
 from pathlib import Path
-
 
 
 class UsageError(Exception):
@@ -58,3 +58,14 @@ def device_origin(device: str, source: str) -> str:
     if source.startswith("config file"):
         return f"{source}: device = {device!r}"
     return f"--device {device}"
+
+
+def ray_installed() -> None:
+    """`--ray` (optimize's judges, batch's slots) needs Ray: where it is missing, a UsageError with
+    the line that installs it. Only whether it is there: nothing of Ray is started."""
+    try:
+        importlib.import_module("ray")
+    except ImportError:
+        from agent.batch.ray_slots import INSTALL_LINE
+
+        raise UsageError(INSTALL_LINE) from None

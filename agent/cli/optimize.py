@@ -18,12 +18,11 @@ goes to stdout, as one JSON object with --json. Exit codes:
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 from typing import TYPE_CHECKING
 
-from agent.cli.checks import UsageError, check_device, device_origin, readable_file
+from agent.cli.checks import UsageError, check_device, device_origin, ray_installed, readable_file
 from agent.cli.settings import add_settings, settings
 from agent.config import ConfigError
 from agent.cost import cost_phrase
@@ -83,12 +82,7 @@ def ray_judging(args: argparse.Namespace, device: str | None) -> RayJudging | No
         raise UsageError("--judges must be at least 1")
     if device not in (None, "cpu"):
         raise UsageError(f"--ray judges on the GPUs Ray gives each judge; --device takes only cpu with it, not {device}")
-    try:
-        importlib.import_module("ray")  # only whether it is there
-    except ImportError:
-        from agent.batch.ray_slots import INSTALL_LINE
-
-        raise UsageError(INSTALL_LINE) from None
+    ray_installed()
     return RayJudging(address=args.ray, judges=args.judges, code=args.ray_code)
 
 

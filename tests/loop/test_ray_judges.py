@@ -149,3 +149,11 @@ def test_the_flags_mistakes_are_one_line_each(cluster, agent_env, tmp_path, caps
         assert code == expected and words in err and "Traceback" not in err, (extra, code, err)
         assert len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "relu_add").exists() and not any(tmp_path.iterdir())  # no workspace was made
+
+
+def test_without_ray_installed_one_line_says_how(agent_env, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if the package were absent: `import ray` raises ImportError
+    code = main(["optimize", str(PROBLEM), "--model", "scripted", "--base-url", "http://127.0.0.1:9/v1",
+                 "--workspace", str(tmp_path), "--ray", "auto", "--device", "cpu"])
+    assert code == EXIT_USAGE
+    assert capsys.readouterr().err == "ratchet optimize: --ray needs Ray: pip install -e '.[ray]'\n"
