@@ -151,3 +151,12 @@ def declined(rec: Any) -> str:
         assert rec.plan.kind == "fallback", (rec.plan.kind, rec.plan.summary)
         return rec.plan.summary
     return rec.reason
+
+
+def assert_draft_matches_at_two_sizes(problem: Path, source: str, tmp_path: Path, other: dict[str, int],
+                                      tolerance: float) -> None:
+    """The draft `source` computes the reference at the problem's sizes and at `other` (the same draft)."""
+    for path in (problem, resized(problem, tmp_path / "other", other)):
+        expected, got = draft_outputs(path, source, tmp_path)
+        assert got.dtype == expected.dtype and got.shape == expected.shape
+        torch.testing.assert_close(got, expected, rtol=tolerance, atol=tolerance)

@@ -15,7 +15,7 @@ import torch
 from agent.builtin import codegen, search
 from agent.builtin.policy import BuiltinPolicy
 from agent.builtin.recognize import recognize
-from helpers_builtin import builtin_cpu_env, draft_outputs, evaluates_ok, optimize_builtin, resized
+from helpers_builtin import assert_draft_matches_at_two_sizes, builtin_cpu_env, draft_outputs, evaluates_ok, optimize_builtin
 
 PROBLEMS = Path(__file__).parents[1] / "builtin_problems"
 pytestmark = pytest.mark.timeout(240)
@@ -51,10 +51,7 @@ def test_what_no_family_claims_is_drafted_op_by_op_and_correct_at_two_sizes(name
     assert f"no family claims it ({reason}" in rec.plan.summary and all(op in rec.plan.summary for op in library)
     source = codegen.draft(rec.plan, rec.problem, search.space(rec.plan)[0])
     assert source.count("@triton.jit") == kernels and source.count("_kernel[(triton.cdiv(") == kernels
-    for problem in (PROBLEMS / name, resized(PROBLEMS / name, tmp_path / "other", other)):
-        expected, got = draft_outputs(problem, source, tmp_path)
-        assert got.dtype == expected.dtype and got.shape == expected.shape
-        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    assert_draft_matches_at_two_sizes(PROBLEMS / name, source, tmp_path, other, 1e-5)
 
 
 def test_a_submodules_setting_the_draft_bakes_is_refused_not_miscomputed(tmp_path):

@@ -14,7 +14,7 @@ import torch
 
 from agent.builtin import codegen, search
 from agent.builtin.recognize import recognize
-from helpers_builtin import builtin_cpu_env, draft_outputs, evaluates_ok, optimize_builtin, resized
+from helpers_builtin import assert_draft_matches_at_two_sizes, builtin_cpu_env, draft_outputs, evaluates_ok, optimize_builtin
 
 PROBLEMS = Path(__file__).parents[1] / "builtin_problems"
 pytestmark = pytest.mark.timeout(240)
@@ -44,10 +44,7 @@ def test_reductions_after_library_ops_are_kernels_of_the_drafts_own(name, tmp_pa
     assert all(op in rec.plan.summary for op in library) and "aten.min " not in rec.plan.summary
     source = codegen.draft(rec.plan, rec.problem, search.space(rec.plan)[0])
     assert source.count("_reduce(") == len(reductions) + 1  # the helper's definition and one call each
-    for problem in (PROBLEMS / name, resized(PROBLEMS / name, tmp_path / "other", other)):
-        expected, got = draft_outputs(problem, source, tmp_path)
-        assert got.dtype == expected.dtype and got.shape == expected.shape
-        torch.testing.assert_close(got, expected, rtol=tolerance, atol=tolerance)
+    assert_draft_matches_at_two_sizes(PROBLEMS / name, source, tmp_path, other, tolerance)
 
 
 def test_a_max_whose_indices_are_read_stays_torchs(tmp_path):
