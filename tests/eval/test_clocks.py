@@ -8,7 +8,7 @@ import pytest
 from tools.record import TimeStats
 from tools.timing.clocks import (BURST_MAX, GAP_ALLOWANCE_MS, INTERCEPT_ALLOWANCE_MS, MORE_REPS, MORE_TIME, NOISE_MAX_FRACTION,
                                  NOISE_MAX_MS, PASS_MS, RATIO, REPS, Passes, burst_size, settle)
-from tools.timing.floor import FLOOR_SLACK_MS
+from tools.timing.floor import FLOOR_SLACK_MS, QuietPasses
 from tools.timing.paid import paid_time
 
 
@@ -58,7 +58,7 @@ def test_the_references_passes_slowed_beside_the_candidate_cannot_raise_the_floo
     beside = Passes(cand_k, cand_one, eager_one, eager_k)
     parent, allowed, _ = beside.judge(k, reported, 5.3)
     assert parent <= allowed, (parent, allowed)  # the hole, without a quiet floor
-    quiet = Passes(cand_k, cand_one, eager_one, eager_k, quiet_floor=0.3)
+    quiet = Passes(cand_k, cand_one, eager_one, eager_k, quiet=QuietPasses(0.3, 0.0, k))
     parent, allowed, overhead = quiet.judge(k, reported, 5.3)
     assert overhead == pytest.approx(0.3 + FLOOR_SLACK_MS + INTERCEPT_ALLOWANCE_MS)
     assert parent > allowed and parent == pytest.approx(true_ms - (FLOOR_SLACK_MS + INTERCEPT_ALLOWANCE_MS) / k)
@@ -67,8 +67,8 @@ def test_the_references_passes_slowed_beside_the_candidate_cannot_raise_the_floo
 def test_a_quiet_floor_above_the_one_measured_beside_the_candidate_changes_nothing():
     eager_k, eager_one = walls(0.28, 0.2, 10)
     cand_k, cand_one = walls(0.29, 0.1, 10)
-    for quiet in (None, 0.28, 0.5):
-        parent, overhead = Passes(cand_k, cand_one, eager_one, eager_k, quiet_floor=quiet).per_call(10, 0.2)
+    for quiet in (None, QuietPasses(0.28, 0.0, 10), QuietPasses(0.5, 0.0, 10)):
+        parent, overhead = Passes(cand_k, cand_one, eager_one, eager_k, quiet=quiet).per_call(10, 0.2)
         assert parent == pytest.approx(0.1) and overhead == pytest.approx(0.29)
 
 
@@ -232,6 +232,31 @@ def test_slowing_the_references_passes_buys_no_room():
     assert parent > allowed
     honest_parent, honest_allowed, _ = p.judge(k, 0.0617, eager_ms)
     assert honest_parent <= honest_allowed
+
+
+def test_the_noise_is_held_to_what_a_quiet_devices_passes_spread():
+    """The same slowed reference passes, with the quiet passes measured at open (spread 0.004 ms
+    over 12 calls): the room per call is that spread's, not 2% of eager's. A forgery of 1.2x on a
+    0.05 ms kernel (k = 32) passes with the capped noise and is refused with the held one."""
+    k, eager_ms, true_ms = 32, 0.2, 0.05
+    eager_one, eager_k = [0.3 + eager_ms] * 3, [0.3 + k * eager_ms, 4.0 + k * eager_ms, 0.3 + k * eager_ms]
+    cand_k, cand_one = walls(0.3, true_ms, k)
+    capped = Passes(cand_k, cand_one, eager_one, eager_k)
+    assert capped.noise(k, eager_ms) == pytest.approx(NOISE_MAX_MS + NOISE_MAX_FRACTION * eager_ms)
+    parent, allowed, _ = capped.judge(k, true_ms / 1.2, eager_ms)
+    assert parent <= allowed  # the room a slowed reference bought
+    held = Passes(cand_k, cand_one, eager_one, eager_k, quiet=QuietPasses(0.3, 0.004, 12))
+    assert held.noise(k, eager_ms) == pytest.approx((0.004 + FLOOR_SLACK_MS) / 12)
+    parent, allowed, _ = held.judge(k, true_ms / 1.2, eager_ms)
+    assert parent > allowed
+    honest_parent, honest_allowed, _ = held.judge(k, true_ms, eager_ms)
+    assert honest_parent <= honest_allowed
+
+
+def test_a_quiet_spread_above_the_one_measured_beside_the_candidate_changes_nothing():
+    eager_k, eager_one = [2.31, 2.312, 2.311], [0.5, 0.5, 0.5]
+    for quiet in (None, QuietPasses(0.3, 0.01, 10), QuietPasses(0.3, 0.5, 4)):
+        assert Passes([], [], eager_one, eager_k, quiet=quiet).noise(10, 0.2) == pytest.approx(0.002 / 10)
 
 
 def test_a_median_below_the_parents_clock_is_paid_at_the_parents_clock():

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tools.judge.distributions import Distributions
 from tools.judge.exact import WIDENING
@@ -24,6 +24,9 @@ from tools.processes.process import WorkerProcess
 from tools.processes.reference import Reference
 from tools.problem import ProblemInfo
 from tools.record import TimeStats
+
+if TYPE_CHECKING:
+    from tools.timing.floor import QuietPasses
 
 
 @dataclass
@@ -47,8 +50,8 @@ class Bench:
     # eager timed on a quiet device: at open, before any candidate, and again when an evaluation's
     # interleaved eager arm read slower (tools/timing/quiet.py)
     quiet_eager: "TimeStats | None" = None
-    # ... and the second clock's floor with it (tools/timing/floor.py); why not, where it is unknown
-    quiet_floor: float | None = None
+    # ... and the second clock's floor and noise with it (tools/timing/floor.py); why not, where unknown
+    quiet_passes: "QuietPasses | None" = None
     quiet_floor_note: str | None = None
     # float64 on sampled rows: per batch size, which inputs are cut to the rows (tools/judge/exact_rows.py)
     row_plan: dict[int, Any] = field(default_factory=dict)

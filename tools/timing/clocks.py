@@ -40,7 +40,7 @@ from tools.judge.trial_checks import calls_mismatch
 from tools.judge.verdict import Failure, passed, reply_failure
 from tools.processes.process import WorkerProcess
 from tools.record import Verdict
-from tools.timing.floor import held, pass_floor
+from tools.timing.floor import QuietPasses, held, held_noise, pass_floor
 from tools.timing.paid import paid_time
 from tools.wire.transport import TransportError
 
@@ -90,7 +90,7 @@ class Passes:
     copy: float = 0.0  # ms charged for the copies of the last k-call pass (inputs in, outputs out)
     copy_timed: float = 0.0  # ... what those copies took by the parent's events
     handover: float = 0.0  # ms charged per call for the worker's hand-over of its outputs
-    quiet_floor: float | None = None  # the reference's floor on a quiet device (tools/timing/floor.py)
+    quiet: QuietPasses | None = None  # the reference's passes on a quiet device (tools/timing/floor.py)
     copies: list[str] = field(default_factory=list)  # per pass: "in+out timed/predicted" (for the record)
     # per pass: the gate's opening to the worker's DONE, at the busy-wait it took (ms), and whether
     # the host's time was on the clock ("gate to done@busy-wait")
@@ -101,7 +101,8 @@ class Passes:
             return "/".join(f"{x:.3g}" for x in xs) or "-"
         return (f"passes in ms: candidate {ms(self.candidate)}, candidate x1 {ms(self.candidate_one)}, "
                 f"eager x1 {ms(self.eager_one)}, eager {ms(self.eager_k)}; quiet floor "
-                f"{'-' if self.quiet_floor is None else f'{self.quiet_floor:.3g}'}; copies charged {self.copy:.3g} "
+                f"{'-' if self.quiet is None else f'{self.quiet.floor_ms:.3g}, spread {self.quiet.spread_ms:.3g} at x{self.quiet.k}'}; "
+                f"copies charged {self.copy:.3g} "
                 f"(timed {self.copy_timed:.3g}), hand-over {self.handover:.3g} per call; copies per pass, "
                 f"in+out timed/predicted: {', '.join(self.copies) or '-'}; gate to done@busy-wait: "
                 f"{', '.join(self.phases) or '-'}")
@@ -113,7 +114,7 @@ class Passes:
         eager reference's (trusted, measured in the same run, at most what it was on a quiet
         device: tools/timing/floor.py) and that plus INTERCEPT_ALLOWANCE_MS: padding its single
         call to shrink its slope gains a candidate at most the allowance."""
-        floor = held(pass_floor(min(self.eager_one), min(self.eager_k), k, eager_median_ms), self.quiet_floor)
+        floor = held(pass_floor(min(self.eager_one), min(self.eager_k), k, eager_median_ms), self.quiet)
         overhead = floor + INTERCEPT_ALLOWANCE_MS
         if k > 1 and self.candidate_one:
             c_one, c_many = min(self.candidate_one), min(self.candidate)
@@ -133,9 +134,11 @@ class Passes:
         most NOISE_MAX_MS plus NOISE_MAX_FRACTION of eager's own time per call: those passes run
         while the candidate's worker exists, and GPU work it leaves queued (a finalizer's 30 ms spin
         after its pass) slows them and widened the allowance 200-fold (an attacker on an H200: a
-        median forged 3x on a 0.06 ms matmul passed, noise 0.14 ms per call)."""
+        median forged 3x on a 0.06 ms matmul passed, noise 0.14 ms per call); and at most what a
+        quiet device's passes spread (tools/timing/floor.py `held_noise`)."""
         first = self.eager_k[:REPS]
-        return min((max(first) - min(first)) / k, NOISE_MAX_MS + NOISE_MAX_FRACTION * eager_median_ms)
+        beside = min((max(first) - min(first)) / k, NOISE_MAX_MS + NOISE_MAX_FRACTION * eager_median_ms)
+        return held_noise(beside, self.quiet, k)
 
     def judge(self, k: int, median_ms: float, eager_median_ms: float) -> tuple[float, float, float]:
         """(the parent's time per call, the most it may be for a worker median of `median_ms`, the
@@ -165,7 +168,7 @@ def two_clocks(bench: "Bench", evaluation: "Evaluation") -> Failure | None:
 def _check(bench: "Bench", worker: WorkerProcess, plan: "TimingPlan", evaluation: "Evaluation") -> Failure | None:
     result = evaluation.result
     k = burst_size(bench.problem.input_bytes, bench.problem.output_bytes, plan.pool, result.candidate_time.median_ms or 0.0)
-    passes = Passes([], [], [], [], handover=copy_ms(bench, bench.problem.output_bytes), quiet_floor=bench.quiet_floor)
+    passes = Passes([], [], [], [], handover=copy_ms(bench, bench.problem.output_bytes), quiet=bench.quiet_passes)
     room = _output_room(bench, k)  # the parent's copy of the outputs: allocated before any clock starts
     from tools.timing.gate import GateClock
 

@@ -15,13 +15,29 @@ when the evaluator opens, before any candidate, and again whenever the quiet tim
 A pass's floor is then at most that plus FLOOR_SLACK_MS (`held`): work a candidate queues can
 only lower what the parent subtracts, never raise it. The floor does not depend on k (it is what a
 pass costs besides its calls), so the quiet one is measured at the k eager's quiet median gives.
+
+The rule's noise term (tools/timing/clocks.py `Passes.noise`: how far an honest pass may wander,
+from the spread of the reference's k-call passes) is read beside the candidate too, and is held the
+same way (`held_noise`): at most the quiet passes' spread plus FLOOR_SLACK_MS, per call of the
+fewer of the two passes' calls. A candidate that slows the reference's passes unevenly widens the
+allowance of its own forged median by no more than a quiet device's jitter.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 # a pass's floor may exceed the quiet one by this much (ms): the spread of the fixed cost over a run
 # on an H200 was within 0.01 ms per pass (docs/integrity.md), and what exceeds it here costs an
 # honest candidate at most that / k per call, against the rule's 0.005 ms gap allowance per call
 FLOOR_SLACK_MS = 0.001
+
+
+@dataclass(frozen=True)
+class QuietPasses:
+    """The reference's gated passes on a quiet device (tools/timing/quiet.py `measure_floor`)."""
+    floor_ms: float  # what a pass costs besides its calls (`pass_floor` of their minima)
+    spread_ms: float  # the k-call passes' largest less smallest
+    k: int  # calls per pass there (eager's quiet median gives it)
 
 
 def pass_floor(one_ms: float, many_ms: float, k: int, eager_median_ms: float) -> float:
@@ -31,7 +47,16 @@ def pass_floor(one_ms: float, many_ms: float, k: int, eager_median_ms: float) ->
     return max(0.0, one_ms - max(slope, 0.0))
 
 
-def held(floor_ms: float, quiet_ms: float | None) -> float:
+def held(floor_ms: float, quiet: QuietPasses | None) -> float:
     """The floor a pass may subtract: the one measured beside the candidate, at most the quiet one
     plus FLOOR_SLACK_MS."""
-    return floor_ms if quiet_ms is None else min(floor_ms, quiet_ms + FLOOR_SLACK_MS)
+    return floor_ms if quiet is None else min(floor_ms, quiet.floor_ms + FLOOR_SLACK_MS)
+
+
+def held_noise(noise_per_call: float, quiet: QuietPasses | None, k: int) -> float:
+    """The noise a k-call pass may be allowed per call: the one read beside the candidate, at most
+    the quiet passes' spread plus FLOOR_SLACK_MS over the fewer of the two passes' calls (a pass's
+    spread is mostly its fixed cost's, which does not grow with k)."""
+    if quiet is None:
+        return noise_per_call
+    return min(noise_per_call, (quiet.spread_ms + FLOOR_SLACK_MS) / max(min(k, quiet.k), 1))

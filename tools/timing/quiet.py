@@ -56,18 +56,18 @@ def eager_for_speedup(bench: "Bench", result: "Result") -> TimeStats:
 def measure_floor(bench: "Bench") -> None:
     """The second clock's floor (tools/timing/floor.py) on the device as it is now (the caller
     holds the bench's lock and has made sure no candidate runs): the reference's gated passes of 1
-    and k calls, REPS rounds, their minima. Sets `bench.quiet_floor`; where the parent's clock is unavailable here (the driver's
+    and k calls, REPS rounds: their minima's floor and the k-call passes' spread. Sets `bench.quiet_passes`; where the parent's clock is unavailable here (the driver's
     stream memory operations), leaves it unset with the reason: the second clock then fails with
     the same reason for every candidate (`error`), so no candidate is paid with an unheld floor."""
     from tools.judge.verdict import Failure
     from tools.processes.reference import ReferenceLost
     from tools.timing.clocks import FIRST_CALL, REPS, burst_size, copy_ms, reference_pass
-    from tools.timing.floor import pass_floor
+    from tools.timing.floor import QuietPasses, pass_floor
     from tools.timing.gate import GateClock
     from tools.timing.plan import plan
     from tools.wire.cuda_vmm import VmmError
 
-    bench.quiet_floor, bench.quiet_floor_note = None, None
+    bench.quiet_passes, bench.quiet_floor_note = None, None
     eager = bench.quiet_eager.median_ms if bench.quiet_eager is not None else None
     if eager is None:
         bench.quiet_floor_note = "eager has no quiet time"
@@ -93,4 +93,4 @@ def measure_floor(bench: "Bench") -> None:
         import torch
 
         torch.cuda.empty_cache()  # the gate's flush buffer is not kept from the candidates
-    bench.quiet_floor = pass_floor(min(ones), min(manys), k, eager)
+    bench.quiet_passes = QuietPasses(pass_floor(min(ones), min(manys), k, eager), max(manys) - min(manys), k)
