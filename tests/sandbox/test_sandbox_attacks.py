@@ -293,6 +293,12 @@ def test_a_malformed_reply_is_the_candidates_doing(attack):
     assert result.verdict is Verdict.REJECTED and "malformed reply" in result.message, describe(result)
 
 
+def test_device_memory_announced_beyond_what_the_request_allows_is_refused_before_it_is_mapped(attack):
+    result = attack("none", candidate="forge_huge_arena", rules=FORGERY_RULES)
+    assert result.verdict is Verdict.REJECTED and "malformed reply" in result.message, describe(result)
+    assert "announces 1099511627776 bytes of device memory" in result.message, describe(result)
+
+
 def test_a_forged_build_reply_is_the_candidates_doing(attack):
     """A wrong kernel whose build reply says its extensions were found built but not how long the
     load took: before, the parent read the missing field and raised (verdict `error`, masked);

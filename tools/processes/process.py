@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from tools.wire.protocol import Deadline, FrameReader, PeerClosed, ProtocolError, write_frame
 from tools.processes.replies import MalformedReply
-from tools.processes.replies import check as check_reply
+from tools.processes.replies import arena_limit, check as check_reply
 from tools.processes.zygote import Forked
 from tools.processes.zygote import start as start_forked
 from tools.processes.allowance import Allowance
@@ -95,6 +95,7 @@ class WorkerProcess:
         self.input_arena: Any = None  # our mapping of the buffer we write the worker's inputs into (CUDA)
         self.gate: Any = None  # our mapping of the worker's gate words, and the last pass number (tools/timing/gate.py)
         self.gate_seq = 0
+        self._announce_limit = arena_limit({})  # device memory its next reply may announce (replies.arena_limit)
         os.set_blocking(self._to_child, False)  # every write has a deadline: a worker may stop reading
         try:
             write_frame(self._to_child, {**config, "confine": plan.confine}, payload, time.monotonic() + WRITE_TIMEOUT_S)
@@ -160,7 +161,7 @@ class WorkerProcess:
         if not self.untrusted:
             return header
         try:
-            return check_reply(header)
+            return check_reply(header, self._announce_limit)
         except MalformedReply as exc:
             self.kill()
             raise WorkerGone("rejected", f"the candidate's worker sent a malformed reply ({exc})") from None
@@ -172,6 +173,7 @@ class WorkerProcess:
             self.kill()
             raise WorkerGone("rejected", "the worker wrote to the result channel unasked (forged output)")
         self._nonce = secrets.token_hex(8)
+        self._announce_limit = arena_limit(msg)
         try:
             write_frame(self._to_child, {**msg, "nonce": self._nonce}, payload, time.monotonic() + timeout)
         except Deadline:

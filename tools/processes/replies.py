@@ -57,9 +57,30 @@ FIELDS: dict[str, Callable[[Any], bool]] = {
 }
 
 
-def check(header: dict[str, Any]) -> dict[str, Any]:
-    """The header, if every field the parent reads has the right type; else MalformedReply."""
+# the smallest arena a worker makes for a reply (tools/worker/worker.py `encode`)
+ARENA_MIN_BYTES = 1 << 20
+# what an announced arena may exceed that by: the driver rounds an allocation up to its granularity
+# (tools/wire/cuda_vmm.py `rounded`: 2 MiB on an H100), and the worker announces the rounded size
+ARENA_ROUNDING_BYTES = 32 << 20
+
+
+def arena_limit(request: dict[str, Any]) -> int:
+    """The most device memory a reply to `request` may announce: the arena the request allows
+    (`arena_cap`, at least the worker's smallest), or the input arena it asked for (`bytes`). The
+    parent maps what is announced, and its mapping keeps that memory alive until the parent lets
+    it go, the worker's death notwithstanding: a candidate that announced all the card's free memory
+    could make the parent's own next allocation fail (an attacker helper's design, stop 57, run on the CPU only)."""
+    asked = [int(v) for v in (request.get("arena_cap"), request.get("bytes")) if isinstance(v, int) and _int(v)]
+    return max([ARENA_MIN_BYTES, *asked]) + ARENA_ROUNDING_BYTES
+
+
+def check(header: dict[str, Any], announce_limit: int | None = None) -> dict[str, Any]:
+    """The header, if every field the parent reads has the right type, and the device memory it
+    announces is at most `announce_limit` bytes (`arena_limit` of its request); else MalformedReply."""
     for key, ok in FIELDS.items():
         if key in header and not ok(header[key]):
             raise MalformedReply(f"field {key!r} has the wrong type or value")
+    if announce_limit is not None and "arena" in header and header["arena"]["nbytes"] > announce_limit:
+        raise MalformedReply(f"field 'arena' announces {header['arena']['nbytes']} bytes of device memory, more "
+                             f"than the request allows ({announce_limit})")
     return header
