@@ -10,10 +10,18 @@ problem's sizes and each held-out variant's (in float64 too, where outputs are s
 rows where they do not fit), the parent's device memory for a trial's outputs and inputs
 twice over, and, when timed, a short eager timing. If all of it succeeds, the fault did not
 reproduce without the candidate.
+
+The faults themselves are let go of first (`let_go`): an exception's traceback keeps its frames'
+locals alive, and on a GPU those include the parent's views of the candidate's memory (its output
+and input arenas), whose mappings keep that memory allocated after the candidate's worker is
+killed. Kept, they would make the retry and this check run short of memory for the candidate's
+sake, and its failure read as the evaluator's.
 """
 from __future__ import annotations
 
+import gc
 import secrets
+import traceback
 from typing import TYPE_CHECKING
 
 from tools.judge.exact_host import host_timeout
@@ -26,6 +34,28 @@ if TYPE_CHECKING:
     from tools.judge.bench import Bench
 
 EAGER_BUDGET_S = 0.2
+
+
+def let_go(*faults: BaseException) -> None:
+    """Clear the locals of every finished frame in the faults' tracebacks (their causes and
+    contexts too; a frame still running is left as it is), collect, and hand the parent's cached
+    device memory back: what a fault held of a candidate's memory is released before anything
+    runs again. The exceptions keep their messages and line numbers for the record."""
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [*faults]
+    while pending:
+        exc = pending.pop()
+        if exc is None or id(exc) in seen:
+            continue
+        seen.add(id(exc))
+        traceback.clear_frames(exc.__traceback__)
+        pending += [exc.__cause__, exc.__context__, getattr(exc, "cause", None)]
+    gc.collect()
+    import sys
+
+    torch = sys.modules.get("torch")  # never imported here for this: a CPU run may not have it loaded
+    if torch is not None and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
 
 
 def without_candidate(bench: "Bench") -> str | None:
