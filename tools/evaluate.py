@@ -28,7 +28,7 @@ from tools import pipeline
 from tools.judge.bench import Bench, reply_cap
 from tools.judge.distributions import Distributions
 from tools.judge.evaluation import Evaluation
-from tools.selfcheck import without_candidate
+from tools.selfcheck import let_go, without_candidate
 from tools.judge.verdict import Failure, decide, fault, passed, pending
 from tools.options import EvalOptions, resolved
 from tools.problem import ProblemError, ProblemInfo, read_problem
@@ -72,7 +72,6 @@ class Evaluator:
         self._scratches: list[Path] = []  # with a pool: the scratch directories of the workers this evaluator used
         self._baseline: dict[str, Any] | None = None
         self._in_flight = 0  # evaluations running now (threads): the device is quiet only with none
-        self._counters_refused: str | None = None  # the driver refused Nsight Compute its counters (ERR_NVGPUCTRPERM)
         # evaluate() may run in several threads at once (RL rewards): this guards what they share,
         # the reference worker (and its output cache) and the pool of spare candidate workers
         self._lock = threading.RLock()
@@ -155,8 +154,6 @@ class Evaluator:
             proc.max_reply_bytes = self._reply_cap()
             return proc
 
-        if self._counters_refused is not None:  # the driver's answer does not change while this evaluator lives
-            return Counters(False, self._counters_refused)
         with self._lock:
             self._in_flight += 1  # a candidate's worker is about: no quiet re-measure meanwhile
         try:
@@ -167,8 +164,9 @@ class Evaluator:
         finally:
             with self._lock:
                 self._in_flight -= 1
-        if found.reason and "ERR_NVGPUCTRPERM" in found.reason:
-            self._counters_refused = found.reason
+        # a refusal is not remembered for the next call: it is read from the profiled worker's log, which
+        # the candidate writes too (one that printed the driver's refusal switched counters off for every
+        # later candidate of the evaluator: an attacker helper's reading, stop 57)
         return found
 
     def counters_unavailable(self) -> str | None:
@@ -280,6 +278,7 @@ class Evaluator:
             try:
                 result = self._evaluate_once(source)
             except (ReferenceLost, CandidateRan) as exc:
+                let_go(exc)  # nothing of the candidate's memory is held into the retry
                 with self._lock:
                     self._revive_reference()
                 try:
@@ -317,6 +316,7 @@ class Evaluator:
     def _attribute(self, source: str, first: Exception, again: "CandidateRan") -> Result:
         """Two faults in a row with this candidate's worker running: the candidate's (rule `resource`)
         if the evaluator's own work succeeds without it; else the fault is raised (an `error`)."""
+        let_go(first, again)
         with self._lock:
             self.reference.ensure_alive()
             why = without_candidate(self.bench)
@@ -357,9 +357,11 @@ class Evaluator:
             evaluation.worker.kill()  # its device memory freed before anything is tried again
             raise CandidateRan(exc) from exc
         finally:
-            with self._lock:
-                self._in_flight -= 1
-            self._dispose(evaluation)
+            try:
+                self._dispose(evaluation)
+            finally:  # only now is its worker gone: a quiet re-measure may run from here on
+                with self._lock:
+                    self._in_flight -= 1
             if evaluation.worker is not None and evaluation.worker.allowance is not None:
                 evaluation.result.phases["candidate"] = round(evaluation.worker.allowance.spent, 4)
             evaluation.result.phases["total"] = round(time.monotonic() - started, 4)
