@@ -5,13 +5,19 @@ Two modes, each printing one row per width and the ratios against width 1:
 - `--think S` (default 20): a model that takes S seconds per reply. A local server speaking the
   OpenAI protocol answers each request, after S seconds, with the built-in policy's next
   configuration for the conversation it was sent (so the candidates are real kernels, and every
-  lineage gets another). `ratchet optimize --width W` runs against it, each width in a workspace
-  of its own. Reported: wall seconds, judge_s (the union of the seconds the evaluator was judging:
-  the GPU busy at most that long) and its share of the wall time.
+  lineage gets another). Once the policy's space of configurations is spent it would answer with
+  its best again, which the agent does not evaluate again (a repeat): the server then marks the
+  source with a comment of its own, so that every reply is judged, as a real model's new kernel
+  would be (counted as `restated`). `ratchet optimize --width W` runs against it, each width in a
+  workspace of its own. Reported: wall seconds, judge_s (the union of the seconds the evaluator
+  was judging: the GPU busy at most that long) and its share of the wall time.
 Each problem is run once first, one attempt, and not reported: the first run pays the caches' fill.
 
 - `--think 0`: the built-in policy itself (no server), as a user's first run: wall seconds, and the
-  seconds from the run's start to the commit of its final best, with the best's speedup.
+  seconds to the commit of its final best, with the best's speedup.
+
+Both `best_at_s` and `process_s` count from the start of the `ratchet optimize` process (the
+commit's time has a resolution of one second); `wall_s` is the run's own (from its loop's start).
 
     python benchmarks/width_busy.py suite/11_row_softmax.py --widths 1,4 --max-attempts 8 --think 20
     python benchmarks/width_busy.py suite/11_row_softmax.py --widths 1,4,8 --device cuda:0,cuda:1   # two cards
@@ -43,6 +49,9 @@ class PolicyServer:
         self.policy = BuiltinPolicy(problem, precision=precision)
         self.think = think
         self.requests = 0
+        self.restated = 0  # replies whose source had been sent before, marked so that they are judged again
+        self.sent: set[str] = set()
+        self.lock = threading.Lock()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -57,7 +66,7 @@ class PolicyServer:
                 time.sleep(server.think)
                 reply = server.policy.complete(body.get("messages") or [], body.get("tools") or [])
                 message: dict[str, Any] = {"role": "assistant", "content": reply.content, "tool_calls": [
-                    {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                    {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": server.fresh(c.name, c.arguments)}}
                     for c in reply.tool_calls]}
                 data = json.dumps({"id": f"w{server.requests}", "object": "chat.completion", "created": 0,
                                    "model": "policy", "choices": [{"index": 0, "message": message,
@@ -72,6 +81,18 @@ class PolicyServer:
         self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.http.daemon_threads = True
         threading.Thread(target=self.http.serve_forever, daemon=True).start()
+
+    def fresh(self, name: str, arguments: str) -> str:
+        """A submit_kernel call's arguments, its source marked when it was sent before."""
+        if name != "submit_kernel":
+            return arguments
+        args = json.loads(arguments)
+        with self.lock:
+            if args.get("source") in self.sent:
+                self.restated += 1
+                args["source"] = f"{args['source'].rstrip()}\n# stand-in resubmission {self.restated}\n"
+            self.sent.add(args.get("source"))
+        return json.dumps(args)
 
     @property
     def url(self) -> str:
@@ -102,6 +123,7 @@ def run(problem: Path, width: int, args: argparse.Namespace, workspace: Path) ->
     try:
         done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     finally:
+        process_s = round(time.time() - started, 1)
         if server is not None:
             server.close()
     if not done.stdout.strip():
@@ -116,7 +138,7 @@ def run(problem: Path, width: int, args: argparse.Namespace, workspace: Path) ->
     return {"width": width, "wall_s": summary["wall_s"], "judge_s": summary["judge_s"],
             "judge_share": summary["judge_share"], "attempts": summary["attempts"], "model_calls": summary["model_calls"],
             "best_speedup": (summary.get("best") or {}).get("speedup_vs_eager"), "best_at_s": best_at,
-            "exit": done.returncode}
+            "process_s": process_s, "restated": server.restated if server is not None else 0, "exit": done.returncode}
 
 
 def main() -> int:
