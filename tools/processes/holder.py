@@ -16,7 +16,7 @@ import signal
 import subprocess
 import time
 
-from tools.processes.launcher import start_child
+from tools.processes.launcher import die_with_parent, start_child
 
 HOLDER_TIMEOUT_S = 60.0
 HOLDER_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}  # bwrap and its holder need nothing of ours
@@ -36,7 +36,7 @@ def hold(argv: list[str], log_fd: int) -> tuple[subprocess.Popen | None, dict[st
         # its parent-death signal follows the thread that starts it: one that lasts (tools/processes/launcher.py)
         holder = start_child(lambda: subprocess.Popen(
             [argv[0], "--info-fd", str(info_w), *argv[1:]], pass_fds=(info_w,), stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=log_fd, env=HOLDER_ENV, start_new_session=True, preexec_fn=_die_with_parent))
+            stdout=subprocess.PIPE, stderr=log_fd, env=HOLDER_ENV, start_new_session=True, preexec_fn=die_with_parent))
     finally:
         os.close(info_w)
     try:
@@ -113,9 +113,3 @@ def kill(holder: subprocess.Popen, wait: bool = True) -> None:
             pass
     if wait:
         holder.wait()
-
-
-def _die_with_parent() -> None:
-    import ctypes
-
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG

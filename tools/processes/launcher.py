@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import os
 import queue
+import signal
+import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -25,6 +27,15 @@ _lock = threading.Lock()
 _jobs: "queue.SimpleQueue[tuple[Callable[[], object], Future]]" = queue.SimpleQueue()
 _thread: threading.Thread | None = None
 _pid = 0  # the process _thread belongs to (a fork starts its own)
+
+
+def die_with_parent() -> None:
+    """Linux: SIGKILL this process when the parent (the thread that started it: above) dies, so no
+    worker outlives its evaluator. Runs in the child between fork and exec (a `preexec_fn`)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def start_child(start: Callable[[], T]) -> T:

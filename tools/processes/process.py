@@ -24,7 +24,7 @@ from tools.processes.replies import arena_limit, check as check_reply
 from tools.processes.zygote import Forked
 from tools.processes.zygote import start as start_forked
 from tools.processes.allowance import Allowance
-from tools.processes.launcher import start_child
+from tools.processes.launcher import die_with_parent, start_child
 from tools.processes.proctree import tree_rss_bytes
 from tools.sandbox import Launch
 
@@ -116,7 +116,7 @@ class WorkerProcess:
         return values
 
     def _set_limits(self) -> None:  # runs in the child between fork and exec
-        _die_with_parent()
+        die_with_parent()  # workers run in their own session, out of reach of our process group
         for name, value in self._limit_values().items():
             resource.setrlimit(RESOURCE_LIMITS[name], value)
 
@@ -383,16 +383,6 @@ class WorkerProcess:
             except (OSError, Deadline, subprocess.TimeoutExpired):
                 pass  # it did not go: killed below
         self.kill()
-
-
-def _die_with_parent() -> None:
-    """Linux: SIGKILL this process when the parent dies, so no worker outlives its evaluator
-    (workers run in their own session, out of reach of the parent's process group)."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def _signal_name(number: int) -> str:
