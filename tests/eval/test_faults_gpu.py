@@ -8,6 +8,7 @@ never slower than on a quiet device (tools/timing/quiet.py).
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,18 @@ def test_filling_device_memory_after_answering_is_the_candidates_fault(ev):
     assert outcome.reward <= RewardConfig().compiled and not outcome.evaluator_fault
     assert ev.dropped == dropped  # the distributions were decided before any candidate, and stay
     assert_ok(ev.evaluate(source("elementwise_ok")))  # the evaluator serves the next candidate
+
+
+def test_device_memory_announced_beyond_the_requests_cap_is_refused_on_the_gpu(ev):
+    """A reply announcing a terabyte of device memory is refused before the parent maps anything
+    (tools/processes/replies.py `arena_limit`): rejected, the candidate's, and the evaluator serves
+    the next one (on the CPU the same reply is tested in tests/sandbox/test_sandbox_attacks.py)."""
+    forgery = frozenset({*OFF, "dunder", "threads-processes", "dynamic-code", "file-io", "own-kernel"})
+    with Evaluator(PROBLEM, dataclasses.replace(ev.options, disabled_rules=forgery)) as forged_ev:
+        result = forged_ev.evaluate((Path(__file__).parents[1] / "candidates" / "forge_huge_arena.py").read_text())
+        assert result.verdict is Verdict.REJECTED and "announces 1099511627776 bytes" in result.message, describe(result)
+        assert not score_record(result).evaluator_fault
+        assert_ok(forged_ev.evaluate(source("elementwise_ok")))
 
 
 def test_the_reference_gives_back_a_transient_workspace_before_the_candidate_runs(tmp_path):
