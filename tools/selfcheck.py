@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import gc
 import secrets
+import sys
 import traceback
 from typing import TYPE_CHECKING
 
@@ -51,8 +52,6 @@ def let_go(*faults: BaseException) -> None:
         traceback.clear_frames(exc.__traceback__)
         pending += [exc.__cause__, exc.__context__, getattr(exc, "cause", None)]
     gc.collect()
-    import sys
-
     torch = sys.modules.get("torch")  # never imported here for this: a CPU run may not have it loaded
     if torch is not None and torch.cuda.is_initialized():
         torch.cuda.empty_cache()

@@ -70,7 +70,7 @@ def arena_limit(request: dict[str, Any]) -> int:
     parent maps what is announced, and its mapping keeps that memory alive until the parent lets
     it go, the worker's death notwithstanding: a candidate that announced all the card's free memory
     could make the parent's own next allocation fail (an attacker helper's design, stop 57, run on the CPU only)."""
-    asked = [int(v) for v in (request.get("arena_cap"), request.get("bytes")) if isinstance(v, int) and _int(v)]
+    asked = [v for v in (request.get("arena_cap"), request.get("bytes")) if isinstance(v, int) and _int(v)]
     return max([ARENA_MIN_BYTES, *asked]) + ARENA_ROUNDING_BYTES
 
 

@@ -99,9 +99,10 @@ class Passes:
     def describe(self) -> str:
         def ms(xs: list[float]) -> str:
             return "/".join(f"{x:.3g}" for x in xs) or "-"
+        q = self.quiet
+        quiet = "-" if q is None else f"{q.floor_ms:.3g}, spread {q.spread_ms:.3g} at x{q.k}"
         return (f"passes in ms: candidate {ms(self.candidate)}, candidate x1 {ms(self.candidate_one)}, "
-                f"eager x1 {ms(self.eager_one)}, eager {ms(self.eager_k)}; quiet floor "
-                f"{'-' if self.quiet is None else f'{self.quiet.floor_ms:.3g}, spread {self.quiet.spread_ms:.3g} at x{self.quiet.k}'}; "
+                f"eager x1 {ms(self.eager_one)}, eager {ms(self.eager_k)}; quiet floor {quiet}; "
                 f"copies charged {self.copy:.3g} "
                 f"(timed {self.copy_timed:.3g}), hand-over {self.handover:.3g} per call; copies per pass, "
                 f"in+out timed/predicted: {', '.join(self.copies) or '-'}; gate to done@busy-wait: "
